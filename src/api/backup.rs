@@ -1,0 +1,157 @@
+//! `EtcdBackup`: a snapshot of an etcd cluster streamed to object storage, once or periodically.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{AbsSource, Condition, GcsSource, OssSource, S3Source, StorageType};
+use super::validation;
+
+/// Desired backup. Field names are those of the coreos etcd-operator.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "etcd.database.coreos.com",
+    version = "v1beta2",
+    kind = "EtcdBackup",
+    plural = "etcdbackups",
+    category = "etcd",
+    namespaced,
+    status = "EtcdBackupStatus",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Succeeded", type_ = "boolean", json_path = ".status.succeeded"),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.etcdRevision",
+        description = "etcd revision of the newest snapshot"
+    ),
+    printcolumn(
+        name = "Path",
+        type_ = "string",
+        json_path = ".status.path",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = validation::backup_spec_rules)]
+pub struct EtcdBackupSpec {
+    /// Client URLs of the etcd cluster to back up, for example
+    /// `http://example-client.default.svc:2379`. Use this or `clusterName`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etcd_endpoints: Vec<String>,
+
+    /// Name of an EtcdCluster in this namespace to back up; the operator finds its endpoints
+    /// and TLS settings. Use this or `etcdEndpoints`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+
+    /// Where the snapshot goes: S3, ABS, GCS or OSS. The section of the same name (`s3`, `abs`,
+    /// `gcs`, `oss`) must be set, and no other.
+    pub storage_type: StorageType,
+
+    /// Timeout and schedule. Without it, or with `backupIntervalInSecond` 0, the backup is taken
+    /// once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_policy: Option<BackupPolicy>,
+
+    /// Amazon S3 or an S3-compatible server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
+
+    /// Azure Blob Storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abs: Option<AbsSource>,
+
+    /// Google Cloud Storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcs: Option<GcsSource>,
+
+    /// Alibaba Cloud OSS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oss: Option<OssSource>,
+
+    /// Secret with the client certificate for an etcd that requires one (`etcd-client.crt`,
+    /// `etcd-client.key`, `etcd-client-ca.crt`).
+    #[serde(
+        rename = "clientTLSSecret",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub client_tls_secret: Option<String>,
+}
+
+/// Timeout, schedule and retention of a backup.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupPolicy {
+    /// Give up on one snapshot after this many seconds. 0 means the default, 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub timeout_in_second: Option<i64>,
+    /// Take a snapshot every this many seconds. 0 means once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub backup_interval_in_second: Option<i64>,
+    /// Keep at most this many periodic snapshots, deleting the oldest. 0 means keep all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_backups: Option<i64>,
+}
+
+/// Progress of a backup.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum BackupPhase {
+    /// Accepted, not started.
+    Pending,
+    /// A snapshot is being taken and uploaded.
+    Running,
+    /// The (newest) snapshot is stored and verified.
+    Succeeded,
+    /// The (newest) attempt failed; see `Reason`.
+    Failed,
+}
+
+/// Observed state of a backup.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBackupStatus {
+    /// Whether the newest backup succeeded.
+    #[serde(default)]
+    pub succeeded: bool,
+    /// Why the newest backup failed.
+    #[serde(rename = "Reason", default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Version of the etcd server the snapshot came from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub etcd_version: String,
+    /// etcd revision the snapshot holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_revision: Option<i64>,
+    /// When the newest successful backup finished, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_date: Option<String>,
+    /// Pending, Running, Succeeded or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BackupPhase>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The metadata.generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Size of the newest snapshot in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+    /// SHA-256 of the newest snapshot, hex.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sha256: String,
+    /// Full path of the newest snapshot in its storage.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+}

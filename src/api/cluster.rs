@@ -1,0 +1,357 @@
+//! `EtcdCluster`: an etcd cluster of `spec.size` members at `spec.version`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
+    Toleration,
+};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::Condition;
+use super::validation;
+
+/// Image repository used when `spec.repository` is empty (the coreos default).
+pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";
+/// etcd release used when `spec.version` is empty: the newest release this operator supports.
+pub const DEFAULT_VERSION: &str = "3.6.16";
+/// Smallest and largest cluster the API accepts. Seven voters tolerate three failures; more only
+/// slows every write down.
+pub const MIN_SIZE: i32 = 1;
+/// See [`MIN_SIZE`].
+pub const MAX_SIZE: i32 = 7;
+
+/// Desired state of an etcd cluster. Field names are those of the coreos etcd-operator
+/// (etcd.database.coreos.com/v1beta2), so manifests written for it keep working.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "etcd.database.coreos.com",
+    version = "v1beta2",
+    kind = "EtcdCluster",
+    plural = "etcdclusters",
+    shortname = "etcd",
+    category = "etcd",
+    namespaced,
+    status = "EtcdClusterStatus",
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".spec.size",
+        description = "Desired number of members"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyMembers",
+        description = "Members that are healthy voters"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.currentVersion",
+        description = "etcd version the members run"
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterSpec {
+    /// Number of etcd members, 1 to 7. The operator adds or removes one member at a time and
+    /// never takes an action that would cost quorum. Odd sizes tolerate the same number of
+    /// failures as the next even size with fewer members to write to.
+    #[schemars(range(min = 1, max = 7))]
+    pub size: i32,
+
+    /// Container image repository of etcd; the image is `<repository>:v<version>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = DEFAULT_REPOSITORY), length(min = 1, max = 255))]
+    pub repository: Option<String>,
+
+    /// etcd version, a semantic version such as `3.6.16` (a leading `v` is accepted). At least
+    /// 3.4: members join as learners, which etcd 3.4 introduced. On update it may move up one
+    /// minor version at a time and never down; the operator then replaces members one by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = DEFAULT_VERSION), transform = validation::version_rules)]
+    pub version: Option<String>,
+
+    /// Stop all changes to this cluster: no member is added, removed, replaced or upgraded until
+    /// this is false again. Status keeps being reported, with `status.controlPaused: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+
+    /// Policy for the member pods: labels, scheduling, resources, environment, storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodPolicy>,
+
+    /// TLS for peer and client traffic, from Secrets the user provides.
+    #[serde(rename = "TLS", default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsPolicy>,
+}
+
+impl EtcdClusterSpec {
+    /// The image repository, defaulted.
+    pub fn repository(&self) -> &str {
+        self.repository
+            .as_deref()
+            .filter(|r| !r.is_empty())
+            .unwrap_or(DEFAULT_REPOSITORY)
+    }
+
+    /// The etcd version without a leading `v`, defaulted.
+    pub fn version(&self) -> &str {
+        let v = self
+            .version
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .unwrap_or(DEFAULT_VERSION);
+        v.strip_prefix('v').unwrap_or(v)
+    }
+
+    /// The member image, `<repository>:v<version>`.
+    pub fn image(&self) -> String {
+        format!("{}:v{}", self.repository(), self.version())
+    }
+
+    /// Whether the user paused reconciliation.
+    pub fn is_paused(&self) -> bool {
+        self.paused.unwrap_or(false)
+    }
+}
+
+/// Policy for the etcd member pods.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPolicy {
+    /// Extra labels for member pods. `app` and keys starting with `etcd_` are reserved: the
+    /// operator selects its pods with `app=etcd` and `etcd_cluster=<name>`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = validation::pod_label_rules)]
+    pub labels: BTreeMap<String, String>,
+
+    /// Node labels a member pod's node must have.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+
+    /// Scheduling constraints of member pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+
+    /// Deprecated: use `affinity`. When true, member pods of this cluster are spread over nodes
+    /// (a required pod anti-affinity on `kubernetes.io/hostname`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anti_affinity: Option<bool>,
+
+    /// Compute resources of the etcd container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Tolerations of member pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+
+    /// Extra environment variables of the etcd container, for example `ETCD_QUOTA_BACKEND_BYTES`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etcd_env: Vec<EnvVar>,
+
+    /// When set, each member keeps its data on a PersistentVolumeClaim made from this spec, and a
+    /// member whose pod dies is restarted on the same volume instead of being replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim_spec: Option<PersistentVolumeClaimSpec>,
+
+    /// Extra annotations for member pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+
+    /// Accepted for compatibility with coreos manifests and ignored: the operator's own image
+    /// does the DNS wait that a busybox init container used to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busybox_image: Option<String>,
+
+    /// Security context of member pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
+
+    /// How long a new member waits for its own DNS name to resolve before etcd starts, in
+    /// seconds. 0 means the default (no limit beyond the pod's own restart policy).
+    #[serde(
+        rename = "DNSTimeoutInSecond",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0))]
+    pub dns_timeout_in_second: Option<i64>,
+
+    /// DNS domain of the Kubernetes cluster, appended to member host names
+    /// (`<member>.<cluster>.<namespace>.svc.<ClusterDomain>`). Empty means the short form that
+    /// the pod's DNS search path completes. A leading dot, as coreos examples wrote it, is accepted.
+    #[serde(
+        rename = "ClusterDomain",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(
+        regex(pattern = r"^\.?([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        length(max = 253)
+    )]
+    pub cluster_domain: Option<String>,
+}
+
+/// TLS for an etcd cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsPolicy {
+    /// Certificates provided as Secrets by the user.
+    #[serde(rename = "static", default, skip_serializing_if = "Option::is_none")]
+    pub static_: Option<StaticTls>,
+}
+
+/// TLS from Secrets the user created beforehand.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.operatorSecret) && self.operatorSecret != '') == (has(self.member) && has(self.member.serverSecret) && self.member.serverSecret != '')",
+    "message": "TLS.static.operatorSecret and TLS.static.member.serverSecret go together: set both (clients then need a certificate) or neither"
+}]))]
+pub struct StaticTls {
+    /// Secrets of the members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<MemberSecret>,
+    /// Secret with the client certificate the operator uses to reach etcd (`etcd-client.crt`,
+    /// `etcd-client.key`, `etcd-client-ca.crt`). Required when `member.serverSecret` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_secret: Option<String>,
+}
+
+/// Secrets holding the members' certificates.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberSecret {
+    /// Secret for peer traffic (`peer.crt`, `peer.key`, `peer-ca.crt`); peer URLs become https.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_secret: Option<String>,
+    /// Secret for client traffic (`server.crt`, `server.key`, `server-ca.crt`); client URLs
+    /// become https and clients must present a certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_secret: Option<String>,
+}
+
+/// Coarse state of a cluster, as the coreos operator reported it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ClusterPhase {
+    /// Bootstrapping the seed member.
+    Creating,
+    /// The cluster has quorum; the operator is reconciling it.
+    Running,
+    /// The operator cannot go on without the user (for example quorum is lost); see `reason`.
+    Failed,
+}
+
+/// Observed state of an etcd cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    /// Creating, Running or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ClusterPhase>,
+    /// Why the cluster is in this phase, for Failed in particular.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// True while `spec.paused` holds the operator back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub control_paused: bool,
+    /// Available, Progressing (reasons Scaling, Upgrading, Recovering) and Degraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Number of members in etcd's member list.
+    #[serde(default)]
+    pub size: i32,
+    /// Name of the client Service.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service_name: String,
+    /// Port of the client Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_port: Option<i32>,
+    /// Names of ready and unready members.
+    #[serde(default)]
+    pub members: MembersStatus,
+    /// etcd version the cluster runs (the lowest among its members).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub current_version: String,
+    /// Version an upgrade in progress is heading to; empty when none is.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub target_version: String,
+    /// The metadata.generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Number of healthy voting members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_members: Option<i32>,
+    /// etcd's cluster ID, in hex.
+    #[serde(
+        rename = "clusterID",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub cluster_id: String,
+    /// Per-member detail as etcd reports it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub member_statuses: Vec<MemberStatus>,
+}
+
+/// Names of ready and unready members (coreos shape).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MembersStatus {
+    /// Members that are healthy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready: Vec<String>,
+    /// Members that are not (yet) healthy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unready: Vec<String>,
+}
+
+/// Role of a member in raft.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MemberRole {
+    /// The raft leader.
+    Leader,
+    /// A voting member that is not the leader.
+    Follower,
+    /// A non-voting member catching up.
+    Learner,
+}
+
+/// One member as etcd reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// Member name (also its pod's name).
+    pub name: String,
+    /// etcd member ID, in hex.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    /// leader, follower or learner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<MemberRole>,
+    /// etcd server version of the member.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// Whether the member answered its status request.
+    #[serde(default)]
+    pub healthy: bool,
+    /// Size of the member's database in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size: Option<i64>,
+    /// The member's raft index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft_index: Option<i64>,
+}

@@ -1,0 +1,106 @@
+//! `EtcdRestore`: an EtcdCluster recreated from a snapshot.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{AbsSource, Condition, GcsSource, OssSource, S3Source, StorageType};
+use super::validation;
+
+/// Desired restore. Field names are those of the coreos etcd-operator.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "etcd.database.coreos.com",
+    version = "v1beta2",
+    kind = "EtcdRestore",
+    plural = "etcdrestores",
+    category = "etcd",
+    namespaced,
+    status = "EtcdRestoreStatus",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".spec.etcdCluster.name"
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Succeeded", type_ = "boolean", json_path = ".status.succeeded"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = validation::restore_spec_rules)]
+pub struct EtcdRestoreSpec {
+    /// Where the snapshot is: S3, ABS, GCS or OSS. The section of the same name must be set,
+    /// and no other.
+    pub backup_storage_type: StorageType,
+
+    /// Snapshot in Amazon S3 or an S3-compatible server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
+
+    /// Snapshot in Azure Blob Storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abs: Option<AbsSource>,
+
+    /// Snapshot in Google Cloud Storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcs: Option<GcsSource>,
+
+    /// Snapshot in Alibaba Cloud OSS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oss: Option<OssSource>,
+
+    /// The EtcdCluster to restore into: its spec is used for the restored cluster, and its
+    /// current members are removed first.
+    pub etcd_cluster: EtcdClusterRef,
+}
+
+/// Reference to an EtcdCluster in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterRef {
+    /// Name of the EtcdCluster.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+}
+
+/// Progress of a restore.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RestorePhase {
+    /// Accepted, not started.
+    Pending,
+    /// Fetching and verifying the snapshot, replacing the members.
+    Restoring,
+    /// The cluster runs from the snapshot.
+    Succeeded,
+    /// The restore failed; see `reason`.
+    Failed,
+}
+
+/// Observed state of a restore.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdRestoreStatus {
+    /// Whether the restore succeeded.
+    #[serde(default)]
+    pub succeeded: bool,
+    /// Why the restore failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Pending, Restoring, Succeeded or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RestorePhase>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The metadata.generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// SHA-256 of the snapshot, verified before it was restored, hex.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sha256: String,
+}

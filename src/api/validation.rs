@@ -1,0 +1,155 @@
+//! CEL rules (`x-kubernetes-validations`) that the CRDs carry, so the API server rejects bad
+//! input at `kubectl apply` with a message a user understands.
+//!
+//! The rules only use CEL features every Kubernetes release with CEL validation has (the
+//! strings extension and `matches`), not the newer semver library, so the CRDs install on older
+//! API servers too. Every rule that parses a version first checks the version's shape, so a
+//! malformed version yields the shape message rather than a CEL runtime error.
+
+use schemars::Schema;
+use serde_json::{Value, json};
+
+/// A version as the API accepts it: `X.Y.Z`, optional leading `v`, optional pre-release.
+pub const VERSION_PATTERN: &str =
+    r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$";
+
+/// CEL expression for numeric part `i` (0 major, 1 minor, 2 patch) of the version in `var`.
+fn part(var: &str, i: usize) -> String {
+    format!(
+        "int(({var}.startsWith('v') ? {var}.substring(1) : {var}).split('.')[{i}].split('-')[0])"
+    )
+}
+
+fn cel_str(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+fn rule(rule: String, message: &str) -> Value {
+    json!({ "rule": rule, "message": message })
+}
+
+fn rule_expr(rule: String, message_expression: &str) -> Value {
+    json!({ "rule": rule, "messageExpression": message_expression })
+}
+
+fn add_rules(schema: &mut Schema, rules: Vec<Value>) {
+    let mut all = match schema.remove("x-kubernetes-validations") {
+        Some(Value::Array(existing)) => existing,
+        _ => Vec::new(),
+    };
+    all.extend(rules);
+    schema.insert("x-kubernetes-validations".into(), Value::Array(all));
+}
+
+/// Rules of `EtcdCluster.spec.version`: shape, the 3.4 minimum, and the upgrade path.
+pub fn version_rules(schema: &mut Schema) {
+    // Bounded length keeps the API server's cost estimate of the string rules small.
+    schema.insert("maxLength".into(), json!(64));
+    let shape = format!("self.matches({})", cel_str(VERSION_PATTERN));
+    let old_shape = format!("oldSelf.matches({})", cel_str(VERSION_PATTERN));
+    let (maj, min, pat) = (part("self", 0), part("self", 1), part("self", 2));
+    let (omaj, omin, opat) = (part("oldSelf", 0), part("oldSelf", 1), part("oldSelf", 2));
+    add_rules(
+        schema,
+        vec![
+            rule_expr(
+                shape.clone(),
+                "'spec.version must be an etcd release such as 3.6.16 or v3.5.21, got \"' + self + '\"'",
+            ),
+            rule(
+                format!("!{shape} || {maj} > 3 || ({maj} == 3 && {min} >= 4)"),
+                "spec.version must be 3.4 or newer: members join as learners, which etcd 3.4 introduced",
+            ),
+            rule_expr(
+                format!(
+                    "!{shape} || !{old_shape} || {maj} > {omaj} || ({maj} == {omaj} && ({min} > {omin} || ({min} == {omin} && {pat} >= {opat})))"
+                ),
+                "'spec.version may not go down (from ' + oldSelf + ' to ' + self + '): etcd members cannot be downgraded in place'",
+            ),
+            rule_expr(
+                format!(
+                    "!{shape} || !{old_shape} || {maj} < {omaj} || ({maj} == {omaj} && {min} <= {omin} + 1)"
+                ),
+                "'spec.version may move up at most one minor version at a time (from ' + oldSelf + ' to ' + self + '): upgrade through each minor release in turn'",
+            ),
+        ],
+    );
+}
+
+/// Rules of `EtcdCluster.spec.pod.labels`: the operator's selector labels are reserved.
+pub fn pod_label_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        vec![
+            rule(
+                "!('app' in self)".into(),
+                "spec.pod.labels may not set 'app': the operator labels every member pod app=etcd",
+            ),
+            rule(
+                "self.all(k, !k.startsWith('etcd_'))".into(),
+                "spec.pod.labels may not use keys starting with 'etcd_': the operator owns them (etcd_cluster, ...)",
+            ),
+        ],
+    );
+}
+
+/// Rules tying a storage-type field (`storageType` or `backupStorageType`) to the one storage
+/// section (`s3`, `abs`, `gcs`, `oss`) it names.
+pub fn storage_section_rules(schema: &mut Schema, type_field: &str) {
+    let t = format!("self.{type_field}");
+    let count = "(has(self.s3) ? 1 : 0) + (has(self.abs) ? 1 : 0) + (has(self.gcs) ? 1 : 0) + (has(self.oss) ? 1 : 0)";
+    add_rules(
+        schema,
+        vec![
+            rule_expr(
+                format!(
+                    "{t} == 'S3' ? has(self.s3) : {t} == 'ABS' ? has(self.abs) : {t} == 'GCS' ? has(self.gcs) : {t} == 'OSS' ? has(self.oss) : true"
+                ),
+                &format!(
+                    "'spec.{type_field} is ' + {t} + ', so spec.' + {t}.lowerAscii() + ' must be set'"
+                ),
+            ),
+            rule(
+                format!("{count} <= 1"),
+                &format!(
+                    "only the storage section that spec.{type_field} names may be set (one of s3, abs, gcs, oss)"
+                ),
+            ),
+        ],
+    );
+}
+
+/// Rules of `EtcdBackup.spec`.
+pub fn backup_spec_rules(schema: &mut Schema) {
+    storage_section_rules(schema, "storageType");
+    add_rules(
+        schema,
+        vec![rule(
+            "(has(self.etcdEndpoints) && size(self.etcdEndpoints) > 0) != (has(self.clusterName) && self.clusterName != '')".into(),
+            "set exactly one of spec.etcdEndpoints (an etcd cluster anywhere) and spec.clusterName (an EtcdCluster in this namespace)",
+        )],
+    );
+}
+
+/// Rules of `EtcdRestore.spec`.
+pub fn restore_spec_rules(schema: &mut Schema) {
+    storage_section_rules(schema, "backupStorageType");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_parts_are_parsed_after_the_prefix() {
+        assert_eq!(
+            part("self", 2),
+            "int((self.startsWith('v') ? self.substring(1) : self).split('.')[2].split('-')[0])"
+        );
+    }
+
+    #[test]
+    fn patterns_are_quoted_for_cel() {
+        assert_eq!(cel_str(r"^a\.b'$"), r"'^a\\.b\'$'");
+    }
+}

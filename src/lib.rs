@@ -1,0 +1,4 @@
+//! etcd-operator: runs etcd clusters on Kubernetes, wire-compatible with the coreos
+//! etcd-operator's `etcd.database.coreos.com/v1beta2` API.
+
+pub mod api;
