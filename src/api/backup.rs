@@ -14,7 +14,6 @@ use super::validation;
     version = "v1beta2",
     kind = "EtcdBackup",
     plural = "etcdbackups",
-    category = "etcd",
     namespaced,
     status = "EtcdBackupStatus",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),

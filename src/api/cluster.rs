@@ -32,7 +32,6 @@ pub const MAX_SIZE: i32 = 7;
     kind = "EtcdCluster",
     plural = "etcdclusters",
     shortname = "etcd",
-    category = "etcd",
     namespaced,
     status = "EtcdClusterStatus",
     printcolumn(

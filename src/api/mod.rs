@@ -1,8 +1,13 @@
 //! The v1beta2 API (`etcd.database.coreos.com`) as Rust types. No I/O here.
 
+// kube's `printcolumn(...)` lists repeat `type_ = "string"`, which clippy takes for duplicated
+// attributes.
+#[allow(clippy::duplicated_attributes)]
 pub mod backup;
+#[allow(clippy::duplicated_attributes)]
 pub mod cluster;
 pub mod common;
+#[allow(clippy::duplicated_attributes)]
 pub mod restore;
 pub mod validation;
 
@@ -19,7 +24,35 @@ use kube::CustomResourceExt;
 
 /// The CRDs of the three kinds, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()]
+    [EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()].map(unwrap_descriptions).into()
+}
+
+/// Doc comments are wrapped at 100 columns; `kubectl explain` wraps again, so the source line
+/// breaks would cut its sentences. Keep paragraph breaks, join the lines within a paragraph.
+fn unwrap_descriptions(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    match child {
+                        serde_json::Value::String(s) if k == "description" => *s = unwrap(s),
+                        _ => walk(child),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    fn unwrap(s: &str) -> String {
+        s.split("\n\n")
+            .map(|para| para.split('\n').map(str::trim).collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    }
+    let mut json = serde_json::to_value(&crd).expect("a CRD serializes");
+    walk(&mut json);
+    serde_json::from_value(json).expect("a CRD deserializes")
 }
 
 /// File name of a CRD in `crds/`: `<plural>.<group>.yaml`.

@@ -14,7 +14,6 @@ use super::validation;
     version = "v1beta2",
     kind = "EtcdRestore",
     plural = "etcdrestores",
-    category = "etcd",
     namespaced,
     status = "EtcdRestoreStatus",
     printcolumn(

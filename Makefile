@@ -1,0 +1,49 @@
+# Everything a fresh Debian machine needs is installed by the targets themselves (hack/deps.sh).
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: all build test unit lint control-plane-test crds demo demo-down cluster-up cluster-down k8s
+
+all: build
+
+build:
+	hack/deps.sh
+	$(CARGO) build --workspace
+
+## test: everything CI runs: lint, unit tests, and the CRD rules judged by a real kube-apiserver.
+test: lint unit control-plane-test
+
+lint:
+	hack/deps.sh
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	hack/deps.sh
+	$(CARGO) test --workspace --exclude e2e
+
+control-plane-test:
+	hack/deps.sh
+	$(CARGO) build -p e2e --tests
+	hack/with-control-plane.sh $(CARGO) test -p e2e --test crd_validation
+
+## crds: regenerate crds/ from the API types.
+crds:
+	$(CARGO) run -q -- crd --out-dir crds
+
+## k8s: build (once per version, cached) the Kubernetes components from the official module.
+k8s:
+	hack/build-k8s.sh
+
+cluster-up:
+	hack/deps.sh
+	hack/cluster.sh up --control-plane-only
+
+cluster-down:
+	hack/cluster.sh down
+
+## demo: the main job as far as it exists: a local control plane with the CRDs and the examples.
+demo: cluster-up
+	hack/demo.sh
+
+demo-down: cluster-down
