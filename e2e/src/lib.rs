@@ -9,7 +9,10 @@ use serde_json::Value;
 
 /// The repository's root directory.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// `kubectl` against the cluster under test.
@@ -27,7 +30,9 @@ impl Kubectl {
              `hack/cluster.sh up --control-plane-only` and export \
              KUBECONFIG=$(hack/cluster.sh kubeconfig), or run `make test`"
         );
-        let bin = std::env::var_os("KUBECTL").map(PathBuf::from).unwrap_or("kubectl".into());
+        let bin = std::env::var_os("KUBECTL")
+            .map(PathBuf::from)
+            .unwrap_or("kubectl".into());
         Kubectl { bin }
     }
 
@@ -35,13 +40,22 @@ impl Kubectl {
     pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
         let mut child = Command::new(&self.bin)
             .args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("running {}: {e}", self.bin.display()));
         if let Some(input) = stdin {
-            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
         }
         child.wait_with_output().unwrap()
     }
@@ -61,9 +75,24 @@ impl Kubectl {
     /// Installs the committed CRDs (server-side apply) and waits until they are served.
     pub fn apply_crds(&self) {
         let dir = repo_root().join("crds");
-        self.ok(&["apply", "--server-side", "--force-conflicts", "-f", dir.to_str().unwrap()], None);
         self.ok(
-            &["wait", "--for=condition=Established", "--timeout=60s", "-f", dir.to_str().unwrap()],
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                dir.to_str().unwrap(),
+            ],
+            None,
+        );
+        self.ok(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "-f",
+                dir.to_str().unwrap(),
+            ],
             None,
         );
     }
@@ -80,7 +109,10 @@ impl Kubectl {
                 .to_string(),
             ),
         );
-        Namespace { kubectl: self, name: out.trim().to_string() }
+        Namespace {
+            kubectl: self,
+            name: out.trim().to_string(),
+        }
     }
 }
 
@@ -93,7 +125,8 @@ pub struct Namespace<'a> {
 
 impl Drop for Namespace<'_> {
     fn drop(&mut self) {
-        self.kubectl.run(&["delete", "namespace", &self.name, "--wait=false"], None);
+        self.kubectl
+            .run(&["delete", "namespace", &self.name, "--wait=false"], None);
     }
 }
 

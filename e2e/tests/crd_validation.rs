@@ -50,7 +50,16 @@ fn the_api_server_judges_every_case_as_expected() {
             }
         }
         let out = kubectl.run(
-            &["apply", "--dry-run=server", "-o", "json", "-n", &ns.name, "-f", "-"],
+            &[
+                "apply",
+                "--dry-run=server",
+                "-o",
+                "json",
+                "-n",
+                &ns.name,
+                "-f",
+                "-",
+            ],
             Some(&manifest(&case.kind, &name, &case.spec)),
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -67,9 +76,10 @@ fn the_api_server_judges_every_case_as_expected() {
                 }
             }
             (None, false) => failures.push(format!("{}: rejected: {stderr}", case.name)),
-            (Some(want), true) => {
-                failures.push(format!("{}: accepted, expected rejection: {want}", case.name))
-            }
+            (Some(want), true) => failures.push(format!(
+                "{}: accepted, expected rejection: {want}",
+                case.name
+            )),
             (Some(want), false) => {
                 if !stderr.contains(want.as_str()) {
                     failures.push(format!(

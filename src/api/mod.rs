@@ -24,7 +24,9 @@ use kube::CustomResourceExt;
 
 /// The CRDs of the three kinds, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    [EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()].map(unwrap_descriptions).into()
+    [EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()]
+        .map(unwrap_descriptions)
+        .into()
 }
 
 /// Doc comments are wrapped at 100 columns; `kubectl explain` wraps again, so the source line
@@ -46,7 +48,12 @@ fn unwrap_descriptions(crd: CustomResourceDefinition) -> CustomResourceDefinitio
     }
     fn unwrap(s: &str) -> String {
         s.split("\n\n")
-            .map(|para| para.split('\n').map(str::trim).collect::<Vec<_>>().join(" "))
+            .map(|para| {
+                para.split('\n')
+                    .map(str::trim)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
             .collect::<Vec<_>>()
             .join("\n\n")
     }
