@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test unit lint control-plane-test crds demo demo-down cluster-up cluster-down k8s
+.PHONY: all build test unit lint e2e control-plane-test smoke crds demo demo-down cluster-up \
+	control-plane-up cluster-down k8s image
 
 all: build
 
@@ -10,8 +11,9 @@ build:
 	hack/deps.sh
 	$(CARGO) build --workspace
 
-## test: everything CI runs: lint, unit tests, and the CRD rules judged by a real kube-apiserver.
-test: lint unit control-plane-test
+## test: everything CI runs: lint, unit tests, then the e2e suite on the local single-node cluster
+## (the CRD rules judged by its kube-apiserver, and the smoke test that proves the cluster real).
+test: lint unit e2e
 
 lint:
 	hack/deps.sh
@@ -22,10 +24,21 @@ unit:
 	hack/deps.sh
 	$(CARGO) test --workspace --exclude e2e
 
+e2e:
+	hack/deps.sh
+	$(CARGO) build -p e2e --tests
+	hack/with-cluster.sh $(CARGO) test -p e2e -- --test-threads=2
+
+## control-plane-test: the CRD rules only, on a throwaway control plane (seconds, no node).
 control-plane-test:
 	hack/deps.sh
 	$(CARGO) build -p e2e --tests
-	hack/with-control-plane.sh $(CARGO) test -p e2e --test crd_validation
+	hack/with-cluster.sh --control-plane-only $(CARGO) test -p e2e --test crd_validation
+
+smoke:
+	hack/deps.sh
+	$(CARGO) build -p e2e --tests
+	hack/with-cluster.sh $(CARGO) test -p e2e --test smoke
 
 ## crds: regenerate crds/ from the API types.
 crds:
@@ -36,6 +49,10 @@ k8s:
 	hack/build-k8s.sh
 
 cluster-up:
+	hack/deps.sh
+	hack/cluster.sh up
+
+control-plane-up:
 	hack/deps.sh
 	hack/cluster.sh up --control-plane-only
 

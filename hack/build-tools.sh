@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the other programs the local cluster and the tests run, each from a Go helper module
+# that pins its release (hack/<tool>/go.mod), into a cache keyed by version (outside target/):
+#   etcd-3.5, etcd-3.6  etcd, etcdctl, etcdutl   (go.etcd.io/etcd/{server,etcdctl,etcdutl}/v3)
+#   coredns             coredns                  (github.com/coredns/coredns)
+#   helm                helm                     (helm.sh/helm/v4/cmd/helm)
+#   pause               pause                    (the pause.c of the pinned k8s.io/kubernetes)
+# Usage: hack/build-tools.sh TOOL   prints the directory holding the tool's binaries.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${ETCD_OPERATOR_CACHE:-$HOME/.cache/etcd-operator}
+export GOFLAGS=-buildvcs=false CGO_ENABLED=0
+
+modver() { awk -v m="$2" '$1==m && $2 ~ /^v/ {print $2} $1=="require" && $2==m {print $3}' "$1/go.mod" | head -n1; }
+
+# gobuild MODULE_DIR OUT_DIR NAME PACKAGE [LDFLAGS]
+gobuild() {
+  local dir=$1 out=$2 name=$3 pkg=$4 ldflags="-s -w ${5:-}"
+  [ -x "$out/$name" ] && return 0
+  mkdir -p "$out"
+  echo "building $name ($pkg)" >&2
+  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out/$name.tmp" "$pkg")
+  mv "$out/$name.tmp" "$out/$name"
+}
+
+tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|pause}
+case "$tool" in
+  etcd-3.5|etcd-3.6)
+    dir=$here/etcd/v${tool#etcd-}
+    v=$(modver "$dir" go.etcd.io/etcd/server/v3)
+    out=$cache/etcd/$v/bin
+    for c in server:etcd etcdctl:etcdctl etcdutl:etcdutl; do
+      gobuild "$dir" "$out" "${c#*:}" "go.etcd.io/etcd/${c%%:*}/v3"
+    done ;;
+  coredns)
+    dir=$here/coredns; v=$(modver "$dir" github.com/coredns/coredns)
+    out=$cache/coredns/$v/bin
+    gobuild "$dir" "$out" coredns github.com/coredns/coredns ;;
+  helm)
+    dir=$here/helm; v=$(modver "$dir" helm.sh/helm/v4)
+    out=$cache/helm/$v/bin
+    gobuild "$dir" "$out" helm helm.sh/helm/v4/cmd/helm "-X helm.sh/helm/v4/internal/version.version=$v" ;;
+  pause)
+    v=$(modver "$here/k8s" k8s.io/kubernetes)
+    out=$cache/pause/$v/bin
+    if [ ! -x "$out/pause" ]; then
+      src=$(cd "$here/k8s" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
+      mkdir -p "$out"
+      gcc -Os -static -Wall -DVERSION="$v" -o "$out/pause" "$src"
+      strip "$out/pause"
+    fi ;;
+  *) echo "unknown tool $tool" >&2; exit 2 ;;
+esac
+echo "$out"

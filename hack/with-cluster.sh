@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs a command against the local cluster with KUBECONFIG, KUBECTL and PATH set.
+#
+#   hack/with-cluster.sh --control-plane-only CMD...   a throwaway control plane (own state directory
+#                                                      and ports, apart from any running cluster),
+#                                                      stopped afterwards whatever the outcome
+#   hack/with-cluster.sh CMD...                        the single-node cluster: a running one is used
+#                                                      as it is; otherwise one is started for CMD and
+#                                                      stopped afterwards
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+if [ "${1:-}" = --control-plane-only ]; then
+  shift
+  export ETCD_OPERATOR_CLUSTER_DIR=${ETCD_OPERATOR_TEST_CLUSTER_DIR:-/tmp/etcd-operator-test-cp}
+  export ETCD_OPERATOR_API_PORT=${ETCD_OPERATOR_TEST_API_PORT:-6444}
+  export ETCD_OPERATOR_API_ETCD_PORT=${ETCD_OPERATOR_TEST_API_ETCD_PORT:-2579}
+  trap '"$here/cluster.sh" down' EXIT
+  "$here/cluster.sh" down
+  "$here/cluster.sh" up --control-plane-only
+else
+  bin=$("$here/build-k8s.sh" kubectl)
+  if "$bin/kubectl" --kubeconfig "$("$here/cluster.sh" kubeconfig)" get --raw /readyz >/dev/null 2>&1 &&
+     "$here/cluster.sh" has-node; then
+    echo "[with-cluster] using the running cluster" >&2
+  else
+    trap '"$here/cluster.sh" down' EXIT
+    "$here/cluster.sh" down
+    "$here/cluster.sh" up
+  fi
+fi
+bin=$("$here/build-k8s.sh" kubectl)
+export KUBECONFIG=$("$here/cluster.sh" kubeconfig) KUBECTL=$bin/kubectl PATH=$bin:$PATH
+"$@"
