@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .PHONY: all build test unit lint e2e control-plane-test smoke crds demo demo-down cluster-up \
-	control-plane-up cluster-down k8s image
+	control-plane-up cluster-down cluster-cycle-test k8s image
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 
 ## test: everything CI runs: lint, unit tests, then the e2e suite on the local single-node cluster
 ## (the CRD rules judged by its kube-apiserver, and the smoke test that proves the cluster real).
-test: lint unit e2e
+test: lint unit cluster-cycle-test e2e
 
 lint:
 	hack/deps.sh
@@ -28,6 +28,16 @@ e2e:
 	hack/deps.sh
 	$(CARGO) build -p e2e --tests
 	hack/with-cluster.sh $(CARGO) test -p e2e -- --test-threads=2
+
+## cluster-cycle-test: up, down, up, down must leave the machine as it was.
+cluster-cycle-test:
+	hack/deps.sh
+	hack/cluster-cycle-test.sh
+
+## image: the operator image from the release binary, imported when the local cluster runs.
+image:
+	hack/deps.sh
+	hack/image.sh
 
 ## control-plane-test: the CRD rules only, on a throwaway control plane (seconds, no node).
 control-plane-test:
@@ -59,7 +69,7 @@ control-plane-up:
 cluster-down:
 	hack/cluster.sh down
 
-## demo: the main job as far as it exists: a local control plane with the CRDs and the examples.
+## demo: the main job as far as it exists: the local cluster with the CRDs and the examples.
 demo: cluster-up
 	hack/demo.sh
 

@@ -355,10 +355,13 @@ up_node() {
 clean_node() {
   local bin=$cache/k8s/$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/k8s/go.mod")/bin
   # Container processes outlive containerd in their shims' care.
-  local shim
+  local shim victims=() p
   for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $sock" 2>/dev/null || true); do
-    pkill -KILL -P "$shim" 2>/dev/null || true
-    kill -KILL "$shim" 2>/dev/null || true
+    victims+=("$shim" $(pgrep -P "$shim" 2>/dev/null || true))
+  done
+  for p in "${victims[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${victims[@]}"; do
+    for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
   done
   if [ -d "$state" ]; then
     { grep -o " $state[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done

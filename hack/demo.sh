@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the CRDs into the local cluster and applies the examples. The operator that acts on
-# them is not built yet (see README.md, Status), so the EtcdClusters stay without status.
+# Installs the CRDs into the local cluster (make demo starts it first) and applies the examples.
+# The operator that acts on them is not built yet (see README.md, Status), so the EtcdClusters
+# stay without status.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$("$here/build-k8s.sh" kubectl)

@@ -3,6 +3,8 @@
 #   protoc   - etcd-client's build script compiles etcd's protobuf API
 #   openssl  - the local cluster's PKI
 #   etcd     - Debian's etcd 3.4 serves the local control plane (and is a test etcd)
+#   containerd, runc, CNI plugins, conntrack, iptables, iproute2 - the local cluster's node
+#   gcc, libc6-dev - the static pause binary
 set -euo pipefail
 missing=()
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
@@ -10,6 +12,15 @@ command -v openssl >/dev/null || missing+=(openssl)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 command -v curl >/dev/null || missing+=(curl)
+command -v containerd >/dev/null || missing+=(containerd)
+command -v runc >/dev/null || missing+=(runc)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+command -v conntrack >/dev/null || missing+=(conntrack)
+command -v iptables >/dev/null || missing+=(iptables)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v gcc >/dev/null || missing+=(gcc)
+[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing+=(libc6-dev)
+command -v python3 >/dev/null || missing+=(python3)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "[deps] installing ${missing[*]}" >&2
   apt-get update -qq

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs `hack/cluster.sh up` and `down` twice in a row and fails unless the machine looks exactly
+# as before: processes, mounts, network namespaces, interfaces, iptables chains, pod cgroups,
+# ip_forward. Prints the warm start times.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+snapshot() {
+  {
+    echo "## processes"; ps -eo comm= | grep -E '^(etcd|kube-|kubelet|containerd|coredns|pause)' | sort || true
+    echo "## mounts"; awk '{print $2}' /proc/mounts | grep -E 'etcd-operator|kubelet|containerd|netns' | sort || true
+    echo "## netns"; ip netns list | sort
+    echo "## links"; ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | sort
+    echo "## chains"; for t in nat filter mangle; do iptables -t $t -S | grep -E '^-N' | sed "s/^/$t /"; done | sort
+    echo "## rules"; for t in nat filter mangle; do iptables -t $t -S | grep -cE 'KUBE|CNI' | sed "s/^/$t /"; done
+    echo "## cgroups"; ls -d /sys/fs/cgroup/*/kubepods 2>/dev/null || true
+    echo "## ip_forward"; cat /proc/sys/net/ipv4/ip_forward
+  }
+}
+"$here/cluster.sh" down
+before=$(snapshot)
+for i in 1 2; do
+  start=$SECONDS
+  "$here/cluster.sh" up
+  echo "[cycle] up #$i took $((SECONDS - start)) s" >&2
+  "$here/cluster.sh" down
+  after=$(snapshot)
+  if [ "$before" != "$after" ]; then
+    echo "[cycle] round $i left something behind:" >&2
+    diff <(echo "$before") <(echo "$after") >&2 || true
+    exit 1
+  fi
+done
+echo "[cycle] up, down, up, down left nothing behind" >&2
