@@ -20,9 +20,11 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+## unit: the unit tier, and the etcd layer against real etcd 3.4 (Debian), 3.5 and 3.6 (built).
 unit:
 	hack/deps.sh
-	$(CARGO) test --workspace --exclude e2e
+	ETCD_BINARIES=3.4=$$(command -v etcd),3.5=$$(hack/build-tools.sh etcd-3.5)/etcd,3.6=$$(hack/build-tools.sh etcd-3.6)/etcd \
+		$(CARGO) test --workspace --exclude e2e
 
 e2e:
 	hack/deps.sh

@@ -2,3 +2,5 @@
 //! etcd-operator's `etcd.database.coreos.com/v1beta2` API.
 
 pub mod api;
+pub mod cluster;
+pub mod etcd;

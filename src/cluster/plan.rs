@@ -1,0 +1,640 @@
+//! The planner: from what was observed about one cluster (etcd's member list, each member's
+//! status, the pods) and the spec, the single next step. Pure: no client, no clock.
+//!
+//! It keeps the membership rules: at most one membership change at a time; nothing that leaves
+//! the cluster without quorum; members join as learners and are promoted once etcd accepts it;
+//! scale-down removes a learner, then an unhealthy member, then a follower, never the leader; a
+//! member whose pod is gone is removed (and replaced by the scale-up path) unless it keeps its
+//! data on a volume; every partial state a crash leaves is finished or undone; lost quorum is
+//! reported and nothing destructive is done.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// A pod's lifecycle as far as the planner cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodState {
+    /// Not running yet (scheduling, pulling, init containers).
+    Pending,
+    /// Its containers run.
+    Running,
+    /// It ended (Failed or Succeeded: etcd never exits on its own) or is being deleted.
+    Gone,
+}
+
+/// One pod that belongs to the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodView {
+    /// Pod name, which is also the member name.
+    pub name: String,
+    /// Its state.
+    pub state: PodState,
+    /// How long ago it was created.
+    pub age: Duration,
+}
+
+/// One member from etcd's member list, with its status if it answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    /// Member name (the first label of its peer URL).
+    pub name: String,
+    /// etcd member ID.
+    pub id: u64,
+    /// Whether it is a learner.
+    pub is_learner: bool,
+    /// Whether it answered a status request.
+    pub healthy: bool,
+}
+
+/// Everything the planner needs about one cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// etcd's member list, or `None` when no member answered.
+    pub members: Option<Vec<MemberView>>,
+    /// ID of the leader, when known.
+    pub leader: Option<u64>,
+    /// The cluster's pods.
+    pub pods: Vec<PodView>,
+    /// Whether the seed was ever created (recorded in status, or a pod exists), so the
+    /// operator never bootstraps twice.
+    pub bootstrapped: bool,
+}
+
+/// What the planner is asked to reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// `spec.size`.
+    pub size: usize,
+    /// `spec.paused`.
+    pub paused: bool,
+    /// Members keep their data on volumes: a member whose pod is gone gets its pod back.
+    pub persistent: bool,
+    /// How long a learner may take to start before its addition is undone.
+    pub learner_timeout: Duration,
+}
+
+/// Why a member is removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoveReason {
+    /// A learner was added but its pod never came (the operator stopped in between) or died.
+    StrandedLearner,
+    /// Its pod is gone, and its data with it.
+    PodGone,
+    /// Scale-down.
+    ScaleDown,
+}
+
+/// Why a pod is deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// Its member is not (or no longer) in etcd's member list.
+    NoMember,
+}
+
+/// The next step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Create the seed member's pod (`--initial-cluster-state=new`, a fresh token).
+    Bootstrap,
+    /// Add a learner to etcd and create its pod, `--initial-cluster-state=existing`.
+    AddMember,
+    /// Promote a learner that has started.
+    Promote { name: String, id: u64 },
+    /// Remove a member from etcd (its pod is deleted on a later step).
+    RemoveMember {
+        name: String,
+        id: u64,
+        reason: RemoveReason,
+    },
+    /// Recreate the pod of a member that keeps its data on a volume.
+    RecreatePod { name: String },
+    /// Delete a pod that has no member.
+    DeletePod { name: String, reason: DeleteReason },
+    /// Something is in flight; look again later.
+    Wait { reason: String },
+    /// Fewer than a majority of voters are healthy: report, change nothing.
+    QuorumLost { reason: String },
+    /// `spec.paused`: change nothing.
+    Paused,
+    /// The cluster is as asked.
+    Steady,
+}
+
+impl Action {
+    /// Whether the action changes etcd's membership.
+    pub fn is_membership_change(&self) -> bool {
+        matches!(
+            self,
+            Action::AddMember | Action::Promote { .. } | Action::RemoveMember { .. }
+        )
+    }
+}
+
+/// Majority of `voters`.
+pub fn quorum(voters: usize) -> usize {
+    voters / 2 + 1
+}
+
+/// The next step for one cluster.
+pub fn plan(obs: &Observation, target: &Target) -> Action {
+    if target.paused {
+        return Action::Paused;
+    }
+    let pod = |name: &str| obs.pods.iter().find(|p| p.name == name);
+    let Some(members) = &obs.members else {
+        return without_member_list(obs);
+    };
+
+    let voters: Vec<&MemberView> = members.iter().filter(|m| !m.is_learner).collect();
+    let healthy_voters = voters.iter().filter(|m| m.healthy).count();
+    if healthy_voters < quorum(voters.len()) {
+        return Action::QuorumLost {
+            reason: format!(
+                "{healthy_voters} of {} voting members are healthy, {} are needed",
+                voters.len(),
+                quorum(voters.len())
+            ),
+        };
+    }
+
+    // Learners first: an addition in flight is finished (promoted) or undone (removed).
+    if let Some(l) = members.iter().find(|m| m.is_learner) {
+        let remove = Action::RemoveMember {
+            name: l.name.clone(),
+            id: l.id,
+            reason: RemoveReason::StrandedLearner,
+        };
+        match pod(&l.name) {
+            None => return remove,
+            Some(p) if p.state == PodState::Gone => return remove,
+            Some(_) if l.healthy => {
+                return Action::Promote {
+                    name: l.name.clone(),
+                    id: l.id,
+                };
+            }
+            Some(p) if p.age > target.learner_timeout => return remove,
+            Some(_) => {
+                return Action::Wait {
+                    reason: format!("learner {} is starting", l.name),
+                };
+            }
+        }
+    }
+
+    // Pods without a member: a removal whose pod deletion was interrupted, or a pod whose
+    // member was never added.
+    let names: BTreeSet<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    if let Some(p) = obs.pods.iter().find(|p| !names.contains(p.name.as_str())) {
+        return Action::DeletePod {
+            name: p.name.clone(),
+            reason: DeleteReason::NoMember,
+        };
+    }
+
+    // Voters whose pod is gone. Removing an unhealthy voter never costs a healthy one, so it
+    // is safe whenever the healthy voters are a quorum of the smaller membership.
+    for v in &voters {
+        let gone = pod(&v.name).is_none_or(|p| p.state == PodState::Gone);
+        if !gone || v.healthy {
+            continue;
+        }
+        if target.persistent {
+            if pod(&v.name).is_none() {
+                return Action::RecreatePod {
+                    name: v.name.clone(),
+                };
+            }
+            return Action::Wait {
+                reason: format!("pod of {} is terminating", v.name),
+            };
+        }
+        if healthy_voters >= quorum(voters.len() - 1) {
+            return Action::RemoveMember {
+                name: v.name.clone(),
+                id: v.id,
+                reason: RemoveReason::PodGone,
+            };
+        }
+    }
+
+    let n = voters.len();
+    if n > target.size {
+        return scale_down(obs, &voters, healthy_voters);
+    }
+    if let Some(sick) = voters.iter().find(|v| !v.healthy) {
+        return Action::Wait {
+            reason: format!("member {} is not healthy yet", sick.name),
+        };
+    }
+    if n < target.size {
+        return Action::AddMember;
+    }
+    Action::Steady
+}
+
+fn without_member_list(obs: &Observation) -> Action {
+    if !obs.bootstrapped && obs.pods.is_empty() {
+        return Action::Bootstrap;
+    }
+    if obs.pods.iter().any(|p| p.state == PodState::Pending) {
+        return Action::Wait {
+            reason: "members are starting".into(),
+        };
+    }
+    if obs.pods.is_empty() {
+        return Action::QuorumLost {
+            reason: "every member pod is gone; the data went with them, so the operator will \
+                     not bootstrap a new, empty cluster: restore from a backup, or delete and \
+                     recreate the EtcdCluster"
+                .into(),
+        };
+    }
+    Action::QuorumLost {
+        reason: "no member answers".into(),
+    }
+}
+
+/// Removes one voter: an unhealthy one if any, else a follower; never the leader.
+fn scale_down(obs: &Observation, voters: &[&MemberView], healthy: usize) -> Action {
+    let remaining = quorum(voters.len() - 1);
+    let victim = voters
+        .iter()
+        .find(|v| !v.healthy && Some(v.id) != obs.leader && healthy >= remaining)
+        .or_else(|| {
+            voters.iter().find(|v| {
+                v.healthy && Some(v.id) != obs.leader && obs.leader.is_some() && healthy > remaining
+            })
+        });
+    match victim {
+        Some(v) => Action::RemoveMember {
+            name: v.name.clone(),
+            id: v.id,
+            reason: RemoveReason::ScaleDown,
+        },
+        None => Action::Wait {
+            reason: "no member can be removed without risking quorum".into(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn target(size: usize) -> Target {
+        Target {
+            size,
+            paused: false,
+            persistent: false,
+            learner_timeout: 5 * MINUTE,
+        }
+    }
+
+    fn member(name: &str, id: u64, is_learner: bool, healthy: bool) -> MemberView {
+        MemberView {
+            name: name.into(),
+            id,
+            is_learner,
+            healthy,
+        }
+    }
+
+    fn running(name: &str) -> PodView {
+        PodView {
+            name: name.into(),
+            state: PodState::Running,
+            age: MINUTE,
+        }
+    }
+
+    fn steady(n: u64) -> Observation {
+        Observation {
+            members: Some(
+                (1..=n)
+                    .map(|i| member(&format!("m{i}"), i, false, true))
+                    .collect(),
+            ),
+            leader: Some(1),
+            pods: (1..=n).map(|i| running(&format!("m{i}"))).collect(),
+            bootstrapped: true,
+        }
+    }
+
+    #[test]
+    fn an_empty_cluster_is_bootstrapped_once() {
+        assert_eq!(plan(&Observation::default(), &target(3)), Action::Bootstrap);
+        let after_seed = Observation {
+            bootstrapped: true,
+            ..Observation::default()
+        };
+        assert!(matches!(
+            plan(&after_seed, &target(3)),
+            Action::QuorumLost { .. }
+        ));
+    }
+
+    #[test]
+    fn grows_and_shrinks_one_member_at_a_time() {
+        assert_eq!(plan(&steady(1), &target(3)), Action::AddMember);
+        assert_eq!(plan(&steady(3), &target(3)), Action::Steady);
+        let down = plan(&steady(3), &target(1));
+        assert!(
+            matches!(down, Action::RemoveMember { id, reason: RemoveReason::ScaleDown, .. } if id != 1)
+        );
+    }
+
+    #[test]
+    fn a_started_learner_is_promoted_and_a_stranded_one_removed() {
+        let mut obs = steady(3);
+        obs.members
+            .as_mut()
+            .unwrap()
+            .push(member("m4", 4, true, true));
+        obs.pods.push(running("m4"));
+        assert_eq!(
+            plan(&obs, &target(5)),
+            Action::Promote {
+                name: "m4".into(),
+                id: 4
+            }
+        );
+        obs.pods.pop();
+        assert!(matches!(
+            plan(&obs, &target(5)),
+            Action::RemoveMember {
+                id: 4,
+                reason: RemoveReason::StrandedLearner,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_dead_member_is_removed_then_replaced() {
+        let mut obs = steady(3);
+        obs.members.as_mut().unwrap()[2].healthy = false;
+        obs.pods.pop();
+        assert!(matches!(
+            plan(&obs, &target(3)),
+            Action::RemoveMember {
+                id: 3,
+                reason: RemoveReason::PodGone,
+                ..
+            }
+        ));
+        let persistent = Target {
+            persistent: true,
+            ..target(3)
+        };
+        assert_eq!(
+            plan(&obs, &persistent),
+            Action::RecreatePod { name: "m3".into() }
+        );
+    }
+
+    #[test]
+    fn lost_quorum_is_reported_and_nothing_is_done() {
+        let mut obs = steady(3);
+        for m in &mut obs.members.as_mut().unwrap()[1..] {
+            m.healthy = false;
+        }
+        obs.pods.truncate(1);
+        assert!(matches!(plan(&obs, &target(3)), Action::QuorumLost { .. }));
+    }
+
+    #[test]
+    fn paused_changes_nothing() {
+        let mut obs = steady(3);
+        obs.pods.pop();
+        assert_eq!(
+            plan(
+                &obs,
+                &Target {
+                    paused: true,
+                    ..target(3)
+                }
+            ),
+            Action::Paused
+        );
+    }
+
+    // --- properties ------------------------------------------------------------------------
+
+    /// A world the planner's actions are applied to: each member is in etcd and/or has a pod.
+    #[derive(Clone, Debug)]
+    struct Sim {
+        members: Vec<(String, u64, bool, bool)>, // name, id, learner, healthy
+        pods: Vec<(String, PodState)>,
+        leader: Option<u64>,
+        next: u64,
+    }
+
+    impl Sim {
+        fn observe(&self) -> Observation {
+            let answered = self.members.iter().any(|m| m.3);
+            Observation {
+                members: answered.then(|| {
+                    self.members
+                        .iter()
+                        .map(|m| member(&m.0, m.1, m.2, m.3))
+                        .collect()
+                }),
+                leader: self.leader,
+                pods: self
+                    .pods
+                    .iter()
+                    .map(|(n, s)| PodView {
+                        name: n.clone(),
+                        state: *s,
+                        age: MINUTE,
+                    })
+                    .collect(),
+                bootstrapped: true,
+            }
+        }
+
+        fn voters(&self) -> Vec<&(String, u64, bool, bool)> {
+            self.members.iter().filter(|m| !m.2).collect()
+        }
+
+        /// Applies `action`; afterwards every member whose pod runs answers (it has started).
+        fn apply(&mut self, action: &Action) {
+            match action {
+                Action::AddMember => {
+                    self.next += 1;
+                    let name = format!("n{}", self.next);
+                    self.members
+                        .push((name.clone(), 1000 + self.next, true, false));
+                    self.pods.push((name, PodState::Running));
+                }
+                Action::Promote { id, .. } => self
+                    .members
+                    .iter_mut()
+                    .filter(|m| m.1 == *id)
+                    .for_each(|m| m.2 = false),
+                Action::RemoveMember { id, .. } => self.members.retain(|m| m.1 != *id),
+                Action::DeletePod { name, .. } => self.pods.retain(|p| &p.0 != name),
+                Action::RecreatePod { name } => self.pods.push((name.clone(), PodState::Running)),
+                _ => {}
+            }
+            // Pods that were scheduling have started by the next look.
+            for p in &mut self.pods {
+                if p.1 == PodState::Pending {
+                    p.1 = PodState::Running;
+                }
+            }
+            for m in &mut self.members {
+                m.3 = self
+                    .pods
+                    .iter()
+                    .any(|p| p.0 == m.0 && p.1 == PodState::Running);
+            }
+            if !self
+                .members
+                .iter()
+                .any(|m| Some(m.1) == self.leader && m.3 && !m.2)
+            {
+                self.leader = self.members.iter().find(|m| m.3 && !m.2).map(|m| m.1);
+            }
+        }
+    }
+
+    /// Arbitrary states: up to 7 members in etcd, each a voter or learner, answering or not,
+    /// with a running, pending, gone or missing pod, and up to 2 stray pods.
+    /// With `quorate`, the first voters (a majority) are forced healthy, so every state keeps quorum.
+    fn arb_sim(quorate: bool) -> impl Strategy<Value = Sim> {
+        // Weighted towards running, answering voters, so that enough states keep quorum.
+        let member = (
+            prop::bool::weighted(0.3),
+            0..8u8,
+            prop::bool::weighted(0.85),
+        );
+        (
+            prop::collection::vec(member, 1..=7),
+            0..=2usize,
+            any::<prop::sample::Index>(),
+        )
+            .prop_map(move |(ms, strays, leader)| {
+                let mut sim = Sim {
+                    members: vec![],
+                    pods: vec![],
+                    leader: None,
+                    next: 0,
+                };
+                for (i, (learner, pod, answers)) in ms.iter().enumerate() {
+                    let name = format!("m{i}");
+                    let state = match pod {
+                        0..=4 => Some(PodState::Running),
+                        5 => Some(PodState::Pending),
+                        6 => Some(PodState::Gone),
+                        _ => None,
+                    };
+                    // Only a running pod's member can answer.
+                    let healthy = *answers && state == Some(PodState::Running);
+                    // The first member is the seed, always a voter.
+                    sim.members
+                        .push((name.clone(), i as u64 + 1, *learner && i > 0, healthy));
+                    if let Some(s) = state {
+                        sim.pods.push((name, s));
+                    }
+                }
+                if quorate {
+                    let voters: Vec<usize> = (0..sim.members.len())
+                        .filter(|&i| !sim.members[i].2)
+                        .collect();
+                    for &i in voters.iter().take(quorum(voters.len())) {
+                        sim.members[i].3 = true;
+                        let name = sim.members[i].0.clone();
+                        sim.pods.retain(|p| p.0 != name);
+                        sim.pods.push((name, PodState::Running));
+                    }
+                }
+                for s in 0..strays {
+                    sim.pods.push((format!("stray{s}"), PodState::Running));
+                }
+                let healthy_voters: Vec<u64> = sim
+                    .members
+                    .iter()
+                    .filter(|m| m.3 && !m.2)
+                    .map(|m| m.1)
+                    .collect();
+                if !healthy_voters.is_empty() {
+                    sim.leader = Some(healthy_voters[leader.index(healthy_voters.len())]);
+                }
+                sim
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// One step never removes the leader, never leaves the healthy voters short of a quorum
+        /// of the new membership, never adds while a member is unhealthy or a learner is
+        /// pending, and does nothing at all without quorum.
+        #[test]
+        fn no_step_breaks_quorum(sim in arb_sim(false), size in 1..=7usize) {
+            let obs = sim.observe();
+            let action = plan(&obs, &target(size));
+            let voters = sim.voters();
+            let healthy = voters.iter().filter(|m| m.3).count();
+            let quorate = obs.members.is_some() && healthy >= quorum(voters.len());
+            match &action {
+                Action::RemoveMember { id, .. } => {
+                    prop_assert!(quorate);
+                    prop_assert_ne!(Some(*id), obs.leader);
+                    let m = sim.members.iter().find(|m| m.1 == *id).unwrap();
+                    if !m.2 {
+                        let after_voters = voters.len() - 1;
+                        let after_healthy = healthy - usize::from(m.3);
+                        prop_assert!(after_voters >= 1);
+                        prop_assert!(after_healthy >= quorum(after_voters), "{:?}", action);
+                    }
+                }
+                Action::AddMember => {
+                    prop_assert!(quorate);
+                    prop_assert!(sim.members.iter().all(|m| !m.2 && m.3));
+                    prop_assert!(voters.len() < size);
+                }
+                Action::Promote { id, .. } => {
+                    prop_assert!(quorate);
+                    let m = sim.members.iter().find(|m| m.1 == *id).unwrap();
+                    prop_assert!(m.2 && m.3);
+                }
+                Action::Bootstrap => prop_assert!(false, "bootstrapped twice"),
+                _ => {}
+            }
+            if !quorate {
+                prop_assert!(!action.is_membership_change(), "{:?} without quorum", action);
+                let deletes = matches!(action, Action::DeletePod { .. });
+                prop_assert!(!deletes, "deleted a pod without quorum");
+            }
+        }
+
+        /// From any state with quorum, applying the plan step by step reaches spec.size voters,
+        /// all healthy, no learner, pods equal to members, then stays there.
+        #[test]
+        fn repeated_steps_converge_to_size(mut sim in arb_sim(true), size in 1..=7usize) {
+            let mut trace = Vec::new();
+            for _ in 0..64 {
+                let action = plan(&sim.observe(), &target(size));
+                if action == Action::Steady {
+                    break;
+                }
+                trace.push(action.clone());
+                sim.apply(&action);
+            }
+            prop_assert_eq!(plan(&sim.observe(), &target(size)), Action::Steady, "{:?}", trace);
+            prop_assert_eq!(sim.members.len(), size);
+            prop_assert!(sim.members.iter().all(|m| !m.2 && m.3));
+            let mut pods: Vec<_> = sim.pods.iter().map(|p| p.0.clone()).collect();
+            let mut members: Vec<_> = sim.members.iter().map(|m| m.0.clone()).collect();
+            pods.sort();
+            members.sort();
+            prop_assert_eq!(pods, members);
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! A thin, typed wrapper over etcd-client for what the operator does to a cluster: list, add as
+//! learner, promote and remove members, read each member's status, move leadership.
+//!
+//! A member's name is empty in etcd until the member has started, so callers match members to
+//! pods by peer URL; [`Member::host_label`] gives the first DNS label of the peer URL, which is
+//! the member (and pod) name.
+
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, MemberAddOptions};
+
+/// What failed, named after the action, with the etcd error underneath.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No endpoint answered.
+    #[error("connecting to etcd at {endpoints:?}: {source}")]
+    Connect {
+        endpoints: Vec<String>,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// MemberList failed.
+    #[error("listing members: {0}")]
+    ListMembers(#[source] etcd_client::Error),
+    /// MemberAdd failed.
+    #[error("adding learner {peer_url}: {source}")]
+    AddLearner {
+        peer_url: String,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// MemberPromote failed.
+    #[error("promoting member {id:x}: {source}")]
+    Promote {
+        id: u64,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// MemberRemove failed.
+    #[error("removing member {id:x}: {source}")]
+    Remove {
+        id: u64,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// Status failed.
+    #[error("reading the status of {endpoint}: {source}")]
+    Status {
+        endpoint: String,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// MoveLeader failed.
+    #[error("moving leadership to {id:x}: {source}")]
+    MoveLeader {
+        id: u64,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// etcd answered without a field it always sends.
+    #[error("etcd answered {0} without {1}")]
+    Malformed(&'static str, &'static str),
+}
+
+impl Error {
+    fn source_text(&self) -> String {
+        std::error::Error::source(self)
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    /// Whether a promote failed only because the learner has not caught up with the leader yet.
+    pub fn is_learner_not_ready(&self) -> bool {
+        matches!(self, Error::Promote { .. }) && self.source_text().contains("in sync with leader")
+    }
+
+    /// Whether etcd refused a membership change only for now, to protect quorum while it
+    /// settles: a member must have been connected to every peer for etcd's health interval (5 s)
+    /// before it accepts the next change, and a learner must catch up before promotion. The
+    /// change is retried later rather than reported.
+    pub fn is_settling(&self) -> bool {
+        let text = self.source_text();
+        self.is_learner_not_ready()
+            || text.contains("unhealthy cluster")
+            || text.contains("not enough started members")
+    }
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A member as etcd lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// etcd's member ID.
+    pub id: u64,
+    /// The member's `--name`; empty until it has started.
+    pub name: String,
+    /// Peer URLs.
+    pub peer_urls: Vec<String>,
+    /// Client URLs; empty until it has started.
+    pub client_urls: Vec<String>,
+    /// Whether it is a learner (non-voting).
+    pub is_learner: bool,
+}
+
+impl Member {
+    fn from_etcd(m: &etcd_client::Member) -> Self {
+        Member {
+            id: m.id(),
+            name: m.name().to_string(),
+            peer_urls: m.peer_urls().to_vec(),
+            client_urls: m.client_urls().to_vec(),
+            is_learner: m.is_learner(),
+        }
+    }
+
+    /// The first DNS label of the first peer URL: the member's name as the operator assigns it
+    /// (`http://<member>.<cluster>.<ns>.svc:2380`), known before the member has started.
+    pub fn host_label(&self) -> Option<&str> {
+        let url = self.peer_urls.first()?;
+        let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+        let host = rest.split([':', '/']).next()?;
+        host.split('.').next().filter(|l| !l.is_empty())
+    }
+}
+
+/// One member's own view of itself and the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// ID of the member that answered.
+    pub member_id: u64,
+    /// The cluster's ID.
+    pub cluster_id: u64,
+    /// ID of the leader as this member knows it (0: none).
+    pub leader: u64,
+    /// Server version.
+    pub version: String,
+    /// Database size in bytes.
+    pub db_size: i64,
+    /// Raft index.
+    pub raft_index: u64,
+    /// Raft term.
+    pub raft_term: u64,
+    /// Applied raft index.
+    pub raft_applied_index: u64,
+    /// Whether the member is a learner (always false before etcd 3.4 reports it).
+    pub is_learner: bool,
+    /// Errors the member reports (alarms such as NOSPACE).
+    pub errors: Vec<String>,
+}
+
+fn options(timeout: Duration) -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_timeout(timeout)
+}
+
+/// A connection to an etcd cluster through one or more client endpoints.
+pub struct Etcd {
+    client: Client,
+}
+
+impl Etcd {
+    /// Connects to `endpoints`; every request is bounded by `timeout`.
+    pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Self> {
+        let client = Client::connect(endpoints, Some(options(timeout)))
+            .await
+            .map_err(|source| Error::Connect {
+                endpoints: endpoints.to_vec(),
+                source,
+            })?;
+        Ok(Etcd { client })
+    }
+
+    /// The member list, in etcd's order.
+    pub async fn members(&mut self) -> Result<Vec<Member>> {
+        let resp = self
+            .client
+            .member_list()
+            .await
+            .map_err(Error::ListMembers)?;
+        Ok(resp.members().iter().map(Member::from_etcd).collect())
+    }
+
+    /// Adds a learner with `peer_url`; returns it and the member list after the change.
+    pub async fn add_learner(&mut self, peer_url: &str) -> Result<(Member, Vec<Member>)> {
+        let resp = self
+            .client
+            .member_add([peer_url], Some(MemberAddOptions::new().with_is_learner()))
+            .await
+            .map_err(|source| Error::AddLearner {
+                peer_url: peer_url.to_string(),
+                source,
+            })?;
+        let added = resp
+            .member()
+            .ok_or(Error::Malformed("MemberAdd", "the member"))?;
+        Ok((
+            Member::from_etcd(added),
+            resp.member_list().iter().map(Member::from_etcd).collect(),
+        ))
+    }
+
+    /// Promotes learner `id` to a voter; etcd refuses until it has caught up
+    /// ([`Error::is_learner_not_ready`]).
+    pub async fn promote(&mut self, id: u64) -> Result<Vec<Member>> {
+        let resp = self
+            .client
+            .member_promote(id)
+            .await
+            .map_err(|source| Error::Promote { id, source })?;
+        Ok(resp.members().iter().map(Member::from_etcd).collect())
+    }
+
+    /// Removes member `id`; returns the member list after the change.
+    pub async fn remove(&mut self, id: u64) -> Result<Vec<Member>> {
+        let resp = self
+            .client
+            .member_remove(id)
+            .await
+            .map_err(|source| Error::Remove { id, source })?;
+        Ok(resp.members().iter().map(Member::from_etcd).collect())
+    }
+
+    /// Hands leadership to voter `id`. etcd only accepts this from the current leader, so the
+    /// connection must go to the leader's endpoint alone.
+    pub async fn move_leader(&mut self, id: u64) -> Result<()> {
+        self.client
+            .move_leader(id)
+            .await
+            .map_err(|source| Error::MoveLeader { id, source })?;
+        Ok(())
+    }
+}
+
+/// The status of the one member behind `endpoint`, over a connection of its own, so the answer
+/// is that member's and not whichever member a balanced channel picked.
+pub async fn status(endpoint: &str, timeout: Duration) -> Result<Status> {
+    let endpoints = [endpoint.to_string()];
+    let mut etcd = Etcd::connect(&endpoints, timeout).await?;
+    let resp = etcd.client.status().await.map_err(|source| Error::Status {
+        endpoint: endpoint.to_string(),
+        source,
+    })?;
+    let header = resp
+        .header()
+        .ok_or(Error::Malformed("Status", "a header"))?;
+    Ok(Status {
+        member_id: header.member_id(),
+        cluster_id: header.cluster_id(),
+        leader: resp.leader(),
+        version: resp.version().to_string(),
+        db_size: resp.db_size(),
+        raft_index: resp.raft_index(),
+        raft_term: resp.raft_term(),
+        raft_applied_index: resp.raft_applied_index(),
+        is_learner: resp.is_learner(),
+        errors: resp.errors().to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(peer: &str) -> Member {
+        Member {
+            id: 1,
+            name: String::new(),
+            peer_urls: vec![peer.into()],
+            client_urls: vec![],
+            is_learner: true,
+        }
+    }
+
+    #[test]
+    fn host_label_is_the_member_name() {
+        assert_eq!(
+            member("http://ex-abc12.ex.default.svc:2380").host_label(),
+            Some("ex-abc12")
+        );
+        assert_eq!(member("https://m1:2380").host_label(), Some("m1"));
+        assert_eq!(member("http://127.0.0.1:2380").host_label(), Some("127"));
+        assert_eq!(
+            Member {
+                peer_urls: vec![],
+                ..member("x")
+            }
+            .host_label(),
+            None
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! The etcd layer against real etcd processes on 127.0.0.1, for each supported minor version:
+//! learner add, catch-up and promote, status, leader move, and removal of a follower and of a
+//! learner that never started.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use etcd_operator::etcd::{self, Etcd, Member};
+use support::{EtcdProcess, etcd_binary};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn until<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn initial_cluster(members: &[&EtcdProcess]) -> String {
+    members
+        .iter()
+        .map(|m| m.initial_cluster_entry())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Adds `joiner` as a learner through `etcd`, starts it as the source documents describe
+/// (`--initial-cluster` = the existing members plus itself, state `existing`), waits until etcd
+/// accepts the promotion, and returns its ID.
+async fn grow(
+    etcd: &mut Etcd,
+    binary: &std::path::Path,
+    existing: &[&EtcdProcess],
+    joiner: &mut EtcdProcess,
+    token: &str,
+) -> u64 {
+    // Right after a promotion etcd refuses the next change until the new voter has been
+    // connected for its health interval; that refusal is recognisable and passes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (added, after) = loop {
+        match etcd.add_learner(&joiner.peer_url).await {
+            Ok(r) => break r,
+            Err(e) if e.is_settling() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("add failed: {e}"),
+        }
+    };
+    assert!(added.is_learner, "{added:?}");
+    assert_eq!(added.name, "", "a member has no name before it starts");
+    assert!(after.iter().any(|m| m.id == added.id && m.is_learner));
+
+    let mut all: Vec<&EtcdProcess> = existing.to_vec();
+    all.push(joiner);
+    let cluster = initial_cluster(&all);
+    joiner.start(binary, &cluster, "existing", token);
+
+    let status = until("the learner to answer status", 20, || async {
+        etcd::status(&joiner.client_url, TIMEOUT).await.ok()
+    })
+    .await;
+    assert_eq!(status.member_id, added.id);
+
+    // etcd refuses to promote a learner that has not caught up; that refusal is recognisable.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match etcd.promote(added.id).await {
+            Ok(_) => break,
+            Err(e) if e.is_settling() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("promote failed: {e}"),
+        }
+    }
+    added.id
+}
+
+async fn remove(etcd: &mut Etcd, id: u64) -> Vec<Member> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match etcd.remove(id).await {
+            Ok(members) => return members,
+            Err(e) if e.is_settling() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("remove failed: {e}"),
+        }
+    }
+}
+
+async fn scenario(minor: &str) {
+    let binary = etcd_binary(minor);
+    let token = format!("test-{minor}-{}", std::process::id());
+    let mut seed = EtcdProcess::plan("m0");
+    let cluster = initial_cluster(&[&seed]);
+    seed.start(&binary, &cluster, "new", &token);
+
+    let mut etcd = Etcd::connect(std::slice::from_ref(&seed.client_url), TIMEOUT)
+        .await
+        .unwrap();
+    let members = etcd.members().await.unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].name, "m0");
+    assert!(!members[0].is_learner);
+    let seed_id = members[0].id;
+
+    let mut m1 = EtcdProcess::plan("m1");
+    let id1 = grow(&mut etcd, &binary, &[&seed], &mut m1, &token).await;
+    let mut m2 = EtcdProcess::plan("m2");
+    let id2 = grow(&mut etcd, &binary, &[&seed, &m1], &mut m2, &token).await;
+
+    let members: Vec<Member> = etcd.members().await.unwrap();
+    assert_eq!(members.len(), 3);
+    assert!(members.iter().all(|m| !m.is_learner), "{members:?}");
+    let mut names: Vec<_> = members.iter().map(|m| m.name.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["m0", "m1", "m2"]);
+
+    // Every member reports the same cluster and leader, and the version under test.
+    let mut statuses = Vec::new();
+    for p in [&seed, &m1, &m2] {
+        statuses.push(etcd::status(&p.client_url, TIMEOUT).await.unwrap());
+    }
+    let leader = statuses[0].leader;
+    assert!([seed_id, id1, id2].contains(&leader));
+    for s in &statuses {
+        assert_eq!(s.cluster_id, statuses[0].cluster_id);
+        assert_eq!(s.leader, leader);
+        assert!(
+            s.version.starts_with(&format!("{minor}.")),
+            "{} is not {minor}",
+            s.version
+        );
+        assert!(!s.is_learner);
+        assert!(s.raft_index > 0 && s.db_size > 0);
+    }
+
+    // Leadership moves on request sent to the leader.
+    let procs = [(&seed, seed_id), (&m1, id1), (&m2, id2)];
+    let leader_url = &procs
+        .iter()
+        .find(|(_, id)| *id == leader)
+        .unwrap()
+        .0
+        .client_url;
+    let target = procs
+        .iter()
+        .map(|(_, id)| *id)
+        .find(|id| *id != leader)
+        .unwrap();
+    let mut at_leader = Etcd::connect(std::slice::from_ref(leader_url), TIMEOUT)
+        .await
+        .unwrap();
+    at_leader.move_leader(target).await.unwrap();
+    until("the new leader to be known", 10, || async {
+        let s = etcd::status(&seed.client_url, TIMEOUT).await.ok()?;
+        (s.leader == target).then_some(())
+    })
+    .await;
+
+    // A follower is removed, then its process stopped; the rest keep quorum.
+    // (Not the seed: the client of this test talks to the seed.)
+    let follower = procs[1..].iter().find(|(_, id)| *id != target).unwrap().1;
+    let remaining = remove(&mut etcd, follower).await;
+    assert_eq!(remaining.len(), 2);
+    assert!(remaining.iter().all(|m| m.id != follower));
+    // A removed member stops by itself; its process is reaped on drop.
+
+    // A learner that never started is removed without touching quorum.
+    let ghost = EtcdProcess::plan("ghost");
+    let (added, _) = etcd.add_learner(&ghost.peer_url).await.unwrap();
+    assert_eq!(added.host_label(), Some("127"));
+    let after = remove(&mut etcd, added.id).await;
+    assert_eq!(after.len(), 2);
+    assert!(after.iter().all(|m| !m.is_learner));
+
+    // The survivors still serve.
+    let survivors: Vec<String> = [&seed, &m1, &m2]
+        .iter()
+        .zip([seed_id, id1, id2])
+        .filter(|(_, id)| *id != follower)
+        .map(|(p, _)| p.client_url.clone())
+        .collect();
+    for url in &survivors {
+        let s = etcd::status(url, TIMEOUT).await.unwrap();
+        assert_eq!(s.leader, target);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_on_etcd_3_4() {
+    scenario("3.4").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_on_etcd_3_5() {
+    scenario("3.5").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_on_etcd_3_6() {
+    scenario("3.6").await;
+}
