@@ -1,0 +1,422 @@
+//! Pure builders of the objects the operator owns for a cluster: the headless and the client
+//! Service, and member pods. Labels and selectors are made here and nowhere else.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, Probe,
+    SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use super::members::{
+    CLIENT_PORT, DATA_DIR, METRICS_PORT, PEER_PORT, PEER_TLS_DIR, SERVER_TLS_DIR,
+};
+use crate::api::EtcdCluster;
+
+/// The operator's name in labels and as server-side-apply field manager.
+pub const MANAGER: &str = "etcd-operator";
+
+/// Labels that select a cluster's member pods (the coreos pair).
+pub fn selector(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app".into(), "etcd".into()),
+        ("etcd_cluster".into(), cluster.into()),
+    ])
+}
+
+/// Labels of every object made for a cluster: the selector plus `app.kubernetes.io/*`.
+pub fn labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
+    let mut l = selector(cluster);
+    l.extend([
+        ("app.kubernetes.io/name".into(), "etcd".into()),
+        ("app.kubernetes.io/instance".into(), cluster.into()),
+        ("app.kubernetes.io/component".into(), component.into()),
+        ("app.kubernetes.io/managed-by".into(), MANAGER.into()),
+    ]);
+    l
+}
+
+fn meta(cluster: &EtcdCluster, name: &str, component: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: cluster.namespace(),
+        labels: Some(labels(&cluster.name_any(), component)),
+        owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn port(name: &str, port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(IntOrString::Int(port)),
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
+    }
+}
+
+/// The headless Service `<cluster>` that gives members their DNS names before they are ready.
+pub fn headless_service(cluster: &EtcdCluster) -> Service {
+    let name = cluster.name_any();
+    Service {
+        metadata: meta(cluster, &name, "peer"),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector(&name)),
+            ports: Some(vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The client Service `<cluster>-client`.
+pub fn client_service(cluster: &EtcdCluster) -> Service {
+    let name = cluster.name_any();
+    Service {
+        metadata: meta(cluster, &format!("{name}-client"), "client"),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector(&name)),
+            ports: Some(vec![port("client", CLIENT_PORT)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// `(major, minor)` of a version such as `3.6.16`; unparsable parts count as 0.
+fn minor_version(version: &str) -> (u32, u32) {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// Probes that fit the version: etcd 3.6 has `/livez` and `/readyz`; older releases only
+/// `/health`, which fails while there is no leader, so it only gates readiness and liveness
+/// is a TCP check (a member must not be restarted because its peers are down).
+fn probes(version: &str) -> (Probe, Probe) {
+    let http = |path: &str| HTTPGetAction {
+        path: Some(path.into()),
+        port: IntOrString::Int(METRICS_PORT),
+        ..HTTPGetAction::default()
+    };
+    let modern = minor_version(version) >= (3, 6);
+    let liveness = Probe {
+        http_get: modern.then(|| http("/livez")),
+        tcp_socket: (!modern).then(|| TCPSocketAction {
+            port: IntOrString::Int(METRICS_PORT),
+            ..TCPSocketAction::default()
+        }),
+        initial_delay_seconds: Some(10),
+        period_seconds: Some(10),
+        timeout_seconds: Some(5),
+        failure_threshold: Some(6),
+        ..Probe::default()
+    };
+    let readiness = Probe {
+        http_get: Some(http(if modern { "/readyz" } else { "/health" })),
+        period_seconds: Some(2),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(3),
+        ..Probe::default()
+    };
+    (liveness, readiness)
+}
+
+/// The pod of member `member` running `args` (see [`super::members::etcd_args`]), with the
+/// cluster's pod policy applied.
+pub fn member_pod(cluster: &EtcdCluster, member: &str, args: Vec<String>) -> Pod {
+    let name = cluster.name_any();
+    let spec = &cluster.spec;
+    let policy = spec.pod.clone().unwrap_or_default();
+    let (liveness, readiness) = probes(spec.version());
+
+    let mut metadata = meta(cluster, member, "member");
+    let mut pod_labels = policy.labels.clone();
+    pod_labels.extend(labels(&name, "member"));
+    metadata.labels = Some(pod_labels);
+    if !policy.annotations.is_empty() {
+        metadata.annotations = Some(policy.annotations.clone());
+    }
+
+    let data = match &policy.persistent_volume_claim_spec {
+        Some(_) => Volume {
+            name: "etcd-data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: member.into(),
+                ..PersistentVolumeClaimVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        None => Volume {
+            name: "etcd-data".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+    };
+    let mut volumes = vec![data];
+    let mut mounts = vec![VolumeMount {
+        name: "etcd-data".into(),
+        mount_path: DATA_DIR.trim_end_matches("/data").into(),
+        ..VolumeMount::default()
+    }];
+    let member_tls = spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.static_.as_ref())
+        .and_then(|s| s.member.as_ref());
+    for (secret, vol, dir) in [
+        (
+            member_tls.and_then(|m| m.peer_secret.as_ref()),
+            "peer-tls",
+            PEER_TLS_DIR,
+        ),
+        (
+            member_tls.and_then(|m| m.server_secret.as_ref()),
+            "server-tls",
+            SERVER_TLS_DIR,
+        ),
+    ] {
+        if let Some(secret) = secret.filter(|s| !s.is_empty()) {
+            volumes.push(Volume {
+                name: vol.into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.clone()),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+            mounts.push(VolumeMount {
+                name: vol.into(),
+                mount_path: dir.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+        }
+    }
+
+    let container_port = |name: &str, port: i32| ContainerPort {
+        name: Some(name.into()),
+        container_port: port,
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    };
+    let etcd = Container {
+        name: "etcd".into(),
+        image: Some(spec.image()),
+        command: Some(vec!["/usr/local/bin/etcd".into()]),
+        args: Some(args),
+        ports: Some(vec![
+            container_port("client", CLIENT_PORT),
+            container_port("peer", PEER_PORT),
+            container_port("metrics", METRICS_PORT),
+        ]),
+        env: (!policy.etcd_env.is_empty()).then(|| policy.etcd_env.clone()),
+        resources: policy.resources.clone(),
+        volume_mounts: Some(mounts),
+        liveness_probe: Some(liveness),
+        readiness_probe: Some(readiness),
+        ..Container::default()
+    };
+
+    Pod {
+        metadata,
+        spec: Some(PodSpec {
+            hostname: Some(member.into()),
+            subdomain: Some(name.clone()),
+            containers: vec![etcd],
+            volumes: Some(volumes),
+            node_selector: (!policy.node_selector.is_empty()).then(|| policy.node_selector.clone()),
+            affinity: affinity(
+                &name,
+                &policy.affinity,
+                policy.anti_affinity.unwrap_or(false),
+            ),
+            tolerations: (!policy.tolerations.is_empty()).then(|| policy.tolerations.clone()),
+            security_context: policy.security_context.clone(),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    }
+}
+
+/// The user's affinity, plus, for the deprecated `antiAffinity: true`, a required pod
+/// anti-affinity on the node's hostname among this cluster's members.
+fn affinity(cluster: &str, user: &Option<Affinity>, anti: bool) -> Option<Affinity> {
+    if !anti {
+        return user.clone();
+    }
+    let mut a = user.clone().unwrap_or_default();
+    let mut paa = a.pod_anti_affinity.take().unwrap_or_default();
+    paa.required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(PodAffinityTerm {
+            topology_key: "kubernetes.io/hostname".into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(selector(cluster)),
+                ..LabelSelector::default()
+            }),
+            ..PodAffinityTerm::default()
+        });
+    a.pod_anti_affinity = Some(PodAntiAffinity { ..paa });
+    Some(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{EtcdClusterSpec, MemberSecret, PodPolicy, StaticTls, TlsPolicy};
+
+    fn cluster(spec: EtcdClusterSpec) -> EtcdCluster {
+        let mut c = EtcdCluster::new("example", spec);
+        c.metadata.namespace = Some("prod".into());
+        c.metadata.uid = Some("uid-1".into());
+        c
+    }
+
+    #[test]
+    fn services_select_members_and_are_owned() {
+        let c = cluster(EtcdClusterSpec {
+            size: 3,
+            ..Default::default()
+        });
+        let h = headless_service(&c);
+        let s = h.spec.as_ref().unwrap();
+        assert_eq!(h.metadata.name.as_deref(), Some("example"));
+        assert_eq!(s.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(s.publish_not_ready_addresses, Some(true));
+        assert_eq!(s.selector, Some(selector("example")));
+        let ports: Vec<i32> = s.ports.as_ref().unwrap().iter().map(|p| p.port).collect();
+        assert_eq!(ports, [2379, 2380]);
+        let owner = &h.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("EtcdCluster", "uid-1")
+        );
+        assert_eq!(owner.controller, Some(true));
+        let cs = client_service(&c);
+        assert_eq!(cs.metadata.name.as_deref(), Some("example-client"));
+        assert_eq!(cs.spec.unwrap().ports.unwrap()[0].port, 2379);
+    }
+
+    #[test]
+    fn a_member_pod_applies_the_pod_policy() {
+        let policy: PodPolicy = serde_json::from_value(serde_json::json!({
+            "labels": {"team": "a"},
+            "annotations": {"note": "x"},
+            "nodeSelector": {"disk": "ssd"},
+            "antiAffinity": true,
+            "resources": {"limits": {"memory": "1Gi"}},
+            "tolerations": [{"operator": "Exists"}],
+            "etcdEnv": [{"name": "ETCD_QUOTA_BACKEND_BYTES", "value": "1"}],
+            "persistentVolumeClaimSpec": {"resources": {"requests": {"storage": "1Gi"}}},
+            "securityContext": {"runAsUser": 1000}
+        }))
+        .unwrap();
+        let c = cluster(EtcdClusterSpec {
+            size: 3,
+            version: Some("3.5.21".into()),
+            pod: Some(policy),
+            tls: Some(TlsPolicy {
+                static_: Some(StaticTls {
+                    member: Some(MemberSecret {
+                        peer_secret: Some("peer".into()),
+                        server_secret: Some("server".into()),
+                    }),
+                    operator_secret: Some("op".into()),
+                }),
+            }),
+            ..Default::default()
+        });
+        let pod = member_pod(&c, "example-bcdfg", vec!["--name=example-bcdfg".into()]);
+        let labels = pod.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["app"], "etcd");
+        assert_eq!(labels["etcd_cluster"], "example");
+        assert_eq!(labels["team"], "a");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "etcd-operator");
+        assert_eq!(pod.metadata.annotations.as_ref().unwrap()["note"], "x");
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("example-bcdfg"));
+        assert_eq!(spec.subdomain.as_deref(), Some("example"));
+        assert_eq!(spec.node_selector.as_ref().unwrap()["disk"], "ssd");
+        let anti = spec
+            .affinity
+            .as_ref()
+            .unwrap()
+            .pod_anti_affinity
+            .as_ref()
+            .unwrap();
+        let term = &anti
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(term.topology_key, "kubernetes.io/hostname");
+        assert_eq!(
+            spec.security_context.as_ref().unwrap().run_as_user,
+            Some(1000)
+        );
+        let etcd = &spec.containers[0];
+        assert_eq!(etcd.image.as_deref(), Some("quay.io/coreos/etcd:v3.5.21"));
+        assert_eq!(
+            etcd.env.as_ref().unwrap()[0].name,
+            "ETCD_QUOTA_BACKEND_BYTES"
+        );
+        let volumes = spec.volumes.as_ref().unwrap();
+        let claim = volumes[0].persistent_volume_claim.as_ref().unwrap();
+        assert_eq!(claim.claim_name, "example-bcdfg");
+        let secrets: Vec<_> = volumes
+            .iter()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert_eq!(secrets, ["peer", "server"]);
+        // 3.5 has no /livez: liveness is a TCP check, readiness /health.
+        assert!(etcd.liveness_probe.as_ref().unwrap().tcp_socket.is_some());
+        let ready = etcd
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(ready.path.as_deref(), Some("/health"));
+    }
+
+    #[test]
+    fn etcd_3_6_uses_livez_and_readyz_and_an_empty_dir() {
+        let c = cluster(EtcdClusterSpec {
+            size: 1,
+            version: Some("v3.6.16".into()),
+            ..Default::default()
+        });
+        let pod = member_pod(&c, "example-x", vec![]);
+        let spec = pod.spec.unwrap();
+        let etcd = &spec.containers[0];
+        let live = etcd
+            .liveness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(live.path.as_deref(), Some("/livez"));
+        let ready = etcd
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(ready.path.as_deref(), Some("/readyz"));
+        assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
+        assert!(spec.affinity.is_none());
+    }
+}
