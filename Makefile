@@ -28,6 +28,7 @@ unit:
 
 e2e:
 	hack/deps.sh
+	$(CARGO) build --bin etcd-operator
 	$(CARGO) build -p e2e --tests
 	hack/with-cluster.sh $(CARGO) test -p e2e -- --test-threads=2
 

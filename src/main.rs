@@ -2,7 +2,7 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use etcd_operator::api;
+use etcd_operator::{api, cluster};
 
 /// A Kubernetes operator for etcd clusters (etcd.database.coreos.com/v1beta2).
 #[derive(Parser)]
@@ -14,6 +14,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controllers.
+    Run {
+        /// Watch only this namespace (the default is every namespace).
+        #[arg(long, env = "WATCH_NAMESPACE")]
+        namespace: Option<String>,
+    },
     /// Print the CustomResourceDefinitions of EtcdCluster, EtcdBackup and EtcdRestore as YAML.
     Crd {
         /// Write one file per kind into this directory instead of printing them.
@@ -24,6 +30,10 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Run { namespace } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(run(namespace))?;
+        }
         Command::Crd { out_dir: None } => {
             let yaml = api::crds_yaml().context("serializing the CRDs")?;
             std::io::stdout()
@@ -41,4 +51,27 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+async fn run(namespace: Option<String>) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes")?;
+    let reporter = kube::runtime::events::Reporter {
+        controller: "etcd-operator".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
+    let ctx = std::sync::Arc::new(cluster::task::Context { client, recorder });
+    tokio::select! {
+        _ = cluster::supervisor::run(ctx, namespace) => anyhow::bail!("the EtcdCluster watch ended"),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
 }

@@ -1,5 +1,11 @@
-//! The EtcdCluster controller. `plan` is the pure middle: observation in, at most one action out.
+//! The EtcdCluster controller: a supervisor keeps one task per cluster; each task observes,
+//! plans (pure), acts and writes status.
 
+pub mod act;
 pub mod members;
+pub mod observe;
 pub mod plan;
 pub mod resources;
+pub mod status;
+pub mod supervisor;
+pub mod task;

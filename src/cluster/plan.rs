@@ -71,6 +71,8 @@ pub struct Target {
     pub persistent: bool,
     /// How long a learner may take to start before its addition is undone.
     pub learner_timeout: Duration,
+    /// How long a new pod may take to answer before silence counts as lost quorum.
+    pub startup_grace: Duration,
 }
 
 /// Why a member is removed.
@@ -142,7 +144,7 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
     }
     let pod = |name: &str| obs.pods.iter().find(|p| p.name == name);
     let Some(members) = &obs.members else {
-        return without_member_list(obs);
+        return without_member_list(obs, target);
     };
 
     let voters: Vec<&MemberView> = members.iter().filter(|m| !m.is_learner).collect();
@@ -233,11 +235,15 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
     Action::Steady
 }
 
-fn without_member_list(obs: &Observation) -> Action {
+fn without_member_list(obs: &Observation, target: &Target) -> Action {
     if !obs.bootstrapped && obs.pods.is_empty() {
         return Action::Bootstrap;
     }
-    if obs.pods.iter().any(|p| p.state == PodState::Pending) {
+    if obs
+        .pods
+        .iter()
+        .any(|p| p.state == PodState::Pending || p.age < target.startup_grace)
+    {
         return Action::Wait {
             reason: "members are starting".into(),
         };
@@ -291,6 +297,7 @@ mod tests {
             paused: false,
             persistent: false,
             learner_timeout: 5 * MINUTE,
+            startup_grace: MINUTE / 2,
         }
     }
 

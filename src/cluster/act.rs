@@ -1,0 +1,266 @@
+//! Carrying out the planner's one action, and keeping the Services in place. All writes are
+//! server-side applies or creates with the operator's field manager; children are owned by the
+//! EtcdCluster, so deleting it removes them.
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+
+use super::members::{self, Addressing, ClusterState};
+use super::observe::{ETCD_TIMEOUT, Observed};
+use super::plan::Action;
+use super::resources::{self, MANAGER};
+use crate::api::EtcdCluster;
+use crate::etcd::{self, Etcd};
+
+/// What failed, named after the action.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Applying a Service failed.
+    #[error("applying Service {name}: {source}")]
+    ApplyService {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Creating a member's pod (or its volume claim) failed.
+    #[error("creating the pod of member {member}: {source}")]
+    CreatePod {
+        member: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting a pod failed.
+    #[error("deleting pod {name}: {source}")]
+    DeletePod {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// An etcd call failed.
+    #[error(transparent)]
+    Etcd(#[from] etcd::Error),
+    /// No member could be reached for a membership change.
+    #[error("no member of the cluster answers")]
+    NoEndpoint,
+}
+
+/// What came of an action.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done; the text says what changed (for an Event), if anything did.
+    Done(Option<String>),
+    /// etcd refused for now (it is settling); try again shortly.
+    Retry(String),
+}
+
+/// The API handles an action needs.
+pub struct Apis {
+    /// Pods of the cluster's namespace.
+    pub pods: Api<Pod>,
+    /// Services of the cluster's namespace.
+    pub services: Api<Service>,
+    /// Volume claims of the cluster's namespace.
+    pub pvcs: Api<PersistentVolumeClaim>,
+}
+
+/// The cluster's addressing (names, URLs, TLS).
+pub fn addressing(cluster: &EtcdCluster) -> Addressing {
+    let pod = cluster.spec.pod.as_ref();
+    let mut addr = Addressing::new(
+        &cluster.name_any(),
+        &cluster.namespace().unwrap_or_default(),
+        pod.and_then(|p| p.cluster_domain.as_deref()),
+    );
+    let member_tls = cluster
+        .spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.static_.as_ref())
+        .and_then(|s| s.member.as_ref());
+    addr.peer_tls = member_tls
+        .and_then(|m| m.peer_secret.as_ref())
+        .is_some_and(|s| !s.is_empty());
+    addr.client_tls = member_tls
+        .and_then(|m| m.server_secret.as_ref())
+        .is_some_and(|s| !s.is_empty());
+    addr
+}
+
+/// Server-side applies the headless and the client Service.
+pub async fn ensure_services(apis: &Apis, cluster: &EtcdCluster) -> Result<(), Error> {
+    let params = PatchParams::apply(MANAGER).force();
+    for svc in [
+        resources::headless_service(cluster),
+        resources::client_service(cluster),
+    ] {
+        let name = svc.name_any();
+        apis.services
+            .patch(&name, &params, &Patch::Apply(&svc))
+            .await
+            .map_err(|source| Error::ApplyService { name, source })?;
+    }
+    Ok(())
+}
+
+async fn create_pod(
+    apis: &Apis,
+    cluster: &EtcdCluster,
+    member: &str,
+    args: Vec<String>,
+) -> Result<(), Error> {
+    let err = |source| Error::CreatePod {
+        member: member.to_string(),
+        source,
+    };
+    if let Some(spec) = cluster
+        .spec
+        .pod
+        .as_ref()
+        .and_then(|p| p.persistent_volume_claim_spec.clone())
+    {
+        let claim = PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(member.into()),
+                namespace: cluster.namespace(),
+                labels: Some(resources::labels(&cluster.name_any(), "member")),
+                owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(spec),
+            ..PersistentVolumeClaim::default()
+        };
+        match apis.pvcs.create(&PostParams::default(), &claim).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    let pod = resources::member_pod(cluster, member, args);
+    apis.pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .map_err(err)?;
+    Ok(())
+}
+
+async fn delete_pod(apis: &Apis, name: &str) -> Result<(), Error> {
+    match apis.pods.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::DeletePod {
+            name: name.into(),
+            source,
+        }),
+    }
+}
+
+async fn connect(obs: &Observed) -> Result<Etcd, Error> {
+    let endpoints = obs.endpoints();
+    if endpoints.is_empty() {
+        return Err(Error::NoEndpoint);
+    }
+    Ok(Etcd::connect(&endpoints, ETCD_TIMEOUT).await?)
+}
+
+/// `--initial-cluster` from etcd's member list (members that have not started yet have no
+/// name; their peer URL's host label is their name).
+fn initial_cluster(members: &[etcd::Member]) -> String {
+    members
+        .iter()
+        .filter_map(|m| {
+            let name = if m.name.is_empty() {
+                m.host_label()?
+            } else {
+                m.name.as_str()
+            };
+            Some(format!("{name}={}", m.peer_urls.first()?))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn settling(e: etcd::Error) -> Result<Outcome, Error> {
+    if e.is_settling() {
+        Ok(Outcome::Retry(e.to_string()))
+    } else {
+        Err(e.into())
+    }
+}
+
+/// Carries out `action`.
+pub async fn act(
+    apis: &Apis,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+) -> Result<Outcome, Error> {
+    let addr = addressing(cluster);
+    match action {
+        Action::Bootstrap => {
+            let name = members::new_member_name(&cluster.name_any());
+            let token = uuid::Uuid::new_v4().to_string();
+            let ic = addr.initial_cluster([name.as_str()]);
+            let args = members::etcd_args(&addr, &name, &ic, &ClusterState::New { token });
+            create_pod(apis, cluster, &name, args).await?;
+            Ok(Outcome::Done(Some(format!("created seed member {name}"))))
+        }
+        Action::AddMember => {
+            let name = members::new_member_name(&cluster.name_any());
+            let mut etcd = connect(obs).await?;
+            let (added, all) = match etcd.add_learner(&addr.peer_url(&name)).await {
+                Ok(r) => r,
+                Err(e) => return settling(e),
+            };
+            let args = members::etcd_args(
+                &addr,
+                &name,
+                &initial_cluster(&all),
+                &ClusterState::Existing,
+            );
+            create_pod(apis, cluster, &name, args).await?;
+            Ok(Outcome::Done(Some(format!(
+                "added member {name} ({:x}) as a learner",
+                added.id
+            ))))
+        }
+        Action::Promote { name, id } => {
+            let mut etcd = connect(obs).await?;
+            match etcd.promote(*id).await {
+                Ok(_) => Ok(Outcome::Done(Some(format!(
+                    "promoted member {name} to a voter"
+                )))),
+                Err(e) => settling(e),
+            }
+        }
+        Action::RemoveMember { name, id, reason } => {
+            let mut etcd = connect(obs).await?;
+            if let Err(e) = etcd.remove(*id).await {
+                return settling(e);
+            }
+            // Only once etcd no longer counts it does the pod go.
+            delete_pod(apis, name).await?;
+            Ok(Outcome::Done(Some(format!(
+                "removed member {name} ({reason:?})"
+            ))))
+        }
+        Action::RecreatePod { name } => {
+            let all = obs.members.as_deref().unwrap_or_default();
+            let args =
+                members::etcd_args(&addr, name, &initial_cluster(all), &ClusterState::Existing);
+            create_pod(apis, cluster, name, args).await?;
+            Ok(Outcome::Done(Some(format!(
+                "recreated the pod of member {name} on its volume"
+            ))))
+        }
+        Action::DeletePod { name, .. } => {
+            delete_pod(apis, name).await?;
+            Ok(Outcome::Done(Some(format!(
+                "deleted pod {name}, which has no member"
+            ))))
+        }
+        Action::Wait { .. } | Action::QuorumLost { .. } | Action::Paused | Action::Steady => {
+            Ok(Outcome::Done(None))
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Status as a function of what was observed and what the planner decided. Pure.
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::members::CLIENT_PORT;
+use super::observe::Observed;
+use super::plan::{Action, RemoveReason, quorum};
+use crate::api::{
+    ClusterPhase, Condition, EtcdCluster, EtcdClusterStatus, MemberRole, MemberStatus,
+    MembersStatus, common::find_condition,
+};
+
+fn version_key(v: &str) -> Vec<u64> {
+    v.trim_start_matches('v')
+        .split(['.', '-'])
+        .map(|p| p.parse().unwrap_or(0))
+        .collect()
+}
+
+fn condition(
+    previous: &[Condition],
+    generation: Option<i64>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+) -> Condition {
+    let status = if status { "True" } else { "False" }.to_string();
+    // The transition time moves only when the status does.
+    let last_transition_time = find_condition(previous, type_)
+        .filter(|c| c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .or_else(|| Some(Timestamp::now().to_string()));
+    Condition {
+        type_: type_.into(),
+        status,
+        observed_generation: generation,
+        last_transition_time,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// The status to write after `action` was planned on `obs`.
+pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdClusterStatus {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let generation = cluster.metadata.generation;
+    let size = cluster.spec.size.max(0) as usize;
+    let members = obs.plan.members.as_deref().unwrap_or_default();
+    let leader = obs.plan.leader;
+
+    let mut member_statuses = Vec::new();
+    let mut ready = Vec::new();
+    let mut unready = Vec::new();
+    for m in members {
+        let status = obs.statuses.get(&m.id);
+        let role = if m.is_learner {
+            MemberRole::Learner
+        } else if Some(m.id) == leader {
+            MemberRole::Leader
+        } else {
+            MemberRole::Follower
+        };
+        if m.healthy && !m.is_learner {
+            &mut ready
+        } else {
+            &mut unready
+        }
+        .push(m.name.clone());
+        member_statuses.push(MemberStatus {
+            name: m.name.clone(),
+            id: format!("{:x}", m.id),
+            role: Some(role),
+            version: status.map(|s| s.version.clone()).unwrap_or_default(),
+            healthy: m.healthy,
+            db_size: status.map(|s| s.db_size),
+            raft_index: status.map(|s| s.raft_index as i64),
+        });
+    }
+    let voters = members.iter().filter(|m| !m.is_learner).count();
+    let current_version = obs
+        .statuses
+        .values()
+        .map(|s| s.version.as_str())
+        .min_by_key(|v| version_key(v))
+        .unwrap_or(previous.current_version.as_str())
+        .to_string();
+    let wanted = cluster.spec.version().to_string();
+    let cluster_id = obs
+        .statuses
+        .values()
+        .next()
+        .map(|s| format!("{:x}", s.cluster_id))
+        .unwrap_or(previous.cluster_id.clone());
+
+    let quorate = obs.plan.members.is_some() && ready.len() >= quorum(voters);
+    let (phase, reason) = match action {
+        Action::QuorumLost { reason } => (ClusterPhase::Failed, reason.clone()),
+        _ if obs.plan.members.is_none() => (ClusterPhase::Creating, String::new()),
+        _ => (ClusterPhase::Running, String::new()),
+    };
+    let progressing = match action {
+        Action::Bootstrap | Action::AddMember | Action::Promote { .. } => Some("Scaling"),
+        Action::RemoveMember {
+            reason: RemoveReason::ScaleDown,
+            ..
+        } => Some("Scaling"),
+        Action::RemoveMember { .. } | Action::DeletePod { .. } | Action::RecreatePod { .. } => {
+            Some("Recovering")
+        }
+        Action::Wait { .. } if voters != size => Some("Scaling"),
+        Action::Wait { .. } => Some("Recovering"),
+        _ => None,
+    };
+    let old = &previous.conditions;
+    let mut conditions = vec![
+        condition(
+            old,
+            generation,
+            "Available",
+            quorate,
+            if quorate {
+                "QuorumHealthy"
+            } else {
+                "QuorumUnavailable"
+            },
+            format!("{} of {voters} voting members healthy", ready.len()),
+        ),
+        condition(
+            old,
+            generation,
+            "Progressing",
+            progressing.is_some(),
+            progressing.unwrap_or("Stable"),
+            match action {
+                Action::Wait { reason } => reason.clone(),
+                _ => format!("{voters} of {size} members"),
+            },
+        ),
+    ];
+    let degraded = !quorate || ready.len() < voters || !unready.is_empty();
+    conditions.push(condition(
+        old,
+        generation,
+        "Degraded",
+        degraded,
+        match action {
+            Action::QuorumLost { .. } => "QuorumLost",
+            _ if degraded => "MembersUnhealthy",
+            _ => "AllMembersHealthy",
+        },
+        if unready.is_empty() {
+            reason.clone()
+        } else {
+            format!("not ready: {}", unready.join(", "))
+        },
+    ));
+
+    EtcdClusterStatus {
+        phase: Some(phase),
+        reason,
+        control_paused: cluster.spec.is_paused(),
+        conditions,
+        size: members.len() as i32,
+        service_name: format!("{}-client", cluster.name_any()),
+        client_port: Some(CLIENT_PORT),
+        ready_members: Some(ready.len() as i32),
+        members: MembersStatus { ready, unready },
+        target_version: if current_version.is_empty() || current_version == wanted {
+            String::new()
+        } else {
+            wanted
+        },
+        current_version,
+        observed_generation: generation,
+        cluster_id,
+        member_statuses,
+    }
+}

@@ -1,0 +1,167 @@
+//! The loop of one cluster: observe, plan, act (at most one membership change), write status;
+//! then sleep until the spec changes, one of its pods changes, or a timer fires. It keeps no
+//! truth of its own: after a restart everything is observed again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::{Notify, watch};
+use tracing::{Instrument, info, info_span, warn};
+
+use super::act::{self, Apis, Outcome};
+use super::observe::{self, Observed};
+use super::plan::{self, Action, Target};
+use super::resources::MANAGER;
+use super::status;
+use crate::api::{ClusterPhase, EtcdCluster};
+
+/// Shared by every cluster task.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Publishes Kubernetes Events.
+    pub recorder: Recorder,
+}
+
+/// How long a learner may take to start before its addition is undone.
+const LEARNER_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a new member pod may take to answer before silence counts as lost quorum.
+const STARTUP_GRACE: Duration = Duration::from_secs(60);
+
+/// One pass. Returns how soon to look again.
+async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, String> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let apis = Apis {
+        pods: Api::namespaced(ctx.client.clone(), &ns),
+        services: Api::<Service>::namespaced(ctx.client.clone(), &ns),
+        pvcs: Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns),
+    };
+    let paused = cluster.spec.is_paused();
+    if !paused {
+        act::ensure_services(&apis, cluster)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let obs: Observed = observe::observe(&apis.pods, cluster)
+        .await
+        .map_err(|e| e.to_string())?;
+    let target = Target {
+        size: cluster.spec.size.max(0) as usize,
+        paused,
+        persistent: cluster
+            .spec
+            .pod
+            .as_ref()
+            .is_some_and(|p| p.persistent_volume_claim_spec.is_some()),
+        learner_timeout: LEARNER_TIMEOUT,
+        startup_grace: STARTUP_GRACE,
+    };
+    let action = plan::plan(&obs.plan, &target);
+    let outcome = act::act(&apis, cluster, &obs, &action).await;
+
+    let new_status = status::compute(cluster, &obs, &action);
+    let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
+    let patch = serde_json::json!({
+        "apiVersion": EtcdCluster::api_version(&()),
+        "kind": EtcdCluster::kind(&()),
+        "status": new_status,
+    });
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    clusters
+        .patch_status(
+            &cluster.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|e| format!("writing status: {e}"))?;
+
+    let reference = cluster.object_ref(&());
+    let publish = |type_, reason: &str, note: String| {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        let reference = reference.clone();
+        async move {
+            if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+                warn!("publishing an event: {e}");
+            }
+        }
+    };
+    if let Action::QuorumLost { reason } = &action {
+        if !was_failed {
+            warn!(reason, "quorum lost");
+            publish(EventType::Warning, "QuorumLost", reason.clone()).await;
+        }
+        return Ok(Duration::from_secs(5));
+    }
+    match outcome {
+        Ok(Outcome::Done(Some(change))) => {
+            info!(?action, "{change}");
+            publish(EventType::Normal, reason_of(&action), change).await;
+            Ok(Duration::from_millis(500))
+        }
+        Ok(Outcome::Done(None)) if action == Action::Steady || action == Action::Paused => {
+            Ok(Duration::from_secs(30))
+        }
+        Ok(Outcome::Done(None)) => Ok(Duration::from_secs(1)),
+        Ok(Outcome::Retry(why)) => {
+            info!(?action, "etcd is settling: {why}");
+            Ok(Duration::from_secs(1))
+        }
+        Err(e) => {
+            publish(
+                EventType::Warning,
+                "ReconcileFailed",
+                format!("{action:?}: {e}"),
+            )
+            .await;
+            Err(e.to_string())
+        }
+    }
+}
+
+fn reason_of(action: &Action) -> &'static str {
+    match action {
+        Action::Bootstrap => "SeedCreated",
+        Action::AddMember => "MemberAdded",
+        Action::Promote { .. } => "MemberPromoted",
+        Action::RemoveMember { .. } => "MemberRemoved",
+        Action::RecreatePod { .. } => "PodRecreated",
+        Action::DeletePod { .. } => "PodDeleted",
+        _ => "Reconciled",
+    }
+}
+
+/// Runs the loop of one cluster until its spec channel closes (the cluster was deleted).
+pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake: Arc<Notify>) {
+    let mut failures = 0u32;
+    loop {
+        let cluster = spec.borrow_and_update().clone();
+        let span = info_span!("cluster", namespace = %cluster.namespace().unwrap_or_default(), name = %cluster.name_any());
+        let delay = match reconcile(&ctx, &cluster).instrument(span.clone()).await {
+            Ok(d) => {
+                failures = 0;
+                d
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                span.in_scope(|| warn!(failures, "reconcile failed: {e}"));
+                Duration::from_secs(1 << failures.min(5))
+            }
+        };
+        tokio::select! {
+            changed = spec.changed() => if changed.is_err() { return },
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
