@@ -215,3 +215,253 @@ fn a_three_member_cluster_comes_up_heals_pauses_and_goes_away() {
                 .success()
     });
 }
+
+/// etcdctl inside a member pod (the image has no shell; exec runs etcdctl directly).
+fn exec_etcdctl(k: &Kubectl, ns: &str, pod: &str, args: &[&str], stdin: Option<&str>) -> String {
+    let mut all = vec!["exec", "-n", ns, pod];
+    if stdin.is_some() {
+        all.push("-i");
+    }
+    all.extend(["--", "/usr/local/bin/etcdctl", "--command-timeout=20s"]);
+    all.extend_from_slice(args);
+    k.ok(&all, stdin)
+}
+
+fn ready_pod(k: &Kubectl, ns: &str, cluster: &str) -> String {
+    let c = get(k, ns, &format!("etcdcluster/{cluster}"));
+    c["status"]["members"]["ready"][0]
+        .as_str()
+        .expect("a ready member")
+        .to_string()
+}
+
+fn count_keys(k: &Kubectl, ns: &str, cluster: &str) -> usize {
+    let pod = ready_pod(k, ns, cluster);
+    let out = exec_etcdctl(
+        k,
+        ns,
+        &pod,
+        &["get", "--prefix", "key-", "--count-only", "-w", "fields"],
+        None,
+    );
+    out.lines()
+        .find_map(|l| l.strip_prefix("\"Count\" : "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in {out}"))
+}
+
+fn scale(k: &Kubectl, ns: &str, cluster: &str, size: usize) {
+    let patch = format!(r#"{{"spec":{{"size":{size}}}}}"#);
+    k.ok(
+        &[
+            "patch",
+            &format!("etcdcluster/{cluster}"),
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            &patch,
+        ],
+        None,
+    );
+}
+
+fn has_learner(k: &Kubectl, ns: &str, cluster: &str) -> bool {
+    let c = get(k, ns, &format!("etcdcluster/{cluster}"));
+    c["status"]["memberStatuses"]
+        .as_array()
+        .is_some_and(|ms| ms.iter().any(|m| m["role"] == "learner"))
+}
+
+#[test]
+fn scaling_keeps_every_key_and_survives_operator_restarts() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let ns = k.namespace("scale");
+    let ns = ns.name.as_str();
+    let mut operator = Operator::start(ns);
+    let example = repo_root().join("examples/basic-cluster.yaml");
+    k.ok(&["apply", "-n", ns, "-f", example.to_str().unwrap()], None);
+    until("3 healthy members", 240, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+
+    // 1000 keys in transactions of 100 puts (etcd allows 128 operations per transaction).
+    let pod = ready_pod(&k, ns, "example");
+    for batch in 0..10 {
+        let puts: String = (0..100)
+            .map(|i| format!("put key-{:04} value-{}\n", batch * 100 + i, i))
+            .collect();
+        exec_etcdctl(&k, ns, &pod, &["txn"], Some(&format!("\n{puts}\n\n")));
+    }
+    assert_eq!(count_keys(&k, ns, "example"), 1000);
+
+    // 3 -> 5, with the operator killed while a learner waits for promotion.
+    scale(&k, ns, "example", 5);
+    until("a learner to appear", 120, || {
+        has_learner(&k, ns, "example")
+    });
+    drop(operator);
+    operator = Operator::start(ns);
+    until("5 healthy members", 300, || {
+        healthy_at_size(&k, ns, "example", 5)
+    });
+    assert_eq!(count_keys(&k, ns, "example"), 1000);
+
+    // 5 -> 3, with the operator killed right after the first removal.
+    scale(&k, ns, "example", 3);
+    until("the first removal", 120, || {
+        get(&k, ns, "etcdcluster/example")["status"]["size"]
+            .as_i64()
+            .is_some_and(|n| n < 5)
+            || pod_names(&k, ns, "example").len() < 5
+    });
+    drop(operator);
+    let _operator = Operator::start(ns);
+    until("3 healthy members", 300, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+    assert_eq!(count_keys(&k, ns, "example"), 1000);
+    assert!(!has_learner(&k, ns, "example"));
+}
+
+#[test]
+fn lost_quorum_is_reported_and_nothing_destructive_happens() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let ns = k.namespace("quorum");
+    let ns = ns.name.as_str();
+    let _operator = Operator::start(ns);
+    let example = repo_root().join("examples/basic-cluster.yaml");
+    k.ok(&["apply", "-n", ns, "-f", example.to_str().unwrap()], None);
+    until("3 healthy members", 240, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+    let before = get(&k, ns, "etcdcluster/example")["status"]["memberStatuses"].clone();
+
+    let pods = pod_names(&k, ns, "example");
+    k.ok(
+        &[
+            "delete",
+            "pod",
+            "-n",
+            ns,
+            &pods[0],
+            &pods[1],
+            "--wait=false",
+        ],
+        None,
+    );
+    until("phase Failed", 120, || {
+        get(&k, ns, "etcdcluster/example")["status"]["phase"] == "Failed"
+    });
+    let c = get(&k, ns, "etcdcluster/example");
+    assert!(
+        c["status"]["reason"].as_str().unwrap().contains("healthy"),
+        "{}",
+        c["status"]
+    );
+    assert_eq!(condition(&c, "Available"), "False");
+    let events = k.ok(
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "reason=QuorumLost",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    assert!(!events.trim().is_empty(), "no QuorumLost event");
+
+    // Nothing is removed or replaced while quorum is lost.
+    std::thread::sleep(Duration::from_secs(15));
+    let c = get(&k, ns, "etcdcluster/example");
+    assert_eq!(c["status"]["phase"], "Failed");
+    let ids = |v: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        ids(&c["status"]["memberStatuses"]),
+        ids(&before),
+        "membership changed without quorum"
+    );
+    assert_eq!(
+        pod_names(&k, ns, "example"),
+        vec![pods[2].clone()],
+        "pods were created or deleted"
+    );
+}
+
+#[test]
+fn a_missing_secret_is_reported_by_field_until_it_exists() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let ns = k.namespace("secret");
+    let ns = ns.name.as_str();
+    let _operator = Operator::start(ns);
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "example"},
+        "spec": {"size": 1, "pod": {"etcdEnv": [{"name": "ETCD_AUTH_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "etcd-auth", "key": "token"}}}]}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+
+    let field = "spec.pod.etcdEnv[0].valueFrom.secretKeyRef.name";
+    until("a Degraded condition naming the field", 60, || {
+        let c = get(&k, ns, "etcdcluster/example");
+        c["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["type"] == "Degraded"
+                    && c["status"] == "True"
+                    && c["reason"] == "SecretNotFound"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(field) && m.contains("etcd-auth"))
+            })
+        })
+    });
+    let events = k.ok(
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "reason=SecretNotFound",
+            "-o",
+            "jsonpath={.items[*].note}{.items[*].message}",
+        ],
+        None,
+    );
+    assert!(events.contains(field), "no Event names the field: {events}");
+    assert!(
+        pod_names(&k, ns, "example").is_empty(),
+        "pods were created for an unusable spec"
+    );
+
+    k.ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "etcd-auth",
+            "-n",
+            ns,
+            "--from-literal=token=simple",
+        ],
+        None,
+    );
+    until("the cluster to come up once the Secret exists", 180, || {
+        healthy_at_size(&k, ns, "example", 1)
+    });
+}

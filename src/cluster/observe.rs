@@ -62,7 +62,7 @@ pub enum Error {
 
 fn pod_state(pod: &Pod) -> PodState {
     if pod.metadata.deletion_timestamp.is_some() {
-        return PodState::Gone;
+        return PodState::Terminating;
     }
     match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
         Some("Running") => PodState::Running,

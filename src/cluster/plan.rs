@@ -18,8 +18,16 @@ pub enum PodState {
     Pending,
     /// Its containers run.
     Running,
-    /// It ended (Failed or Succeeded: etcd never exits on its own) or is being deleted.
+    /// It ended (Failed or Succeeded: etcd never exits on its own).
     Gone,
+    /// It is being deleted: as good as gone, and not to be deleted again.
+    Terminating,
+}
+
+impl PodState {
+    fn is_gone(self) -> bool {
+        matches!(self, PodState::Gone | PodState::Terminating)
+    }
 }
 
 /// One pod that belongs to the cluster.
@@ -168,7 +176,7 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         };
         match pod(&l.name) {
             None => return remove,
-            Some(p) if p.state == PodState::Gone => return remove,
+            Some(p) if p.state.is_gone() => return remove,
             Some(_) if l.healthy => {
                 return Action::Promote {
                     name: l.name.clone(),
@@ -187,7 +195,11 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
     // Pods without a member: a removal whose pod deletion was interrupted, or a pod whose
     // member was never added.
     let names: BTreeSet<&str> = members.iter().map(|m| m.name.as_str()).collect();
-    if let Some(p) = obs.pods.iter().find(|p| !names.contains(p.name.as_str())) {
+    if let Some(p) = obs
+        .pods
+        .iter()
+        .find(|p| !names.contains(p.name.as_str()) && p.state != PodState::Terminating)
+    {
         return Action::DeletePod {
             name: p.name.clone(),
             reason: DeleteReason::NoMember,
@@ -197,7 +209,7 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
     // Voters whose pod is gone. Removing an unhealthy voter never costs a healthy one, so it
     // is safe whenever the healthy voters are a quorum of the smaller membership.
     for v in &voters {
-        let gone = pod(&v.name).is_none_or(|p| p.state == PodState::Gone);
+        let gone = pod(&v.name).is_none_or(|p| p.state.is_gone());
         if !gone || v.healthy {
             continue;
         }
@@ -483,12 +495,24 @@ mod tests {
                     .iter_mut()
                     .filter(|m| m.1 == *id)
                     .for_each(|m| m.2 = false),
-                Action::RemoveMember { id, .. } => self.members.retain(|m| m.1 != *id),
-                Action::DeletePod { name, .. } => self.pods.retain(|p| &p.0 != name),
+                Action::RemoveMember { id, name, .. } => {
+                    // As act does: out of etcd first, then the pod is deleted.
+                    self.members.retain(|m| m.1 != *id);
+                    for p in self.pods.iter_mut().filter(|p| &p.0 == name) {
+                        p.1 = PodState::Terminating;
+                    }
+                }
+                Action::DeletePod { name, .. } => {
+                    for p in self.pods.iter_mut().filter(|p| &p.0 == name) {
+                        p.1 = PodState::Terminating;
+                    }
+                }
                 Action::RecreatePod { name } => self.pods.push((name.clone(), PodState::Running)),
                 _ => {}
             }
-            // Pods that were scheduling have started by the next look.
+            // Deleted pods finish terminating, and pods that were scheduling have started, by
+            // the next look.
+            self.pods.retain(|p| p.1 != PodState::Terminating);
             for p in &mut self.pods {
                 if p.1 == PodState::Pending {
                     p.1 = PodState::Running;
@@ -537,7 +561,8 @@ mod tests {
                     let state = match pod {
                         0..=4 => Some(PodState::Running),
                         5 => Some(PodState::Pending),
-                        6 => Some(PodState::Gone),
+                        6 if i % 2 == 0 => Some(PodState::Gone),
+                        6 => Some(PodState::Terminating),
                         _ => None,
                     };
                     // Only a running pod's member can answer.

@@ -17,6 +17,47 @@ use super::members::{
 };
 use crate::api::EtcdCluster;
 
+/// Secrets the spec names, with the field that names each: the TLS Secrets and the Secrets
+/// behind `spec.pod.etcdEnv[].valueFrom.secretKeyRef`. A member pod that mounts a missing
+/// Secret never starts, so they are checked before anything is created.
+pub fn referenced_secrets(spec: &crate::api::EtcdClusterSpec) -> Vec<(String, String)> {
+    let mut refs = Vec::new();
+    if let Some(st) = spec.tls.as_ref().and_then(|t| t.static_.as_ref()) {
+        let member = st.member.as_ref();
+        for (field, name) in [
+            (
+                "spec.TLS.static.member.peerSecret",
+                member.and_then(|m| m.peer_secret.as_ref()),
+            ),
+            (
+                "spec.TLS.static.member.serverSecret",
+                member.and_then(|m| m.server_secret.as_ref()),
+            ),
+            (
+                "spec.TLS.static.operatorSecret",
+                st.operator_secret.as_ref(),
+            ),
+        ] {
+            if let Some(name) = name.filter(|n| !n.is_empty()) {
+                refs.push((field.to_string(), name.clone()));
+            }
+        }
+    }
+    for (i, env) in spec.pod.iter().flat_map(|p| p.etcd_env.iter()).enumerate() {
+        let secret = env
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.as_ref());
+        if let Some(r) = secret.filter(|r| r.optional != Some(true)) {
+            refs.push((
+                format!("spec.pod.etcdEnv[{i}].valueFrom.secretKeyRef.name"),
+                r.name.clone(),
+            ));
+        }
+    }
+    refs
+}
+
 /// The operator's name in labels and as server-side-apply field manager.
 pub const MANAGER: &str = "etcd-operator";
 
@@ -388,6 +429,33 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(ready.path.as_deref(), Some("/health"));
+    }
+
+    #[test]
+    fn secrets_are_found_with_their_fields() {
+        let spec: EtcdClusterSpec = serde_json::from_value(serde_json::json!({
+            "size": 1,
+            "TLS": {"static": {"member": {"peerSecret": "p"}}},
+            "pod": {"etcdEnv": [
+                {"name": "A", "value": "1"},
+                {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                {"name": "C", "valueFrom": {"secretKeyRef": {"name": "o", "key": "k", "optional": true}}}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(
+            referenced_secrets(&spec),
+            [
+                (
+                    "spec.TLS.static.member.peerSecret".to_string(),
+                    "p".to_string()
+                ),
+                (
+                    "spec.pod.etcdEnv[1].valueFrom.secretKeyRef.name".to_string(),
+                    "s".to_string()
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -15,7 +15,7 @@ use tracing::{Instrument, info, info_span, warn};
 use super::act::{self, Apis, Outcome};
 use super::observe::{self, Observed};
 use super::plan::{self, Action, Target};
-use super::resources::MANAGER;
+use super::resources::{self, MANAGER};
 use super::status;
 use crate::api::{ClusterPhase, EtcdCluster};
 
@@ -41,6 +41,9 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
         pvcs: Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns),
     };
     let paused = cluster.spec.is_paused();
+    if let Some(missing) = missing_secret(ctx, cluster, &ns).await? {
+        return report_invalid(ctx, cluster, &apis, "SecretNotFound", missing).await;
+    }
     if !paused {
         act::ensure_services(&apis, cluster)
             .await
@@ -127,6 +130,96 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
             Err(e.to_string())
         }
     }
+}
+
+/// The first Secret the spec names that does not exist, as a message naming the field.
+async fn missing_secret(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    ns: &str,
+) -> Result<Option<String>, String> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    for (field, name) in resources::referenced_secrets(&cluster.spec) {
+        match secrets.get_metadata_opt(&name).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(Some(format!("{field}: Secret {ns}/{name} does not exist"))),
+            Err(e) => return Err(format!("reading Secret {name}: {e}")),
+        }
+    }
+    Ok(None)
+}
+
+/// Reports a spec the operator cannot act on (a Degraded condition and a Warning Event naming
+/// the field) and changes nothing; the task wakes again on the next spec change or timer.
+async fn report_invalid(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    apis: &Apis,
+    reason: &str,
+    message: String,
+) -> Result<Duration, String> {
+    let obs = observe::observe(&apis.pods, cluster)
+        .await
+        .map_err(|e| e.to_string())?;
+    let wait = Action::Wait {
+        reason: message.clone(),
+    };
+    let mut new_status = status::compute(cluster, &obs, &wait);
+    for c in new_status
+        .conditions
+        .iter_mut()
+        .filter(|c| c.type_ == "Degraded")
+    {
+        c.status = "True".into();
+        c.reason = reason.into();
+        c.message = message.clone();
+    }
+    write_status(ctx, cluster, &new_status).await?;
+    let previous = cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let reported = previous
+        .iter()
+        .any(|c| c.type_ == "Degraded" && c.reason == reason && c.message == message);
+    // The Event is published once per problem, not on every look.
+    if !reported {
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(message),
+            action: "Validate".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await {
+            warn!("publishing an event: {e}");
+        }
+    }
+    Ok(Duration::from_secs(10))
+}
+
+async fn write_status(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    status: &crate::api::EtcdClusterStatus,
+) -> Result<(), String> {
+    let patch = serde_json::json!({
+        "apiVersion": EtcdCluster::api_version(&()),
+        "kind": EtcdCluster::kind(&()),
+        "status": status,
+    });
+    let clusters: Api<EtcdCluster> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    clusters
+        .patch_status(
+            &cluster.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("writing status: {e}"))
 }
 
 fn reason_of(action: &Action) -> &'static str {
