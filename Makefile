@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .PHONY: all build test unit lint e2e control-plane-test smoke crds demo demo-down cluster-up \
-	control-plane-up cluster-down cluster-cycle-test k8s image
+	control-plane-up cluster-down cluster-cycle-test k8s image bench
 
 all: build
 
@@ -41,6 +41,13 @@ cluster-cycle-test:
 image:
 	hack/deps.sh
 	hack/image.sh
+
+## bench: the controller's figures (apply to Available, failover, scale-up, RSS) with the floor.
+bench:
+	hack/deps.sh
+	$(CARGO) build --release --bin etcd-operator
+	$(CARGO) build -p e2e --bins
+	ETCD_OPERATOR_BIN=target/release/etcd-operator hack/with-cluster.sh $(CARGO) run -q -p e2e --bin bench
 
 ## control-plane-test: the CRD rules only, on a throwaway control plane (seconds, no node).
 control-plane-test:

@@ -3,7 +3,8 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -139,4 +140,113 @@ pub fn manifest(kind: &str, name: &str, spec: &Value) -> String {
         "spec": spec,
     })
     .to_string()
+}
+
+/// The operator as a process (`target/debug/etcd-operator run --namespace NS`, or
+/// `$ETCD_OPERATOR_BIN`), killed on drop. Its log goes to `$TMPDIR/etcd-operator-NS.log`.
+pub struct Operator(Child);
+
+impl Operator {
+    /// Starts the operator for namespace `ns`.
+    pub fn start(ns: &str) -> Self {
+        let bin = std::env::var("ETCD_OPERATOR_BIN")
+            .map(Into::into)
+            .unwrap_or_else(|_| repo_root().join("target/debug/etcd-operator"));
+        // Appended, so a restarted operator's log follows its predecessor's.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(std::env::temp_dir().join(format!("etcd-operator-{ns}.log")))
+            .unwrap();
+        let child = Command::new(&bin)
+            .args(["run", "--namespace", ns])
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        Operator(child)
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `kubectl get -n NS WHAT -o json`.
+pub fn get(k: &Kubectl, ns: &str, what: &str) -> Value {
+    serde_json::from_str(&k.ok(&["get", "-n", ns, what, "-o", "json"], None)).unwrap()
+}
+
+/// Polls `check` every 200 ms until it holds; panics after `secs`. Returns the time it took.
+pub fn until(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "timed out after {secs}s waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    start.elapsed()
+}
+
+/// The status (`True`/`False`) of a condition of an object, or "".
+pub fn condition(object: &Value, type_: &str) -> String {
+    object["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Names of the member pods of `cluster`, sorted.
+pub fn pod_names(k: &Kubectl, ns: &str, cluster: &str) -> Vec<String> {
+    let selector = format!("etcd_cluster={cluster}");
+    let out = k.ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &selector,
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+        None,
+    );
+    let mut names: Vec<String> = out.split_whitespace().map(String::from).collect();
+    names.sort();
+    names
+}
+
+/// Whether `cluster` is Available with `size` healthy voters whose names equal its pods.
+pub fn healthy_at_size(k: &Kubectl, ns: &str, cluster: &str, size: usize) -> bool {
+    let c = get(k, ns, &format!("etcdcluster/{cluster}"));
+    let statuses = c["status"]["memberStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut members: Vec<String> = statuses
+        .iter()
+        .map(|m| m["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    members.sort();
+    condition(&c, "Available") == "True"
+        && c["status"]["readyMembers"] == serde_json::json!(size)
+        && statuses.len() == size
+        && statuses
+            .iter()
+            .all(|m| m["healthy"] == true && m["role"] != "learner")
+        && members == pod_names(k, ns, cluster)
 }

@@ -2,103 +2,10 @@
 //! (`target/debug/etcd-operator run --namespace <test namespace>`) against the cluster that
 //! KUBECONFIG names, and reaches members by pod IP.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use e2e::{Kubectl, repo_root};
+use e2e::{Kubectl, Operator, condition, get, healthy_at_size, pod_names, repo_root, until};
 use serde_json::{Value, json};
-
-struct Operator(Child);
-
-impl Operator {
-    fn start(ns: &str) -> Self {
-        let bin = std::env::var("ETCD_OPERATOR_BIN")
-            .map(Into::into)
-            .unwrap_or_else(|_| repo_root().join("target/debug/etcd-operator"));
-        let log =
-            std::fs::File::create(std::env::temp_dir().join(format!("etcd-operator-{ns}.log")))
-                .unwrap();
-        let child = Command::new(&bin)
-            .args(["run", "--namespace", ns])
-            .env("RUST_LOG", "info,kube=warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-        Operator(child)
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn get(k: &Kubectl, ns: &str, what: &str) -> Value {
-    serde_json::from_str(&k.ok(&["get", "-n", ns, what, "-o", "json"], None)).unwrap()
-}
-
-fn until(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "timed out after {secs}s waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    start.elapsed()
-}
-
-fn condition(cluster: &Value, type_: &str) -> String {
-    cluster["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or("")
-        .to_string()
-}
-
-fn pod_names(k: &Kubectl, ns: &str, cluster: &str) -> Vec<String> {
-    let out = k.ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            &format!("etcd_cluster={cluster}"),
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ],
-        None,
-    );
-    let mut names: Vec<String> = out.split_whitespace().map(String::from).collect();
-    names.sort();
-    names
-}
-
-fn healthy_at_size(k: &Kubectl, ns: &str, name: &str, size: usize) -> bool {
-    let c = get(k, ns, &format!("etcdcluster/{name}"));
-    let statuses = c["status"]["memberStatuses"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let mut members: Vec<String> = statuses
-        .iter()
-        .map(|m| m["name"].as_str().unwrap_or("").to_string())
-        .collect();
-    members.sort();
-    condition(&c, "Available") == "True"
-        && c["status"]["readyMembers"] == json!(size)
-        && statuses.len() == size
-        && statuses
-            .iter()
-            .all(|m| m["healthy"] == true && m["role"] != "learner")
-        && members == pod_names(k, ns, name)
-}
 
 /// etcdctl from a pod, against the client Service; returns its output.
 fn etcdctl(k: &Kubectl, ns: &str, job: &str, args: &[&str]) -> String {
