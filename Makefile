@@ -79,7 +79,7 @@ control-plane-up:
 cluster-down:
 	hack/cluster.sh down
 
-## demo: the main job as far as it exists: the local cluster with the CRDs and the examples.
+## demo: the main job: the local cluster, the operator, the basic example Available.
 demo: cluster-up
 	hack/demo.sh
 

@@ -191,6 +191,12 @@ make_bridge() {
   echo 1 > /proc/sys/net/ipv4/ip_forward
 }
 
+write_if_changed() { # write_if_changed FILE < content
+  local tmp; tmp=$(mktemp)
+  cat > "$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
+}
+
 write_node_config() {
   mkdir -p "$state/cni/net.d" "$state/cni/ipam" "$state/containerd" "$state/kubelet"
   cat > "$state/cni/net.d/10-eo-bridge.conflist" <<CNI
@@ -259,7 +265,8 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available:
 serializeImagePulls: false
 maxPods: 110
 KUBELET
-  cat > "$state/kube-proxy.yaml" <<PROXY
+  # kube-proxy exits when its configuration file is written, so a repeated `up` leaves it alone.
+  write_if_changed "$state/kube-proxy.yaml" <<PROXY
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $state/kube-proxy.kubeconfig}
@@ -394,7 +401,7 @@ clean_node() {
 down() {
   if [ -d "$pids" ]; then
     # Consumers before what they consume: the node first, etcd last.
-    for f in kubelet kube-proxy kube-scheduler kube-controller-manager containerd kube-apiserver etcd; do
+    for f in operator kubelet kube-proxy kube-scheduler kube-controller-manager containerd kube-apiserver etcd; do
       f=$pids/$f.pid
       [ -e "$f" ] || continue
       local pid; pid=$(cat "$f")
