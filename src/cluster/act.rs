@@ -155,12 +155,18 @@ async fn delete_pod(apis: &Apis, name: &str) -> Result<(), Error> {
     }
 }
 
+/// A connection for a membership change: to the leader when it is known (it would forward the
+/// request anyway), else to a member that answered its status.
 async fn connect(obs: &Observed) -> Result<Etcd, Error> {
-    let endpoints = obs.endpoints();
-    if endpoints.is_empty() {
-        return Err(Error::NoEndpoint);
-    }
-    Ok(Etcd::connect(&endpoints, ETCD_TIMEOUT).await?)
+    let members = obs.plan.members.as_deref().unwrap_or_default();
+    let healthy = members.iter().filter(|m| m.healthy && !m.is_learner);
+    let leader = healthy.clone().find(|m| Some(m.id) == obs.plan.leader);
+    let endpoint = leader
+        .into_iter()
+        .chain(healthy)
+        .find_map(|m| obs.pod_endpoint(&m.name))
+        .ok_or(Error::NoEndpoint)?;
+    Ok(Etcd::connect(&[endpoint], ETCD_TIMEOUT).await?)
 }
 
 /// `--initial-cluster` from etcd's member list (members that have not started yet have no

@@ -108,14 +108,16 @@ pub async fn observe(pods_api: &Api<Pod>, cluster: &EtcdCluster) -> Result<Obser
             .as_ref()
             .is_some_and(|s| !s.cluster_id.is_empty());
 
-    let endpoints = obs.endpoints();
-    if endpoints.is_empty() {
-        return Ok(obs);
+    // One member at a time, so a dead endpoint is skipped instead of failing the list.
+    let mut members = None;
+    for ep in obs.endpoints() {
+        if let Ok(mut etcd) = Etcd::connect(std::slice::from_ref(&ep), ETCD_TIMEOUT).await
+            && let Ok(list) = etcd.members().await
+        {
+            members = Some(list);
+            break;
+        }
     }
-    let members = match Etcd::connect(&endpoints, ETCD_TIMEOUT).await {
-        Ok(mut etcd) => etcd.members().await.ok(),
-        Err(_) => None,
-    };
     let Some(members) = members else {
         return Ok(obs);
     };
