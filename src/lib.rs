@@ -4,3 +4,6 @@
 pub mod api;
 pub mod cluster;
 pub mod etcd;
+pub mod http;
+pub mod leader;
+pub mod metrics;

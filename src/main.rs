@@ -2,7 +2,9 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use etcd_operator::{api, cluster};
+use std::time::Duration;
+
+use etcd_operator::{api, cluster, http, leader, metrics};
 
 /// A Kubernetes operator for etcd clusters (etcd.database.coreos.com/v1beta2).
 #[derive(Parser)]
@@ -15,11 +17,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controllers.
-    Run {
-        /// Watch only this namespace (the default is every namespace).
-        #[arg(long, env = "WATCH_NAMESPACE")]
-        namespace: Option<String>,
-    },
+    Run(RunArgs),
     /// Print the CustomResourceDefinitions of EtcdCluster, EtcdBackup and EtcdRestore as YAML.
     Crd {
         /// Write one file per kind into this directory instead of printing them.
@@ -28,11 +26,51 @@ enum Command {
     },
 }
 
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Watch only these namespaces (comma-separated); the default is every namespace.
+    #[arg(long, env = "WATCH_NAMESPACE", value_delimiter = ',')]
+    namespace: Vec<String>,
+    /// Where /metrics, /healthz and /readyz are served.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    metrics_bind_address: std::net::SocketAddr,
+    /// Compete for a Lease so that only one replica acts.
+    #[arg(long, env = "LEADER_ELECT")]
+    leader_elect: bool,
+    /// Namespace of the Lease (the operator's own).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_election_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "etcd-operator")]
+    leader_election_id: String,
+    /// Seconds a leader's lock stays valid after its last renewal.
+    #[arg(long, default_value_t = 15)]
+    lease_duration: u64,
+    /// Seconds before expiry the leader renews; also the clock skew tolerated between nodes.
+    #[arg(long, default_value_t = 5)]
+    lease_grace: u64,
+    /// This replica's identity in the Lease (the pod name in a Deployment).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Log filter, in RUST_LOG syntax (RUST_LOG wins when set).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info,kube=warn")]
+    log_level: String,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Run { namespace } => {
+        Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(run(namespace))?;
+            runtime.block_on(run(args))?;
         }
         Command::Crd { out_dir: None } => {
             let yaml = api::crds_yaml().context("serializing the CRDs")?;
@@ -53,25 +91,63 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(namespace: Option<String>) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log_level))
+        .context("parsing --log-level")?;
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn".into()),
-        )
-        .init();
+        .with_env_filter(filter);
+    match args.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
+    let metrics = std::sync::Arc::new(metrics::Metrics::new());
+    let (_, serve) = http::serve(args.metrics_bind_address, metrics.clone()).await?;
+    tokio::spawn(serve);
+
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes")?;
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "etcd-operator".into());
+        format!("{host}-{}", uuid::Uuid::new_v4().simple())
+    });
+    let leadership = if args.leader_elect {
+        leader::Leadership::elect(
+            client.clone(),
+            leader::Settings {
+                namespace: args.leader_election_namespace.clone(),
+                name: args.leader_election_id.clone(),
+                identity: identity.clone(),
+                duration: Duration::from_secs(args.lease_duration),
+                grace: Duration::from_secs(args.lease_grace),
+            },
+        )
+        .await?
+    } else {
+        leader::Leadership::always()
+    };
     let reporter = kube::runtime::events::Reporter {
         controller: "etcd-operator".into(),
-        instance: std::env::var("POD_NAME").ok(),
+        instance: Some(identity),
     };
     let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
-    let ctx = std::sync::Arc::new(cluster::task::Context { client, recorder });
-    tokio::select! {
-        _ = cluster::supervisor::run(ctx, namespace) => anyhow::bail!("the EtcdCluster watch ended"),
+    let ctx = std::sync::Arc::new(cluster::task::Context {
+        client,
+        recorder,
+        metrics,
+    });
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let supervisor = cluster::supervisor::run(ctx, args.namespace, leadership.subscribe());
+    let result = tokio::select! {
+        _ = supervisor => Err(anyhow::anyhow!("the EtcdCluster watch ended")),
         _ = tokio::signal::ctrl_c() => Ok(()),
-    }
+        _ = term.recv() => Ok(()),
+    };
+    // The cluster tasks are gone with the supervisor; a standby may take over now.
+    tracing::info!("shutting down");
+    leadership.release(Duration::from_secs(3)).await;
+    result
 }

@@ -25,45 +25,85 @@ struct Handle {
     join: JoinHandle<()>,
 }
 
-/// Runs until the watch streams end (never, in practice).
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let (clusters, pods): (Api<EtcdCluster>, Api<Pod>) = match &namespace {
+/// A task never outlives its handle: when the supervisor ends (shutdown, or leadership handed
+/// over) no reconcile may still be acting.
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.join.abort();
+    }
+}
+
+/// Runs until the watch streams end (never, in practice). `namespaces` empty means every
+/// namespace. Tasks run only while `leading` is true; the watches run regardless, so a standby
+/// has its caches and takes over without listing again.
+pub async fn run(ctx: Arc<Context>, namespaces: Vec<String>, mut leading: watch::Receiver<bool>) {
+    let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().map(|n| Some(n.as_str())).collect()
+    };
+    let api = |ns: Option<&str>| match ns {
         Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
+            Api::<EtcdCluster>::namespaced(ctx.client.clone(), ns),
+            Api::<Pod>::namespaced(ctx.client.clone(), ns),
         ),
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
-    let mut cluster_events = watcher(clusters, watcher::Config::default())
+    // Each event carries its scope, so a relist of one namespace only speaks for that namespace.
+    let mut cluster_events = futures::stream::select_all(scopes.iter().map(|ns| {
+        let (clusters, _) = api(*ns);
+        let scope = ns.map(String::from);
+        watcher(clusters, watcher::Config::default())
+            .default_backoff()
+            .map(move |ev| (scope.clone(), ev))
+            .boxed()
+    }));
+    let mut pod_events = futures::stream::select_all(scopes.iter().map(|ns| {
+        let (_, pods) = api(*ns);
+        watcher(
+            pods,
+            watcher::Config::default().labels("app=etcd,etcd_cluster"),
+        )
         .default_backoff()
-        .boxed();
-    let mut pod_events = watcher(
-        pods,
-        watcher::Config::default().labels("app=etcd,etcd_cluster"),
-    )
-    .default_backoff()
-    .boxed();
+        .boxed()
+    }));
+    let mut known: BTreeMap<Key, EtcdCluster> = BTreeMap::new();
     let mut tasks: BTreeMap<Key, Handle> = BTreeMap::new();
-    let mut listed: Option<BTreeSet<Key>> = None;
+    // Per scope: the keys listed so far while a (re)list is under way.
+    let mut listed: BTreeMap<Option<String>, BTreeSet<Key>> = BTreeMap::new();
+    // Initial lists still to finish before the caches count as synced.
+    let mut unsynced = scopes.len() * 2;
+    let mut lead = *leading.borrow_and_update();
+    ctx.metrics.set_leader(lead);
 
     loop {
         tokio::select! {
             ev = cluster_events.next() => match ev {
-                Some(Ok(Event::Init)) => listed = Some(BTreeSet::new()),
-                Some(Ok(Event::InitApply(c))) => {
-                    if let Some(l) = listed.as_mut() { l.insert(key(&c)); }
-                    upsert(&ctx, &mut tasks, c);
+                Some((scope, Ok(Event::Init))) => { listed.insert(scope, BTreeSet::new()); }
+                Some((scope, Ok(Event::InitApply(c)))) => {
+                    if let Some(l) = listed.get_mut(&scope) { l.insert(key(&c)); }
+                    upsert(&ctx, &mut known, &mut tasks, lead, c);
                 }
-                Some(Ok(Event::InitDone)) => {
+                Some((scope, Ok(Event::InitDone))) => {
                     // Clusters deleted while the watch was down.
-                    if let Some(l) = listed.take() {
-                        let gone: Vec<Key> = tasks.keys().filter(|k| !l.contains(k)).cloned().collect();
-                        for k in gone { stop(&mut tasks, &k); }
+                    if let Some(l) = listed.remove(&scope) {
+                        let gone: Vec<Key> = known
+                            .keys()
+                            .filter(|k| !l.contains(k) && scope.as_ref().is_none_or(|ns| *ns == k.0))
+                            .cloned()
+                            .collect();
+                        for k in gone { known.remove(&k); stop(&ctx, &mut tasks, &k); }
                     }
+                    unsynced = unsynced.saturating_sub(1);
+                    if unsynced == 0 { ctx.metrics.set_synced(); }
                 }
-                Some(Ok(Event::Apply(c))) => upsert(&ctx, &mut tasks, c),
-                Some(Ok(Event::Delete(c))) => stop(&mut tasks, &key(&c)),
-                Some(Err(e)) => warn!("watching EtcdClusters: {e}"),
+                Some((_, Ok(Event::Apply(c)))) => upsert(&ctx, &mut known, &mut tasks, lead, c),
+                Some((_, Ok(Event::Delete(c)))) => {
+                    let k = key(&c);
+                    known.remove(&k);
+                    stop(&ctx, &mut tasks, &k);
+                }
+                Some((_, Err(e))) => warn!("watching EtcdClusters: {e}"),
                 None => return,
             },
             ev = pod_events.next() => match ev {
@@ -73,10 +113,30 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
                         if let Some(h) = tasks.get(&k) { h.wake.notify_one(); }
                     }
                 }
-                Some(Ok(_)) => {}
+                Some(Ok(Event::InitDone)) => {
+                    unsynced = unsynced.saturating_sub(1);
+                    if unsynced == 0 { ctx.metrics.set_synced(); }
+                }
+                Some(Ok(Event::Init)) => {}
                 Some(Err(e)) => warn!("watching member pods: {e}"),
                 None => return,
             },
+            changed = leading.changed() => {
+                let now = changed.is_ok() && *leading.borrow_and_update();
+                if now != lead {
+                    lead = now;
+                    ctx.metrics.set_leader(lead);
+                    if lead {
+                        info!(clusters = known.len(), "leading: starting the cluster tasks");
+                        for c in known.values() { start(&ctx, &mut tasks, c.clone()); }
+                    } else {
+                        info!(clusters = tasks.len(), "standing by: ending the cluster tasks");
+                        let keys: Vec<Key> = tasks.keys().cloned().collect();
+                        for k in keys { stop(&ctx, &mut tasks, &k); }
+                    }
+                }
+                if changed.is_err() { return; }
+            }
         }
     }
 }
@@ -95,12 +155,28 @@ fn key(c: &EtcdCluster) -> Key {
     (c.namespace().unwrap_or_default(), c.name_any())
 }
 
-fn upsert(ctx: &Arc<Context>, tasks: &mut BTreeMap<Key, Handle>, cluster: EtcdCluster) {
+fn upsert(
+    ctx: &Arc<Context>,
+    known: &mut BTreeMap<Key, EtcdCluster>,
+    tasks: &mut BTreeMap<Key, Handle>,
+    lead: bool,
+    cluster: EtcdCluster,
+) {
     let k = key(&cluster);
     if cluster.metadata.deletion_timestamp.is_some() {
-        stop(tasks, &k);
+        known.remove(&k);
+        stop(ctx, tasks, &k);
         return;
     }
+    known.insert(k, cluster.clone());
+    if lead {
+        start(ctx, tasks, cluster);
+    }
+}
+
+/// Hands the newest object to the cluster's task, starting the task if it does not run.
+fn start(ctx: &Arc<Context>, tasks: &mut BTreeMap<Key, Handle>, cluster: EtcdCluster) {
+    let k = key(&cluster);
     if let Some(h) = tasks.get(&k).filter(|h| !h.join.is_finished()) {
         h.spec.send_replace(cluster);
         return;
@@ -112,11 +188,10 @@ fn upsert(ctx: &Arc<Context>, tasks: &mut BTreeMap<Key, Handle>, cluster: EtcdCl
     tasks.insert(k, Handle { spec, wake, join });
 }
 
-fn stop(tasks: &mut BTreeMap<Key, Handle>, k: &Key) {
+fn stop(ctx: &Context, tasks: &mut BTreeMap<Key, Handle>, k: &Key) {
     if let Some(h) = tasks.remove(k) {
         info!(namespace = %k.0, name = %k.1, "ending the cluster's task");
-        // Dropping the sender ends the task at its next wait; abort covers one stuck in I/O.
-        drop(h.spec);
-        h.join.abort();
+        drop(h);
+        ctx.metrics.forget_cluster(&k.0, &k.1);
     }
 }

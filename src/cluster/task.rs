@@ -25,6 +25,8 @@ pub struct Context {
     pub client: Client,
     /// Publishes Kubernetes Events.
     pub recorder: Recorder,
+    /// The process's metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// How long a learner may take to start before its addition is undone.
@@ -67,6 +69,7 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
     let outcome = act::act(&apis, cluster, &obs, &action).await;
 
     let new_status = status::compute(cluster, &obs, &action);
+    record_state(ctx, cluster, &new_status);
     let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
     let patch = serde_json::json!({
         "apiVersion": EtcdCluster::api_version(&()),
@@ -109,6 +112,8 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
     match outcome {
         Ok(Outcome::Done(Some(change))) => {
             info!(?action, "{change}");
+            ctx.metrics
+                .membership_change(&ns, &cluster.name_any(), reason_of(&action));
             publish(EventType::Normal, reason_of(&action), change).await;
             Ok(Duration::from_millis(500))
         }
@@ -165,6 +170,7 @@ async fn report_invalid(
         reason: message.clone(),
     };
     let mut new_status = status::compute(cluster, &obs, &wait);
+    record_state(ctx, cluster, &new_status);
     for c in new_status
         .conditions
         .iter_mut()
@@ -222,6 +228,20 @@ async fn write_status(
         .map_err(|e| format!("writing status: {e}"))
 }
 
+fn record_state(ctx: &Context, cluster: &EtcdCluster, status: &crate::api::EtcdClusterStatus) {
+    let phase = status
+        .phase
+        .map(|p| format!("{p:?}"))
+        .unwrap_or_else(|| "None".into());
+    ctx.metrics.cluster_state(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        &phase,
+        i64::from(status.ready_members.unwrap_or(0)),
+        i64::from(cluster.spec.size),
+    );
+}
+
 fn reason_of(action: &Action) -> &'static str {
     match action {
         Action::Bootstrap => "SeedCreated",
@@ -240,7 +260,11 @@ pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake
     loop {
         let cluster = spec.borrow_and_update().clone();
         let span = info_span!("cluster", namespace = %cluster.namespace().unwrap_or_default(), name = %cluster.name_any());
-        let delay = match reconcile(&ctx, &cluster).instrument(span.clone()).await {
+        let started = std::time::Instant::now();
+        let result = reconcile(&ctx, &cluster).instrument(span.clone()).await;
+        ctx.metrics
+            .reconciled("etcdcluster", started.elapsed(), result.is_err());
+        let delay = match result {
             Ok(d) => {
                 failures = 0;
                 d

@@ -1,0 +1,137 @@
+//! `/metrics`, `/healthz` and `/readyz`, served over plain HTTP/1.1 for Prometheus and the
+//! kubelet's probes.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::CONTENT_TYPE;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+
+/// Errors of the HTTP endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The address could not be bound.
+    #[error("binding the metrics address {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Binds `addr` now (so a taken port fails start-up); the returned future serves until the
+/// process ends. Also returns the bound address (`addr` may ask for port 0).
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+) -> Result<(SocketAddr, impl Future<Output = ()>), Error> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| Error::Bind { addr, source })?;
+    info!(%addr, "serving /metrics, /healthz and /readyz");
+    Ok((addr, async move {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    warn!("accepting a connection: {e}");
+                    continue;
+                }
+            };
+            let metrics = metrics.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| {
+                    let metrics = metrics.clone();
+                    async move { Ok::<_, Infallible>(respond(&req, &metrics)) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    }))
+}
+
+fn respond(req: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes>> {
+    let role = if metrics.is_leader() {
+        "leader"
+    } else {
+        "standby"
+    };
+    let (status, content_type, body) = match req.uri().path() {
+        "/metrics" => (
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.encode(),
+        ),
+        "/healthz" | "/livez" => (StatusCode::OK, "text/plain", "ok\n".into()),
+        // A standby is ready too: it has its caches and takes over without a restart.
+        "/readyz" if metrics.synced() => (StatusCode::OK, "text/plain", format!("ok: {role}\n")),
+        "/readyz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            format!("caches not synced yet: {role}\n"),
+        ),
+        _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        response.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn readyz_waits_for_the_caches_and_tells_the_role() {
+        let metrics = Arc::new(Metrics::new());
+        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), metrics.clone())
+            .await
+            .unwrap();
+        let server = tokio::spawn(server);
+        let r = get(addr, "/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+        assert!(r.ends_with("caches not synced yet: standby\n"), "{r}");
+        metrics.set_synced();
+        let r = get(addr, "/readyz").await;
+        assert!(
+            r.starts_with("HTTP/1.1 200") && r.ends_with("ok: standby\n"),
+            "{r}"
+        );
+        metrics.set_leader(true);
+        assert!(get(addr, "/readyz").await.ends_with("ok: leader\n"));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
+        let m = get(addr, "/metrics").await;
+        assert!(m.contains("etcd_operator_leader 1"), "{m}");
+        server.abort();
+    }
+}

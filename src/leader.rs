@@ -1,0 +1,154 @@
+//! Leader election over a coordination.k8s.io Lease (kube-lease-manager), with a fence: the
+//! replica also reads the Lease back and stands down as soon as it cannot show that it still holds
+//! an unexpired lock, so a replica cut off from the API server stops acting before another one
+//! may take over.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::{Api, Client};
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+/// Errors of leader election.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Lease could not be read or created at start-up.
+    #[error("setting up the Lease {namespace}/{name}: {source}")]
+    Setup {
+        /// Namespace of the Lease.
+        namespace: String,
+        /// Name of the Lease.
+        name: String,
+        /// Why.
+        source: kube_lease_manager::LeaseManagerError,
+    },
+}
+
+/// Lease settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Namespace of the Lease (the operator's own).
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// This replica's identity (its pod name).
+    pub identity: String,
+    /// How long a lock is valid after its last renewal.
+    pub duration: Duration,
+    /// How long before expiry the holder renews.
+    pub grace: Duration,
+}
+
+/// Whether this replica may act, published on a watch channel.
+pub struct Leadership {
+    leading: watch::Receiver<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    manager: Option<JoinHandle<kube_lease_manager::Result<LeaseManager>>>,
+}
+
+impl Leadership {
+    /// No election: this replica always leads.
+    pub fn always() -> Self {
+        let (tx, leading) = watch::channel(true);
+        // The sender lives as long as the process, so `leading` never reports a closed channel.
+        let keep = tokio::spawn(async move {
+            tx.closed().await;
+        });
+        Leadership {
+            leading,
+            tasks: vec![keep],
+            manager: None,
+        }
+    }
+
+    /// Starts competing for the Lease.
+    pub async fn elect(client: Client, settings: Settings) -> Result<Self, Error> {
+        let manager = LeaseManagerBuilder::new(client.clone(), &settings.name)
+            .with_namespace(&settings.namespace)
+            .with_identity(&settings.identity)
+            .with_duration(settings.duration.as_secs())
+            .with_grace(settings.grace.as_secs())
+            .build()
+            .await
+            .map_err(|source| Error::Setup {
+                namespace: settings.namespace.clone(),
+                name: settings.name.clone(),
+                source,
+            })?;
+        let (mut held, manager) = manager.watch().await;
+        let (tx, leading) = watch::channel(false);
+        let leases: Api<Lease> = Api::namespaced(client, &settings.namespace);
+        let fence = tokio::spawn(async move {
+            let mut confirmed: Option<Timestamp> = None;
+            loop {
+                let claims = *held.borrow_and_update();
+                let holds = claims && still_holds(&leases, &settings, &mut confirmed).await;
+                if *tx.borrow() != holds {
+                    info!(
+                        identity = %settings.identity,
+                        "{}",
+                        if holds { "leading" } else { "standing by" }
+                    );
+                    tx.send_replace(holds);
+                }
+                tokio::select! {
+                    changed = held.changed() => if changed.is_err() { tx.send_replace(false); return },
+                    _ = tokio::time::sleep(Duration::from_secs(1)), if claims => {}
+                }
+            }
+        });
+        Ok(Leadership {
+            leading,
+            tasks: vec![fence],
+            manager: Some(manager),
+        })
+    }
+
+    /// A receiver of the leadership state.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.leading.clone()
+    }
+
+    /// Gives the Lease up (so a standby takes over at once, not after expiry) and waits up to
+    /// `within` for that to be written.
+    pub async fn release(self, within: Duration) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        drop(self.leading);
+        // The fence held the manager's receiver; with it gone the manager releases and ends.
+        if let Some(manager) = self.manager
+            && tokio::time::timeout(within, manager).await.is_err()
+        {
+            warn!("the Lease was not released in time; a standby takes over when it expires");
+        }
+    }
+}
+
+/// Whether the Lease, read back now, still names this replica with a lock that has not expired
+/// (less the grace, which covers clock skew). A failed read keeps the last confirmation until
+/// that too would have expired.
+async fn still_holds(
+    leases: &Api<Lease>,
+    settings: &Settings,
+    confirmed: &mut Option<Timestamp>,
+) -> bool {
+    match leases.get_opt(&settings.name).await {
+        Ok(Some(lease)) => {
+            let spec = lease.spec.unwrap_or_default();
+            let mine = spec.holder_identity.as_deref() == Some(settings.identity.as_str());
+            *confirmed = spec.renew_time.filter(|_| mine).map(|t| t.0);
+        }
+        Ok(None) => *confirmed = None,
+        Err(e) => warn!("reading the Lease back: {e}"),
+    }
+    let valid_for = settings.duration.saturating_sub(settings.grace);
+    confirmed.is_some_and(|renewed| {
+        let age = Timestamp::now().duration_since(renewed);
+        age.as_secs_f64() < valid_for.as_secs_f64()
+    })
+}

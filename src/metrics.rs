@@ -1,0 +1,285 @@
+//! The operator's Prometheus metrics. One registry per process; the cluster tasks record into it
+//! and `/metrics` encodes it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of the per-controller series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// `etcdcluster` (later also `etcdbackup`, `etcdrestore`).
+    pub controller: &'static str,
+}
+
+/// Labels of the per-cluster series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    /// The EtcdCluster's namespace.
+    pub namespace: String,
+    /// The EtcdCluster's name.
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabels {
+    namespace: String,
+    name: String,
+    change: &'static str,
+}
+
+type DurationFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
+
+/// Every series the operator exports.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    errors: Family<ControllerLabels, Counter>,
+    durations: DurationFamily,
+    clusters: Family<PhaseLabels, Gauge>,
+    members_ready: Family<ClusterLabels, Gauge>,
+    members_desired: Family<ClusterLabels, Gauge>,
+    changes: Family<ChangeLabels, Counter>,
+    leader: Gauge,
+    /// The phase each cluster was last counted under, so a cluster is counted once.
+    phases: Mutex<HashMap<(String, String), String>>,
+    ready: AtomicBool,
+}
+
+fn duration_histogram() -> Histogram {
+    // 5 ms .. ~80 s: a pass is a few API calls, or a membership change waiting on etcd.
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every series registered and empty.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("etcd_operator");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let errors = Family::<ControllerLabels, Counter>::default();
+        let durations = DurationFamily::new_with_constructor(duration_histogram);
+        let clusters = Family::<PhaseLabels, Gauge>::default();
+        let members_ready = Family::<ClusterLabels, Gauge>::default();
+        let members_desired = Family::<ClusterLabels, Gauge>::default();
+        let changes = Family::<ChangeLabels, Counter>::default();
+        let leader = Gauge::default();
+        registry.register(
+            "reconciles",
+            "Reconcile passes, by controller",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconcile passes that failed, by controller",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time one reconcile pass took, by controller",
+            durations.clone(),
+        );
+        registry.register(
+            "clusters",
+            "EtcdClusters this replica manages, by phase",
+            clusters.clone(),
+        );
+        registry.register(
+            "cluster_members_ready",
+            "Members of an EtcdCluster that are healthy voters",
+            members_ready.clone(),
+        );
+        registry.register(
+            "cluster_members_desired",
+            "spec.size of an EtcdCluster",
+            members_desired.clone(),
+        );
+        registry.register(
+            "membership_changes",
+            "Membership changes made (seed, add, promote, remove, pod replaced), by cluster",
+            changes.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 when this replica holds the leader Lease (or runs without leader election)",
+            leader.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            errors,
+            durations,
+            clusters,
+            members_ready,
+            members_desired,
+            changes,
+            leader,
+            phases: Mutex::default(),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// One reconcile pass of `controller`, how long it took and whether it failed.
+    pub fn reconciled(&self, controller: &'static str, took: Duration, failed: bool) {
+        let labels = ControllerLabels { controller };
+        self.reconciles.get_or_create(&labels).inc();
+        self.durations
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        if failed {
+            self.errors.get_or_create(&labels).inc();
+        }
+    }
+
+    /// What the last pass over a cluster saw.
+    pub fn cluster_state(&self, namespace: &str, name: &str, phase: &str, ready: i64, size: i64) {
+        let labels = ClusterLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.members_ready.get_or_create(&labels).set(ready);
+        self.members_desired.get_or_create(&labels).set(size);
+        let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (labels.namespace, labels.name);
+        match phases.get(&key) {
+            Some(old) if old == phase => return,
+            Some(old) => {
+                self.clusters
+                    .get_or_create(&PhaseLabels { phase: old.clone() })
+                    .dec();
+            }
+            None => {}
+        }
+        self.clusters
+            .get_or_create(&PhaseLabels {
+                phase: phase.into(),
+            })
+            .inc();
+        phases.insert(key, phase.into());
+    }
+
+    /// The cluster is no longer managed here (deleted, or leadership lost).
+    pub fn forget_cluster(&self, namespace: &str, name: &str) {
+        let labels = ClusterLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.members_ready.remove(&labels);
+        self.members_desired.remove(&labels);
+        let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = phases.remove(&(labels.namespace, labels.name)) {
+            self.clusters
+                .get_or_create(&PhaseLabels { phase: old })
+                .dec();
+        }
+    }
+
+    /// A membership change was made on a cluster.
+    pub fn membership_change(&self, namespace: &str, name: &str, change: &'static str) {
+        self.changes
+            .get_or_create(&ChangeLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+                change,
+            })
+            .inc();
+    }
+
+    /// Whether this replica leads.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// Whether this replica leads, as last recorded.
+    pub fn is_leader(&self) -> bool {
+        self.leader.get() == 1
+    }
+
+    /// The watches have listed everything once.
+    pub fn set_synced(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether the watches have listed everything once.
+    pub fn synced(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The Prometheus text format of every series.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_is_counted_under_its_latest_phase_only() {
+        let m = Metrics::new();
+        m.cluster_state("ns", "a", "Creating", 0, 3);
+        m.cluster_state("ns", "a", "Running", 3, 3);
+        m.cluster_state("ns", "b", "Running", 1, 1);
+        let text = m.encode();
+        assert!(
+            text.contains("etcd_operator_clusters{phase=\"Running\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("etcd_operator_clusters{phase=\"Creating\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("etcd_operator_cluster_members_ready{namespace=\"ns\",name=\"a\"} 3"),
+            "{text}"
+        );
+        m.forget_cluster("ns", "a");
+        let text = m.encode();
+        assert!(
+            text.contains("etcd_operator_clusters{phase=\"Running\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("name=\"a\""), "{text}");
+    }
+
+    #[test]
+    fn reconciles_errors_and_durations_are_per_controller() {
+        let m = Metrics::new();
+        m.reconciled("etcdcluster", Duration::from_millis(20), false);
+        m.reconciled("etcdcluster", Duration::from_millis(30), true);
+        m.membership_change("ns", "a", "MemberAdded");
+        m.set_leader(true);
+        let text = m.encode();
+        for series in [
+            "etcd_operator_reconciles_total{controller=\"etcdcluster\"} 2",
+            "etcd_operator_reconcile_errors_total{controller=\"etcdcluster\"} 1",
+            "etcd_operator_reconcile_duration_seconds_count{controller=\"etcdcluster\"} 2",
+            "etcd_operator_membership_changes_total{namespace=\"ns\",name=\"a\",change=\"MemberAdded\"} 1",
+            "etcd_operator_leader 1",
+        ] {
+            assert!(text.contains(series), "{series} missing from\n{text}");
+        }
+    }
+}
