@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .PHONY: all build test unit lint e2e control-plane-test smoke crds demo demo-down cluster-up \
-	control-plane-up cluster-down cluster-cycle-test k8s image bench
+	control-plane-up cluster-down cluster-cycle-test k8s image bench chart-test
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 
 ## test: everything CI runs: lint, unit tests, then the e2e suite on the local single-node cluster
 ## (the CRD rules judged by its kube-apiserver, and the smoke test that proves the cluster real).
-test: lint unit cluster-cycle-test e2e
+test: lint unit chart-test cluster-cycle-test e2e
 
 lint:
 	hack/deps.sh
@@ -60,9 +60,15 @@ smoke:
 	$(CARGO) build -p e2e --tests
 	hack/with-cluster.sh $(CARGO) test -p e2e --test smoke
 
-## crds: regenerate crds/ from the API types.
+## crds: regenerate crds/ and the chart's copy from the API types.
 crds:
 	$(CARGO) run -q -- crd --out-dir crds
+	$(CARGO) run -q -- crd --out-dir charts/etcd-operator/crds
+
+## chart-test: helm lint --strict, helm template, offline schema validation, RBAC mode checks.
+chart-test:
+	hack/deps.sh
+	hack/chart-test.sh
 
 ## k8s: build (once per version, cached) the Kubernetes components from the official module.
 k8s:

@@ -34,6 +34,22 @@ fn committed_crds_match_the_generated_ones() {
     );
 }
 
+/// Helm installs the CRDs from the chart's own `crds/`, so it must never lag behind.
+#[test]
+fn the_charts_crds_are_the_committed_ones() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for crd in crds() {
+        let name = crd_file_name(&crd);
+        let chart = root.join("charts/etcd-operator/crds").join(&name);
+        let chart = std::fs::read_to_string(&chart)
+            .unwrap_or_else(|e| panic!("{}: {e}; run `make crds`", chart.display()));
+        assert!(
+            chart == crd_yaml(&crd).unwrap(),
+            "charts/etcd-operator/crds/{name} differs from `etcd-operator crd`; run `make crds`"
+        );
+    }
+}
+
 #[test]
 fn crds_have_the_coreos_names_and_a_status_subresource() {
     let all = crds();

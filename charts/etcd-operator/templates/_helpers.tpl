@@ -1,0 +1,71 @@
+{{- define "etcd-operator.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "etcd-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "etcd-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "etcd-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "etcd-operator.labels" -}}
+{{ include "etcd-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "etcd-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "etcd-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "etcd-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default (printf "v%s" .Chart.AppVersion) .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+The rights the EtcdCluster controller uses, and nothing else. Where each comes from:
+  etcdclusters          list, watch   src/cluster/supervisor.rs (the watcher over EtcdClusters)
+  etcdclusters/status   patch         src/cluster/task.rs (server-side apply of status)
+  pods                  list, watch   supervisor.rs (watcher over member pods), observe.rs (list)
+  pods                  create        act.rs (a member's pod)
+  pods                  delete        act.rs (a removed member's pod)
+  services              patch         act.rs (server-side apply of the two Services)
+  persistentvolumeclaims create       act.rs (a member's volume when the pod policy asks for one)
+  secrets               get           task.rs (checks that the Secrets the spec names exist)
+  events                create, patch kube's event Recorder (events.k8s.io/v1)
+*/}}
+{{- define "etcd-operator.rules" -}}
+- apiGroups: [etcd.database.coreos.com]
+  resources: [etcdclusters]
+  verbs: [list, watch]
+- apiGroups: [etcd.database.coreos.com]
+  resources: [etcdclusters/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, create, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The Helm chart offline: helm lint --strict, helm template over the value sets users pick, and
+# every rendered object checked against the Kubernetes 1.34 schemas (PyPI kubernetes-validate,
+# strict: unknown fields fail). The ServiceMonitor has no schema there (its CRD belongs to
+# prometheus-operator); it is only rendered.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+chart=$here/../charts/etcd-operator
+helm=$("$here/build-tools.sh" helm)/helm
+validate_version=1.37.0
+if ! python3 -m pip show kubernetes-validate 2>/dev/null | grep -qx "Version: $validate_version"; then
+  python3 -m pip install -q --root-user-action=ignore "kubernetes-validate==$validate_version"
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+"$helm" lint --strict "$chart"
+"$helm" lint --strict "$chart" --set watchNamespaces='{team-a,team-b}' --set replicas=2
+
+render() { # NAME ARGS...
+  local name=$1; shift
+  "$helm" template "eo-$name" "$chart" --namespace etcd-operator "$@" > "$out/$name.yaml"
+  python3 -m kubernetes_validate -k 1.34.0 --strict --quiet "$out/$name.yaml" 2>&1 |
+    { grep -v "Couldn't find schema for kind ServiceMonitor" || true; } > "$out/$name.log"
+  if [ -s "$out/$name.log" ]; then cat "$out/$name.log" >&2; echo "[chart] $name: invalid" >&2; exit 1; fi
+  echo "[chart] $name: $(grep -c '^kind:' "$out/$name.yaml") objects valid" >&2
+}
+render defaults
+render namespaced --set watchNamespaces='{team-a,team-b}'
+render ha --set replicas=2 --set metrics.serviceMonitor.enabled=true \
+  --set podLabels.team=db --set podAnnotations.note=x --set nodeSelector.disk=ssd \
+  --set 'tolerations[0].key=dedicated' --set 'tolerations[0].operator=Exists' \
+  --set priorityClassName=system-cluster-critical --set log.format=text
+render no-election --set leaderElection.enabled=false --set metrics.service.enabled=false
+
+# What the modes must and must not grant.
+kinds() { grep '^kind:' "$out/$1.yaml" | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
+grep -q '^kind: ClusterRole$' "$out/defaults.yaml" || { echo "[chart] cluster-wide mode has no ClusterRole" >&2; exit 1; }
+if grep -q '^kind: ClusterRole' "$out/namespaced.yaml"; then
+  echo "[chart] namespaced mode must not grant cluster-wide rights: $(kinds namespaced)" >&2; exit 1
+fi
+[ "$(grep -c '^kind: Role$' "$out/namespaced.yaml")" = 3 ] || { echo "[chart] expected a Role per namespace plus the Lease's: $(kinds namespaced)" >&2; exit 1; }
+grep -q '^kind: PodDisruptionBudget' "$out/ha.yaml" || { echo "[chart] replicas > 1 renders no PodDisruptionBudget" >&2; exit 1; }
+if grep -q '^kind: PodDisruptionBudget' "$out/defaults.yaml"; then echo "[chart] one replica must not get a PodDisruptionBudget" >&2; exit 1; fi
+if "$helm" template x "$chart" --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; then
+  echo "[chart] replicas > 1 without leader election must be refused" >&2; exit 1
+fi
+for f in "$here"/../crds/*.yaml; do
+  cmp -s "$f" "$chart/crds/$(basename "$f")" || { echo "[chart] $chart/crds differs from crds/; run make crds" >&2; exit 1; }
+done
+echo "[chart] lint, render, schema and mode checks passed" >&2
