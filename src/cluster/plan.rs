@@ -156,7 +156,12 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
     };
 
     let voters: Vec<&MemberView> = members.iter().filter(|m| !m.is_learner).collect();
-    let healthy_voters = voters.iter().filter(|m| m.healthy).count();
+    // A voter whose pod is being deleted still answers for a moment, but counting it would let
+    // a removal go ahead on a quorum that is already leaving (two pods deleted at once).
+    let healthy_voters = voters
+        .iter()
+        .filter(|m| m.healthy && pod(&m.name).is_some_and(|p| !p.state.is_gone()))
+        .count();
     if healthy_voters < quorum(voters.len()) {
         return Action::QuorumLost {
             reason: format!(
@@ -422,6 +427,18 @@ mod tests {
             m.healthy = false;
         }
         obs.pods.truncate(1);
+        assert!(matches!(plan(&obs, &target(3)), Action::QuorumLost { .. }));
+    }
+
+    #[test]
+    fn a_terminating_pod_does_not_count_towards_quorum() {
+        // Two of three pods deleted at once: one member already down, the other still
+        // answering while its pod terminates. Removing the first would leave a two-member
+        // cluster whose second half is on its way out.
+        let mut obs = steady(3);
+        obs.members.as_mut().unwrap()[0].healthy = false;
+        obs.pods[0].state = PodState::Terminating;
+        obs.pods[1].state = PodState::Terminating;
         assert!(matches!(plan(&obs, &target(3)), Action::QuorumLost { .. }));
     }
 
