@@ -41,7 +41,8 @@ The rights the EtcdCluster controller uses, and nothing else. Where each comes f
   pods                  list, watch   supervisor.rs (watcher over member pods), observe.rs (list)
   pods                  create        act.rs (a member's pod)
   pods                  delete        act.rs (a removed member's pod)
-  services              patch         act.rs (server-side apply of the two Services)
+  services              patch, create act.rs (server-side apply of the two Services; an apply that
+                                      creates the object is also authorized as create)
   persistentvolumeclaims create       act.rs (a member's volume when the pod policy asks for one)
   secrets               get           task.rs (checks that the Secrets the spec names exist)
   events                create, patch kube's event Recorder (events.k8s.io/v1)
@@ -58,7 +59,7 @@ The rights the EtcdCluster controller uses, and nothing else. Where each comes f
   verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [services]
-  verbs: [patch]
+  verbs: [patch, create]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [create]
