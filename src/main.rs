@@ -97,6 +97,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("parsing --log-level")?;
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter);
     match args.log_format {
         LogFormat::Text => logs.init(),
@@ -109,10 +110,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes")?;
-    let identity = args.identity.clone().unwrap_or_else(|| {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "etcd-operator".into());
-        format!("{host}-{}", uuid::Uuid::new_v4().simple())
-    });
+    // The pod name names the replica in Events; the Lease gets a fresh suffix per process, so a
+    // container restarted after a crash never mistakes its predecessor's lock for its own.
+    let instance = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "etcd-operator".into());
+    let identity = format!("{instance}_{}", uuid::Uuid::new_v4().simple());
     let leadership = if args.leader_elect {
         leader::Leadership::elect(
             client.clone(),
@@ -130,7 +135,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let reporter = kube::runtime::events::Reporter {
         controller: "etcd-operator".into(),
-        instance: Some(identity),
+        instance: Some(instance),
     };
     let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
     let ctx = std::sync::Arc::new(cluster::task::Context {
