@@ -26,11 +26,12 @@ unit:
 	ETCD_BINARIES=3.4=$$(command -v etcd),3.5=$$(hack/build-tools.sh etcd-3.5)/etcd,3.6=$$(hack/build-tools.sh etcd-3.6)/etcd \
 		$(CARGO) test --workspace --exclude e2e
 
+## e2e: the operator image (release build) imported into the local cluster, then the suite, which
+## installs the operator through the chart in each test's namespace.
 e2e:
 	hack/deps.sh
-	$(CARGO) build --bin etcd-operator
 	$(CARGO) build -p e2e --tests
-	hack/with-cluster.sh $(CARGO) test -p e2e -- --test-threads=2
+	hack/with-cluster.sh sh -c 'hack/image.sh && $(CARGO) test -p e2e -- --test-threads=2'
 
 ## cluster-cycle-test: up, down, up, down must leave the machine as it was.
 cluster-cycle-test:

@@ -29,5 +29,6 @@ else
   fi
 fi
 bin=$("$here/build-k8s.sh" kubectl)
-export KUBECONFIG=$("$here/cluster.sh" kubeconfig) KUBECTL=$bin/kubectl PATH=$bin:$PATH
+helm=$("$here/build-tools.sh" helm)
+export KUBECONFIG=$("$here/cluster.sh" kubeconfig) KUBECTL=$bin/kubectl HELM=$helm/helm PATH=$bin:$helm:$PATH
 "$@"

@@ -142,11 +142,175 @@ pub fn manifest(kind: &str, name: &str, spec: &Value) -> String {
     .to_string()
 }
 
-/// The operator as a process (`target/debug/etcd-operator run --namespace NS`, or
-/// `$ETCD_OPERATOR_BIN`), killed on drop. Its log goes to `$TMPDIR/etcd-operator-NS.log`.
-pub struct Operator(Child);
+/// `helm` for the cluster under test: `$HELM`, or `helm` from PATH.
+pub fn helm(args: &[&str]) -> String {
+    let bin = std::env::var("HELM").unwrap_or_else(|_| "helm".into());
+    let out = Command::new(&bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {bin}: {e}; set HELM or put helm on PATH"));
+    assert!(
+        out.status.success(),
+        "helm {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
 
-impl Operator {
+/// The operator installed the way users install it: the chart in `charts/etcd-operator`, in the
+/// test's namespace, watching that namespace only (so its namespaced RBAC is what the test
+/// exercises). The image is the chart's default, `$E2E_IMAGE` (`repository:tag`) when set, with
+/// pull policy `$E2E_IMAGE_PULL_POLICY` (default `Never`: the local cluster has it imported).
+/// On a failing test its logs are printed.
+pub struct Operator<'a> {
+    kubectl: &'a Kubectl,
+    /// The release's namespace.
+    pub ns: String,
+}
+
+/// The chart's release name in every test namespace.
+pub const RELEASE: &str = "etcd-operator";
+/// The label selector of the operator's pods.
+pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=etcd-operator";
+
+impl<'a> Operator<'a> {
+    /// `helm install` into `ns` with `extra` `--set` values; waits until a replica is ready.
+    pub fn install(k: &'a Kubectl, ns: &str, extra: &[&str]) -> Self {
+        let chart = repo_root().join("charts/etcd-operator");
+        let watch = format!("watchNamespaces={{{ns}}}");
+        let policy = format!(
+            "image.pullPolicy={}",
+            std::env::var("E2E_IMAGE_PULL_POLICY").unwrap_or_else(|_| "Never".into())
+        );
+        let mut args = vec![
+            "upgrade",
+            "--install",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "--namespace",
+            ns,
+            "--set",
+            &watch,
+            "--set",
+            &policy,
+            "--set",
+            "log.format=text",
+            "--set",
+            "leaderElection.leaseDuration=10",
+            "--set",
+            "leaderElection.leaseGrace=3",
+        ];
+        let image = std::env::var("E2E_IMAGE").ok();
+        let (repo, tag);
+        if let Some((r, t)) = image.as_deref().and_then(|i| i.rsplit_once(':')) {
+            repo = format!("image.repository={r}");
+            tag = format!("image.tag={t}");
+            args.extend(["--set", &repo, "--set", &tag]);
+        }
+        for e in extra {
+            args.extend(["--set", e]);
+        }
+        helm(&args);
+        let op = Operator {
+            kubectl: k,
+            ns: ns.into(),
+        };
+        op.wait_ready(1);
+        op
+    }
+
+    /// Waits until `n` operator pods are Ready.
+    pub fn wait_ready(&self, n: usize) {
+        until("the operator to be ready", 120, || {
+            self.pods()
+                .iter()
+                .filter(|p| {
+                    p["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    }) && p["metadata"]["deletionTimestamp"].is_null()
+                })
+                .count()
+                >= n
+        });
+    }
+
+    /// The operator's pods, as JSON.
+    pub fn pods(&self) -> Vec<Value> {
+        let list = self.kubectl.ok(
+            &[
+                "get",
+                "pods",
+                "-n",
+                &self.ns,
+                "-l",
+                OPERATOR_SELECTOR,
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        let list: Value = serde_json::from_str(&list).unwrap();
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Kills every replica at once (no grace: a crash, not a shutdown) and waits for a new one.
+    pub fn kill(&self) {
+        self.kubectl.ok(
+            &[
+                "delete",
+                "pods",
+                "-n",
+                &self.ns,
+                "-l",
+                OPERATOR_SELECTOR,
+                "--grace-period=0",
+                "--force",
+                "--wait=false",
+            ],
+            None,
+        );
+        self.wait_ready(1);
+    }
+
+    /// The operator's logs (every replica, current and previous containers).
+    pub fn logs(&self) -> String {
+        let out = self.kubectl.run(
+            &[
+                "logs",
+                "-n",
+                &self.ns,
+                "-l",
+                OPERATOR_SELECTOR,
+                "--prefix",
+                "--tail=200",
+                "--all-containers",
+            ],
+            None,
+        );
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+}
+
+impl Drop for Operator<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- operator logs ({}) ---\n{}", self.ns, self.logs());
+        }
+    }
+}
+
+/// The operator as a host process (`target/debug/etcd-operator run --namespace NS`, or
+/// `$ETCD_OPERATOR_BIN`), killed on drop; for the benchmark, which reads its RSS. Its log goes to
+/// `$TMPDIR/etcd-operator-NS.log`.
+pub struct OperatorProcess(Child);
+
+impl OperatorProcess {
     /// Starts the operator for namespace `ns`.
     pub fn start(ns: &str) -> Self {
         let bin = std::env::var("ETCD_OPERATOR_BIN")
@@ -159,13 +323,19 @@ impl Operator {
             .open(std::env::temp_dir().join(format!("etcd-operator-{ns}.log")))
             .unwrap();
         let child = Command::new(&bin)
-            .args(["run", "--namespace", ns])
+            .args([
+                "run",
+                "--namespace",
+                ns,
+                "--metrics-bind-address",
+                "127.0.0.1:0",
+            ])
             .env("RUST_LOG", "info,kube=warn")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-        Operator(child)
+        OperatorProcess(child)
     }
 
     /// The process ID.
@@ -174,11 +344,28 @@ impl Operator {
     }
 }
 
-impl Drop for Operator {
+impl Drop for OperatorProcess {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The host PID of the operator process running in pod `pod`, when this machine runs it (the
+/// local cluster's node is this host): found by its `POD_NAME` environment variable.
+pub fn host_pid(pod: &str) -> Option<u32> {
+    let needle = format!("POD_NAME={pod}\0");
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let e = e.ok()?;
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let environ = std::fs::read(e.path().join("environ")).ok()?;
+        (cmdline.starts_with(b"/usr/local/bin/etcd-operator\0run")
+            && environ
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes()))
+        .then_some(pid)
+    })
 }
 
 /// `kubectl get -n NS WHAT -o json`.

@@ -1,6 +1,6 @@
-//! The EtcdCluster controller end to end on a real cluster: the operator runs as a process
-//! (`target/debug/etcd-operator run --namespace <test namespace>`) against the cluster that
-//! KUBECONFIG names, and reaches members by pod IP.
+//! The EtcdCluster controller end to end on a real cluster: the operator is installed by the
+//! chart into each test's namespace (in-cluster, with its ServiceAccount and namespaced RBAC)
+//! on the cluster that KUBECONFIG names, and reaches members by pod IP.
 
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ fn a_three_member_cluster_comes_up_heals_pauses_and_goes_away() {
     k.apply_crds();
     let ns = k.namespace("cluster");
     let ns = ns.name.as_str();
-    let _operator = Operator::start(ns);
+    let _operator = Operator::install(&k, ns, &[]);
 
     // 1. The basic example becomes Available with three healthy members that equal the pods.
     let example = repo_root().join("examples/basic-cluster.yaml");
@@ -186,7 +186,7 @@ fn scaling_keeps_every_key_and_survives_operator_restarts() {
     k.apply_crds();
     let ns = k.namespace("scale");
     let ns = ns.name.as_str();
-    let mut operator = Operator::start(ns);
+    let operator = Operator::install(&k, ns, &[]);
     let example = repo_root().join("examples/basic-cluster.yaml");
     k.ok(&["apply", "-n", ns, "-f", example.to_str().unwrap()], None);
     until("3 healthy members", 240, || {
@@ -208,8 +208,7 @@ fn scaling_keeps_every_key_and_survives_operator_restarts() {
     until("a learner to appear", 120, || {
         has_learner(&k, ns, "example")
     });
-    drop(operator);
-    operator = Operator::start(ns);
+    operator.kill();
     until("5 healthy members", 300, || {
         healthy_at_size(&k, ns, "example", 5)
     });
@@ -223,8 +222,7 @@ fn scaling_keeps_every_key_and_survives_operator_restarts() {
             .is_some_and(|n| n < 5)
             || pod_names(&k, ns, "example").len() < 5
     });
-    drop(operator);
-    let _operator = Operator::start(ns);
+    operator.kill();
     until("3 healthy members", 300, || {
         healthy_at_size(&k, ns, "example", 3)
     });
@@ -238,7 +236,7 @@ fn lost_quorum_is_reported_and_nothing_destructive_happens() {
     k.apply_crds();
     let ns = k.namespace("quorum");
     let ns = ns.name.as_str();
-    let _operator = Operator::start(ns);
+    let _operator = Operator::install(&k, ns, &[]);
     let example = repo_root().join("examples/basic-cluster.yaml");
     k.ok(&["apply", "-n", ns, "-f", example.to_str().unwrap()], None);
     until("3 healthy members", 240, || {
@@ -316,7 +314,7 @@ fn a_missing_secret_is_reported_by_field_until_it_exists() {
     k.apply_crds();
     let ns = k.namespace("secret");
     let ns = ns.name.as_str();
-    let _operator = Operator::start(ns);
+    let _operator = Operator::install(&k, ns, &[]);
     let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
         "metadata": {"name": "example"},
         "spec": {"size": 1, "pod": {"etcdEnv": [{"name": "ETCD_AUTH_TOKEN",

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::{Kubectl, Operator, healthy_at_size, pod_names, until};
+use e2e::{Kubectl, OperatorProcess, healthy_at_size, pod_names, until};
 use serde_json::json;
 
 const IMAGE: &str = "quay.io/coreos/etcd:v3.6.16";
@@ -69,7 +69,7 @@ fn main() {
     k.apply_crds();
     let ns = k.namespace("bench");
     let ns = ns.name.as_str();
-    let operator = Operator::start(ns);
+    let operator = OperatorProcess::start(ns);
 
     let floor = median((0..3).map(|i| floor(&k, ns, i)).collect());
     let mut rows: Vec<(String, String, &str)> = Vec::new();
