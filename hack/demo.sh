@@ -25,6 +25,7 @@ k apply -f "$root/examples/basic-cluster.yaml"
 echo "[demo] waiting for EtcdCluster example to be Available" >&2
 k wait --for=condition=Available --timeout=300s etcdcluster/example >/dev/null
 until [ "$(k get etcdcluster/example -o jsonpath='{.status.readyMembers}')" = 3 ]; do sleep 1; done
+k wait --for=condition=Ready --timeout=120s pod -l etcd_cluster=example >/dev/null
 k get -n etcd-operator deploy,pods
 echo
 k get etcd,pods,svc -o wide
