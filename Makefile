@@ -44,11 +44,12 @@ image:
 	hack/image.sh
 
 ## bench: the controller's figures (apply to Available, failover, scale-up, RSS) with the floor.
+## The image is imported too: new member pods run it as their init container.
 bench:
 	hack/deps.sh
 	$(CARGO) build --release --bin etcd-operator
 	$(CARGO) build -p e2e --bins
-	ETCD_OPERATOR_BIN=target/release/etcd-operator hack/with-cluster.sh $(CARGO) run -q -p e2e --bin bench
+	ETCD_OPERATOR_BIN=target/release/etcd-operator hack/with-cluster.sh sh -c 'hack/image.sh && $(CARGO) run -q -p e2e --bin bench'
 
 ## control-plane-test: the CRD rules only, on a throwaway control plane (seconds, no node).
 control-plane-test:

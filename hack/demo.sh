@@ -32,6 +32,6 @@ k get etcd,pods,svc -o wide
 member=$(k get etcdcluster/example -o jsonpath='{.status.members.ready[0]}')
 echo
 echo "etcd member list (from $member):"
-k exec "$member" -- /usr/local/bin/etcdctl member list -w table
+k exec "$member" -c etcd -- /usr/local/bin/etcdctl member list -w table
 echo
 echo "KUBECONFIG=$KUBECONFIG"

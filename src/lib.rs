@@ -4,6 +4,7 @@
 pub mod api;
 pub mod cluster;
 pub mod etcd;
+pub mod gate;
 pub mod http;
 pub mod leader;
 pub mod metrics;

@@ -24,6 +24,19 @@ enum Command {
         #[arg(long)]
         out_dir: Option<std::path::PathBuf>,
     },
+    /// Wait until etcd lists a member with this peer URL (the init container of a new member's
+    /// pod, which the operator creates before it adds the member).
+    AwaitMembership {
+        /// The new member's peer URL.
+        #[arg(long)]
+        peer_url: String,
+        /// Client URLs of the current members (comma-separated).
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        /// Milliseconds between two looks.
+        #[arg(long, default_value_t = 200)]
+        poll_ms: u64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -58,6 +71,11 @@ struct RunArgs {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// The operator's own image, run as the init container that holds a new member's etcd
+    /// back until the member is added (the chart sets it). Without it, members are added
+    /// before their pods exist, and each addition waits out cluster DNS's negative cache.
+    #[arg(long, env = "MEMBER_GATE_IMAGE")]
+    member_gate_image: Option<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -71,6 +89,22 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(run(args))?;
+        }
+        Command::AwaitMembership {
+            peer_url,
+            endpoints,
+            poll_ms,
+        } => {
+            init_logs("info", LogFormat::Text)?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the runtime")?;
+            runtime.block_on(etcd_operator::gate::await_membership(
+                &endpoints,
+                &peer_url,
+                Duration::from_millis(poll_ms),
+            ));
         }
         Command::Crd { out_dir: None } => {
             let yaml = api::crds_yaml().context("serializing the CRDs")?;
@@ -91,18 +125,23 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+fn init_logs(level: &str, format: LogFormat) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log_level))
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .context("parsing --log-level")?;
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter);
-    match args.log_format {
+    match format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
     }
+    Ok(())
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logs(&args.log_level, args.log_format)?;
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
     let (_, serve) = http::serve(args.metrics_bind_address, metrics.clone()).await?;
     tokio::spawn(serve);
@@ -142,6 +181,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         client,
         recorder,
         metrics,
+        gate_image: args.member_gate_image.clone().filter(|i| !i.is_empty()),
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;

@@ -7,6 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use etcd_operator::etcd::{self, Etcd, Member};
+use etcd_operator::gate;
 use support::{EtcdProcess, etcd_binary};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,6 +48,20 @@ async fn grow(
     joiner: &mut EtcdProcess,
     token: &str,
 ) -> u64 {
+    // The init container of a pod created ahead of its member holds etcd back until the
+    // member is listed: closed now, open once the member is added.
+    let endpoints: Vec<String> = existing.iter().map(|m| m.client_url.clone()).collect();
+    assert_eq!(
+        gate::is_member(&endpoints, &joiner.peer_url).await,
+        Some(false)
+    );
+    let gate_task = tokio::spawn({
+        let (endpoints, peer_url) = (endpoints.clone(), joiner.peer_url.clone());
+        async move { gate::await_membership(&endpoints, &peer_url, Duration::from_millis(50)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!gate_task.is_finished(), "the gate opened before the add");
+
     // Right after a promotion etcd refuses the next change until the new voter has been
     // connected for its health interval; that refusal is recognisable and passes.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -62,6 +77,10 @@ async fn grow(
     assert!(added.is_learner, "{added:?}");
     assert_eq!(added.name, "", "a member has no name before it starts");
     assert!(after.iter().any(|m| m.id == added.id && m.is_learner));
+    tokio::time::timeout(Duration::from_secs(5), gate_task)
+        .await
+        .expect("the gate opens once the member is added")
+        .unwrap();
 
     let mut all: Vec<&EtcdProcess> = existing.to_vec();
     all.push(joiner);

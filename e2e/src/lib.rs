@@ -169,6 +169,22 @@ pub struct Operator<'a> {
     pub ns: String,
 }
 
+/// The operator image under test: `$E2E_IMAGE`, else the chart's default (what `make image`
+/// builds and imports).
+pub fn image() -> String {
+    std::env::var("E2E_IMAGE").unwrap_or_else(|_| {
+        let chart = std::fs::read_to_string(repo_root().join("charts/etcd-operator/Chart.yaml"))
+            .expect("reading Chart.yaml");
+        let app = chart
+            .lines()
+            .find_map(|l| l.strip_prefix("appVersion:"))
+            .expect("Chart.yaml has an appVersion")
+            .trim()
+            .trim_matches('"');
+        format!("quay.io/etcd-operator/etcd-operator:v{app}")
+    })
+}
+
 /// The chart's release name in every test namespace.
 pub const RELEASE: &str = "etcd-operator";
 /// The label selector of the operator's pods.
@@ -331,6 +347,7 @@ impl OperatorProcess {
                 "127.0.0.1:0",
             ])
             .env("RUST_LOG", "info,kube=warn")
+            .env("MEMBER_GATE_IMAGE", image())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

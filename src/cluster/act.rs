@@ -2,14 +2,17 @@
 //! server-side applies or creates with the operator's field manager; children are owned by the
 //! EtcdCluster, so deleting it removes them.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 
 use super::members::{self, Addressing, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::Action;
-use super::resources::{self, MANAGER};
+use super::resources::{self, Gate, MANAGER};
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
 
@@ -34,6 +37,14 @@ pub enum Error {
     #[error("deleting pod {name}: {source}")]
     DeletePod {
         name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the pod or the EndpointSlices that show whether a new member's address is
+    /// published failed.
+    #[error("looking up the address of member {member}: {source}")]
+    Lookup {
+        member: String,
         #[source]
         source: kube::Error,
     },
@@ -62,6 +73,11 @@ pub struct Apis {
     pub services: Api<Service>,
     /// Volume claims of the cluster's namespace.
     pub pvcs: Api<PersistentVolumeClaim>,
+    /// EndpointSlices of the cluster's namespace (what cluster DNS answers from).
+    pub slices: Api<EndpointSlice>,
+    /// The operator's image for the init container that holds a new member back until it is
+    /// added; without it, the member is added first and its pod created after.
+    pub gate_image: Option<String>,
 }
 
 /// The cluster's addressing (names, URLs, TLS).
@@ -108,6 +124,7 @@ async fn create_pod(
     cluster: &EtcdCluster,
     member: &str,
     args: Vec<String>,
+    gate: Option<&Gate>,
 ) -> Result<(), Error> {
     let err = |source| Error::CreatePod {
         member: member.to_string(),
@@ -136,7 +153,7 @@ async fn create_pod(
             Err(e) => return Err(err(e)),
         }
     }
-    let pod = resources::member_pod(cluster, member, args);
+    let pod = resources::member_pod(cluster, member, args, gate);
     apis.pods
         .create(&PostParams::default(), &pod)
         .await
@@ -186,6 +203,65 @@ fn initial_cluster(members: &[etcd::Member]) -> String {
         .join(",")
 }
 
+/// How long an action waits for a new pod's address to be published before it looks again
+/// on a later round.
+const PUBLISH_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether the pod of `member` has an address in the headless Service's EndpointSlices, so
+/// cluster DNS answers for its name.
+async fn published(apis: &Apis, cluster: &EtcdCluster, member: &str) -> Result<bool, Error> {
+    let err = |source| Error::Lookup {
+        member: member.into(),
+        source,
+    };
+    let pod = apis.pods.get_opt(member).await.map_err(err)?;
+    let Some(ip) = pod.and_then(|p| p.status?.pod_ip) else {
+        return Ok(false);
+    };
+    let by_service = format!("kubernetes.io/service-name={}", cluster.name_any());
+    let slices = apis
+        .slices
+        .list(&ListParams::default().labels(&by_service))
+        .await
+        .map_err(err)?;
+    Ok(slices
+        .items
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .any(|e| e.addresses.contains(&ip)))
+}
+
+/// The second half of an addition: once the pod's address is published (so that no lookup of
+/// the new name can be answered, and cached, as NXDOMAIN), the member is added as a learner
+/// and the pod's init container lets etcd start.
+async fn join(
+    apis: &Apis,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    member: &str,
+) -> Result<Outcome, Error> {
+    let deadline = tokio::time::Instant::now() + PUBLISH_WAIT;
+    while !published(apis, cluster, member).await? {
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(Outcome::Retry(format!(
+                "the address of {member} is not published yet"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut etcd = connect(obs).await?;
+    match etcd
+        .add_learner(&addressing(cluster).peer_url(member))
+        .await
+    {
+        Ok((added, _)) => Ok(Outcome::Done(Some(format!(
+            "added member {member} ({:x}) as a learner",
+            added.id
+        )))),
+        Err(e) => settling(e),
+    }
+}
+
 fn settling(e: etcd::Error) -> Result<Outcome, Error> {
     if e.is_settling() {
         Ok(Outcome::Retry(e.to_string()))
@@ -208,9 +284,31 @@ pub async fn act(
             let token = uuid::Uuid::new_v4().to_string();
             let ic = addr.initial_cluster([name.as_str()]);
             let args = members::etcd_args(&addr, &name, &ic, &ClusterState::New { token });
-            create_pod(apis, cluster, &name, args).await?;
+            create_pod(apis, cluster, &name, args, None).await?;
             Ok(Outcome::Done(Some(format!("created seed member {name}"))))
         }
+        Action::AddMember if apis.gate_image.is_some() => {
+            let name = members::new_member_name(&cluster.name_any());
+            let all = obs.members.as_deref().unwrap_or_default();
+            let mut ic = initial_cluster(all);
+            ic.push_str(&format!(",{name}={}", addr.peer_url(&name)));
+            let gate = Gate {
+                image: apis.gate_image.clone().unwrap_or_default(),
+                endpoints: all
+                    .iter()
+                    .filter_map(|m| obs.pod_endpoint(m.host_label()?))
+                    .collect(),
+                peer_url: addr.peer_url(&name),
+                peers: all
+                    .iter()
+                    .filter_map(|m| m.host_label().map(String::from))
+                    .collect(),
+            };
+            let args = members::etcd_args(&addr, &name, &ic, &ClusterState::Existing);
+            create_pod(apis, cluster, &name, args, Some(&gate)).await?;
+            join(apis, cluster, obs, &name).await
+        }
+        Action::JoinMember { name } => join(apis, cluster, obs, name).await,
         Action::AddMember => {
             let name = members::new_member_name(&cluster.name_any());
             let mut etcd = connect(obs).await?;
@@ -224,7 +322,7 @@ pub async fn act(
                 &initial_cluster(&all),
                 &ClusterState::Existing,
             );
-            create_pod(apis, cluster, &name, args).await?;
+            create_pod(apis, cluster, &name, args, None).await?;
             Ok(Outcome::Done(Some(format!(
                 "added member {name} ({:x}) as a learner",
                 added.id
@@ -254,7 +352,7 @@ pub async fn act(
             let all = obs.members.as_deref().unwrap_or_default();
             let args =
                 members::etcd_args(&addr, name, &initial_cluster(all), &ClusterState::Existing);
-            create_pod(apis, cluster, name, args).await?;
+            create_pod(apis, cluster, name, args, None).await?;
             Ok(Outcome::Done(Some(format!(
                 "recreated the pod of member {name} on its volume"
             ))))

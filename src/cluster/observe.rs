@@ -12,7 +12,7 @@ use kube::{Api, ResourceExt};
 
 use super::members::CLIENT_PORT;
 use super::plan::{MemberView, Observation, PodState, PodView};
-use super::resources::selector;
+use super::resources::{JOIN_PEERS_ANNOTATION, selector};
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd, Member, Status};
 
@@ -95,10 +95,18 @@ pub async fn observe(pods_api: &Api<Pod>, cluster: &EtcdCluster) -> Result<Obser
             .as_ref()
             .and_then(|t| Duration::try_from(now.duration_since(t.0)).ok())
             .unwrap_or_default();
+        let joining = pod.annotations().get(JOIN_PEERS_ANNOTATION).map(|peers| {
+            peers
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(String::from)
+                .collect()
+        });
         obs.plan.pods.push(PodView {
             name: pod.name_any(),
             state: pod_state(&pod),
             age,
+            joining,
         });
         obs.pods.insert(pod.name_any(), pod);
     }

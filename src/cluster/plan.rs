@@ -39,6 +39,9 @@ pub struct PodView {
     pub state: PodState,
     /// How long ago it was created.
     pub age: Duration,
+    /// For a pod created ahead of its member (its etcd waits behind an init container until
+    /// the member is added): the other members its `--initial-cluster` names.
+    pub joining: Option<BTreeSet<String>>,
 }
 
 /// One member from etcd's member list, with its status if it answered.
@@ -108,6 +111,8 @@ pub enum Action {
     Bootstrap,
     /// Add a learner to etcd and create its pod, `--initial-cluster-state=existing`.
     AddMember,
+    /// Add the member of a pod that was created ahead of it (the addition's second half).
+    JoinMember { name: String },
     /// Promote a learner that has started.
     Promote { name: String, id: u64 },
     /// Remove a member from etcd (its pod is deleted on a later step).
@@ -135,7 +140,10 @@ impl Action {
     pub fn is_membership_change(&self) -> bool {
         matches!(
             self,
-            Action::AddMember | Action::Promote { .. } | Action::RemoveMember { .. }
+            Action::AddMember
+                | Action::JoinMember { .. }
+                | Action::Promote { .. }
+                | Action::RemoveMember { .. }
         )
     }
 }
@@ -197,14 +205,26 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         }
     }
 
-    // Pods without a member: a removal whose pod deletion was interrupted, or a pod whose
-    // member was never added.
-    let names: BTreeSet<&str> = members.iter().map(|m| m.name.as_str()).collect();
-    if let Some(p) = obs
+    // Pods without a member: a removal whose pod deletion was interrupted, a pod whose member
+    // was never added, or one created ahead of its member. Only one of the last kind is kept,
+    // and only while its `--initial-cluster` still names exactly the current members and a
+    // member is still wanted; etcd would refuse it otherwise.
+    let names: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
+    let mut joining = None;
+    for p in obs
         .pods
         .iter()
-        .find(|p| !names.contains(p.name.as_str()) && p.state != PodState::Terminating)
+        .filter(|p| !names.contains(&p.name) && p.state != PodState::Terminating)
     {
+        let keep = joining.is_none()
+            && p.joining.as_ref() == Some(&names)
+            && !p.state.is_gone()
+            && p.age <= target.learner_timeout
+            && voters.len() < target.size;
+        if keep {
+            joining = Some(p.name.clone());
+            continue;
+        }
         return Action::DeletePod {
             name: p.name.clone(),
             reason: DeleteReason::NoMember,
@@ -247,7 +267,10 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         };
     }
     if n < target.size {
-        return Action::AddMember;
+        return match joining {
+            Some(name) => Action::JoinMember { name },
+            None => Action::AddMember,
+        };
     }
     Action::Steady
 }
@@ -332,6 +355,7 @@ mod tests {
             name: name.into(),
             state: PodState::Running,
             age: MINUTE,
+            joining: None,
         }
     }
 
@@ -395,6 +419,37 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_pod_created_ahead_of_its_member_is_joined_or_else_deleted() {
+        let mut obs = steady(3);
+        let peers: BTreeSet<String> = ["m1", "m2", "m3"].map(String::from).into();
+        obs.pods.push(PodView {
+            joining: Some(peers),
+            state: PodState::Pending,
+            ..running("m4")
+        });
+        assert_eq!(
+            plan(&obs, &target(5)),
+            Action::JoinMember { name: "m4".into() }
+        );
+        // Not wanted any more, or too late.
+        let delete = Action::DeletePod {
+            name: "m4".into(),
+            reason: DeleteReason::NoMember,
+        };
+        assert_eq!(plan(&obs, &target(3)), delete);
+        let impatient = Target {
+            learner_timeout: MINUTE / 2,
+            ..target(5)
+        };
+        assert_eq!(plan(&obs, &impatient), delete);
+        // The membership changed since the pod was made: etcd would refuse its
+        // --initial-cluster.
+        obs.members.as_mut().unwrap().pop();
+        obs.pods.remove(2);
+        assert_eq!(plan(&obs, &target(5)), delete);
     }
 
     #[test]
@@ -464,7 +519,7 @@ mod tests {
     #[derive(Clone, Debug)]
     struct Sim {
         members: Vec<(String, u64, bool, bool)>, // name, id, learner, healthy
-        pods: Vec<(String, PodState)>,
+        pods: Vec<(String, PodState, Option<BTreeSet<String>>)>,
         leader: Option<u64>,
         next: u64,
     }
@@ -483,10 +538,11 @@ mod tests {
                 pods: self
                     .pods
                     .iter()
-                    .map(|(n, s)| PodView {
+                    .map(|(n, s, j)| PodView {
                         name: n.clone(),
                         state: *s,
                         age: MINUTE,
+                        joining: j.clone(),
                     })
                     .collect(),
                 bootstrapped: true,
@@ -500,12 +556,18 @@ mod tests {
         /// Applies `action`; afterwards every member whose pod runs answers (it has started).
         fn apply(&mut self, action: &Action) {
             match action {
+                // As act does with a gate image: the pod first, its member on a later step
+                // (the worst case: the operator stopped in between).
                 Action::AddMember => {
                     self.next += 1;
-                    let name = format!("n{}", self.next);
+                    let peers = self.members.iter().map(|m| m.0.clone()).collect();
+                    self.pods
+                        .push((format!("n{}", self.next), PodState::Pending, Some(peers)));
+                }
+                Action::JoinMember { name } => {
+                    self.next += 1;
                     self.members
                         .push((name.clone(), 1000 + self.next, true, false));
-                    self.pods.push((name, PodState::Running));
                 }
                 Action::Promote { id, .. } => self
                     .members
@@ -524,7 +586,9 @@ mod tests {
                         p.1 = PodState::Terminating;
                     }
                 }
-                Action::RecreatePod { name } => self.pods.push((name.clone(), PodState::Running)),
+                Action::RecreatePod { name } => {
+                    self.pods.push((name.clone(), PodState::Running, None))
+                }
                 _ => {}
             }
             // Deleted pods finish terminating, and pods that were scheduling have started, by
@@ -588,7 +652,7 @@ mod tests {
                     sim.members
                         .push((name.clone(), i as u64 + 1, *learner && i > 0, healthy));
                     if let Some(s) = state {
-                        sim.pods.push((name, s));
+                        sim.pods.push((name, s, None));
                     }
                 }
                 if quorate {
@@ -599,11 +663,20 @@ mod tests {
                         sim.members[i].3 = true;
                         let name = sim.members[i].0.clone();
                         sim.pods.retain(|p| p.0 != name);
-                        sim.pods.push((name, PodState::Running));
+                        sim.pods.push((name, PodState::Running, None));
                     }
                 }
+                // Strays: plain pods without a member, or pods created ahead of their member
+                // whose `--initial-cluster` may or may not still match.
+                let names: BTreeSet<String> = sim.members.iter().map(|m| m.0.clone()).collect();
                 for s in 0..strays {
-                    sim.pods.push((format!("stray{s}"), PodState::Running));
+                    let joining = match (s + ms.len()) % 3 {
+                        0 => None,
+                        1 => Some(names.clone()),
+                        _ => Some(names.iter().skip(1).cloned().collect()),
+                    };
+                    sim.pods
+                        .push((format!("stray{s}"), PodState::Running, joining));
                 }
                 let healthy_voters: Vec<u64> = sim
                     .members
@@ -647,6 +720,14 @@ mod tests {
                     prop_assert!(quorate);
                     prop_assert!(sim.members.iter().all(|m| !m.2 && m.3));
                     prop_assert!(voters.len() < size);
+                }
+                Action::JoinMember { name } => {
+                    prop_assert!(quorate);
+                    prop_assert!(sim.members.iter().all(|m| !m.2 && m.3));
+                    prop_assert!(voters.len() < size);
+                    let names: BTreeSet<String> = sim.members.iter().map(|m| m.0.clone()).collect();
+                    let p = sim.pods.iter().find(|p| &p.0 == name).unwrap();
+                    prop_assert_eq!(p.2.as_ref(), Some(&names));
                 }
                 Action::Promote { id, .. } => {
                     prop_assert!(quorate);

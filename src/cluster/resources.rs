@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
     PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, Probe,
-    SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    ResourceRequirements, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
+    TCPSocketAction, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
@@ -173,9 +175,71 @@ fn probes(version: &str) -> (Probe, Probe) {
     (liveness, readiness)
 }
 
+/// Annotation of a pod created ahead of its member: the other members its `--initial-cluster`
+/// names, comma-separated, so the planner can tell whether etcd would still accept it.
+pub const JOIN_PEERS_ANNOTATION: &str = "etcd.database.coreos.com/join-peers";
+
+/// Holds a new member's etcd back until the member has been added.
+///
+/// The operator creates the pod first and adds the member only once the pod's address is in
+/// the headless Service's EndpointSlice, because any lookup of the member's name before then
+/// (by etcd in the new pod, or by the leader dialing the new peer) is cached as NXDOMAIN by
+/// cluster DNS for its negative TTL (5 to 30 s), and every addition would wait that long.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gate {
+    /// The operator's own image, which has the `await-membership` command.
+    pub image: String,
+    /// Client URLs of the current members, by pod IP (no DNS needed).
+    pub endpoints: Vec<String>,
+    /// The new member's peer URL, which appears in the member list once it is added.
+    pub peer_url: String,
+    /// The other members its `--initial-cluster` names.
+    pub peers: Vec<String>,
+}
+
+fn gate_container(gate: &Gate) -> Container {
+    Container {
+        name: "await-membership".into(),
+        image: Some(gate.image.clone()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec!["/usr/local/bin/etcd-operator".into()]),
+        args: Some(vec![
+            "await-membership".into(),
+            format!("--peer-url={}", gate.peer_url),
+            format!("--endpoints={}", gate.endpoints.join(",")),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".into(), Quantity("10m".into())),
+                ("memory".into(), Quantity("16Mi".into())),
+            ])),
+            limits: Some(BTreeMap::from([("memory".into(), Quantity("64Mi".into()))])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(65532),
+            run_as_group: Some(65532),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    }
+}
+
 /// The pod of member `member` running `args` (see [`super::members::etcd_args`]), with the
-/// cluster's pod policy applied.
-pub fn member_pod(cluster: &EtcdCluster, member: &str, args: Vec<String>) -> Pod {
+/// cluster's pod policy applied; with a `gate`, etcd starts only once the member is added.
+pub fn member_pod(
+    cluster: &EtcdCluster,
+    member: &str,
+    args: Vec<String>,
+    gate: Option<&Gate>,
+) -> Pod {
     let name = cluster.name_any();
     let spec = &cluster.spec;
     let policy = spec.pod.clone().unwrap_or_default();
@@ -185,8 +249,12 @@ pub fn member_pod(cluster: &EtcdCluster, member: &str, args: Vec<String>) -> Pod
     let mut pod_labels = policy.labels.clone();
     pod_labels.extend(labels(&name, "member"));
     metadata.labels = Some(pod_labels);
-    if !policy.annotations.is_empty() {
-        metadata.annotations = Some(policy.annotations.clone());
+    let mut annotations = policy.annotations.clone();
+    if let Some(gate) = gate {
+        annotations.insert(JOIN_PEERS_ANNOTATION.into(), gate.peers.join(","));
+    }
+    if !annotations.is_empty() {
+        metadata.annotations = Some(annotations);
     }
 
     let data = match &policy.persistent_volume_claim_spec {
@@ -274,6 +342,7 @@ pub fn member_pod(cluster: &EtcdCluster, member: &str, args: Vec<String>) -> Pod
         spec: Some(PodSpec {
             hostname: Some(member.into()),
             subdomain: Some(name.clone()),
+            init_containers: gate.map(|g| vec![gate_container(g)]),
             containers: vec![etcd],
             volumes: Some(volumes),
             node_selector: (!policy.node_selector.is_empty()).then(|| policy.node_selector.clone()),
@@ -378,7 +447,12 @@ mod tests {
             }),
             ..Default::default()
         });
-        let pod = member_pod(&c, "example-bcdfg", vec!["--name=example-bcdfg".into()]);
+        let pod = member_pod(
+            &c,
+            "example-bcdfg",
+            vec!["--name=example-bcdfg".into()],
+            None,
+        );
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["app"], "etcd");
         assert_eq!(labels["etcd_cluster"], "example");
@@ -459,13 +533,52 @@ mod tests {
     }
 
     #[test]
+    fn a_gated_pod_waits_for_its_membership_and_names_its_peers() {
+        let c = cluster(EtcdClusterSpec {
+            size: 3,
+            ..Default::default()
+        });
+        let gate = Gate {
+            image: "op:v1".into(),
+            endpoints: vec!["http://10.0.0.1:2379".into(), "http://10.0.0.2:2379".into()],
+            peer_url: "http://example-x.example.ns.svc:2380".into(),
+            peers: vec!["example-a".into(), "example-b".into()],
+        };
+        let pod = member_pod(&c, "example-x", vec![], Some(&gate));
+        assert_eq!(
+            pod.metadata.annotations.as_ref().unwrap()[JOIN_PEERS_ANNOTATION],
+            "example-a,example-b"
+        );
+        let init = &pod.spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.image.as_deref(), Some("op:v1"));
+        assert_eq!(
+            init.args.as_deref().unwrap(),
+            [
+                "await-membership",
+                "--peer-url=http://example-x.example.ns.svc:2380",
+                "--endpoints=http://10.0.0.1:2379,http://10.0.0.2:2379"
+            ]
+        );
+        let sc = init.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert!(
+            member_pod(&c, "example-x", vec![], None)
+                .spec
+                .unwrap()
+                .init_containers
+                .is_none()
+        );
+    }
+
+    #[test]
     fn etcd_3_6_uses_livez_and_readyz_and_an_empty_dir() {
         let c = cluster(EtcdClusterSpec {
             size: 1,
             version: Some("v3.6.16".into()),
             ..Default::default()
         });
-        let pod = member_pod(&c, "example-x", vec![]);
+        let pod = member_pod(&c, "example-x", vec![], None);
         let spec = pod.spec.unwrap();
         let etcd = &spec.containers[0];
         let live = etcd

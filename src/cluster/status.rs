@@ -101,7 +101,10 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         _ => (ClusterPhase::Running, String::new()),
     };
     let progressing = match action {
-        Action::Bootstrap | Action::AddMember | Action::Promote { .. } => Some("Scaling"),
+        Action::Bootstrap
+        | Action::AddMember
+        | Action::JoinMember { .. }
+        | Action::Promote { .. } => Some("Scaling"),
         Action::RemoveMember {
             reason: RemoveReason::ScaleDown,
             ..

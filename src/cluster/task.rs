@@ -27,6 +27,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// The process's metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The operator's own image, for the init container of new member pods (see
+    /// [`super::resources::Gate`]).
+    pub gate_image: Option<String>,
 }
 
 /// How long a learner may take to start before its addition is undone.
@@ -41,6 +44,8 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
         pods: Api::namespaced(ctx.client.clone(), &ns),
         services: Api::<Service>::namespaced(ctx.client.clone(), &ns),
         pvcs: Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns),
+        slices: Api::namespaced(ctx.client.clone(), &ns),
+        gate_image: ctx.gate_image.clone(),
     };
     let paused = cluster.spec.is_paused();
     if let Some(missing) = missing_secret(ctx, cluster, &ns).await? {
@@ -122,7 +127,7 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
         }
         Ok(Outcome::Done(None)) => Ok(Duration::from_secs(1)),
         Ok(Outcome::Retry(why)) => {
-            info!(?action, "etcd is settling: {why}");
+            info!(?action, "not yet: {why}");
             Ok(Duration::from_secs(1))
         }
         Err(e) => {
@@ -245,7 +250,7 @@ fn record_state(ctx: &Context, cluster: &EtcdCluster, status: &crate::api::EtcdC
 fn reason_of(action: &Action) -> &'static str {
     match action {
         Action::Bootstrap => "SeedCreated",
-        Action::AddMember => "MemberAdded",
+        Action::AddMember | Action::JoinMember { .. } => "MemberAdded",
         Action::Promote { .. } => "MemberPromoted",
         Action::RemoveMember { .. } => "MemberRemoved",
         Action::RecreatePod { .. } => "PodRecreated",

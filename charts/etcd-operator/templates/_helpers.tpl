@@ -41,6 +41,8 @@ The rights the EtcdCluster controller uses, and nothing else. Where each comes f
   pods                  list, watch   supervisor.rs (watcher over member pods), observe.rs (list)
   pods                  create        act.rs (a member's pod)
   pods                  delete        act.rs (a removed member's pod)
+  pods                  get           act.rs (a new member's pod IP, before its member is added)
+  endpointslices        list          act.rs (whether cluster DNS answers for a new member yet)
   services              patch, create act.rs (server-side apply of the two Services; an apply that
                                       creates the object is also authorized as create)
   persistentvolumeclaims create       act.rs (a member's volume when the pod policy asks for one)
@@ -56,7 +58,10 @@ The rights the EtcdCluster controller uses, and nothing else. Where each comes f
   verbs: [patch]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, create, delete]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list]
 - apiGroups: [""]
   resources: [services]
   verbs: [patch, create]
