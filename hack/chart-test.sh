@@ -31,7 +31,8 @@ render ha --set replicas=2 --set metrics.serviceMonitor.enabled=true \
   --set podLabels.team=db --set podAnnotations.note=x --set nodeSelector.disk=ssd \
   --set 'tolerations[0].key=dedicated' --set 'tolerations[0].operator=Exists' \
   --set priorityClassName=system-cluster-critical --set log.format=text
-render no-election --set leaderElection.enabled=false --set metrics.service.enabled=false
+render no-election --set leaderElection.enabled=false --set metrics.service.enabled=false \
+  --set memberGate.enabled=false
 
 # What the modes must and must not grant.
 kinds() { grep '^kind:' "$out/$1.yaml" | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
@@ -45,6 +46,8 @@ if grep -q '^kind: PodDisruptionBudget' "$out/defaults.yaml"; then echo "[chart]
 if "$helm" template x "$chart" --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; then
   echo "[chart] replicas > 1 without leader election must be refused" >&2; exit 1
 fi
+grep -q -- '--member-gate-image=quay.io/etcd-operator/etcd-operator:v' "$out/defaults.yaml" || { echo "[chart] the operator does not pass its image for the member gate" >&2; exit 1; }
+if grep -q -- '--member-gate-image' "$out/no-election.yaml"; then echo "[chart] memberGate.enabled=false still passes the gate image" >&2; exit 1; fi
 for f in "$here"/../crds/*.yaml; do
   cmp -s "$f" "$chart/crds/$(basename "$f")" || { echo "[chart] $chart/crds differs from crds/; run make crds" >&2; exit 1; }
 done

@@ -34,7 +34,7 @@ enum Command {
         #[arg(long, value_delimiter = ',', required = true)]
         endpoints: Vec<String>,
         /// Milliseconds between two looks.
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 100)]
         poll_ms: u64,
     },
 }

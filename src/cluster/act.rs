@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 
-use super::members::{self, Addressing, ClusterState};
+use super::members::{self, Addressing, CLIENT_PORT, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::Action;
 use super::resources::{self, Gate, MANAGER};
@@ -203,6 +203,53 @@ fn initial_cluster(members: &[etcd::Member]) -> String {
         .join(",")
 }
 
+/// Creates the pod of a new member ahead of the member, its etcd held back by the gate until
+/// the member is added (see [`Gate`]); `peers` are the current members, `current` their
+/// `--initial-cluster`, `endpoints` their client URLs by pod IP. Returns the new member's name.
+async fn create_gated_pod(
+    apis: &Apis,
+    cluster: &EtcdCluster,
+    image: &str,
+    peers: Vec<String>,
+    current: String,
+    endpoints: Vec<String>,
+) -> Result<String, Error> {
+    let addr = addressing(cluster);
+    let name = members::new_member_name(&cluster.name_any());
+    let ic = format!("{current},{name}={}", addr.peer_url(&name));
+    let gate = Gate {
+        image: image.into(),
+        endpoints,
+        peer_url: addr.peer_url(&name),
+        peers,
+    };
+    let args = members::etcd_args(&addr, &name, &ic, &ClusterState::Existing);
+    create_pod(apis, cluster, &name, args, Some(&gate)).await?;
+    Ok(name)
+}
+
+/// The IP of pod `name` once it has one, or `None` after `wait`.
+async fn pod_ip_within(apis: &Apis, name: &str, wait: Duration) -> Result<Option<String>, Error> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let pod = apis
+            .pods
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::Lookup {
+                member: name.into(),
+                source,
+            })?;
+        if let Some(ip) = pod.and_then(|p| p.status?.pod_ip) {
+            return Ok(Some(ip));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// How long an action waits for a new pod's address to be published before it looks again
 /// on a later round.
 const PUBLISH_WAIT: Duration = Duration::from_secs(10);
@@ -210,12 +257,7 @@ const PUBLISH_WAIT: Duration = Duration::from_secs(10);
 /// Whether the pod of `member` has an address in the headless Service's EndpointSlices, so
 /// cluster DNS answers for its name.
 async fn published(apis: &Apis, cluster: &EtcdCluster, member: &str) -> Result<bool, Error> {
-    let err = |source| Error::Lookup {
-        member: member.into(),
-        source,
-    };
-    let pod = apis.pods.get_opt(member).await.map_err(err)?;
-    let Some(ip) = pod.and_then(|p| p.status?.pod_ip) else {
+    let Some(ip) = pod_ip_within(apis, member, Duration::ZERO).await? else {
         return Ok(false);
     };
     let by_service = format!("kubernetes.io/service-name={}", cluster.name_any());
@@ -223,7 +265,10 @@ async fn published(apis: &Apis, cluster: &EtcdCluster, member: &str) -> Result<b
         .slices
         .list(&ListParams::default().labels(&by_service))
         .await
-        .map_err(err)?;
+        .map_err(|source| Error::Lookup {
+            member: member.into(),
+            source,
+        })?;
     Ok(slices
         .items
         .iter()
@@ -247,7 +292,7 @@ async fn join(
                 "the address of {member} is not published yet"
             )));
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut etcd = connect(obs).await?;
     match etcd
@@ -285,27 +330,37 @@ pub async fn act(
             let ic = addr.initial_cluster([name.as_str()]);
             let args = members::etcd_args(&addr, &name, &ic, &ClusterState::New { token });
             create_pod(apis, cluster, &name, args, None).await?;
-            Ok(Outcome::Done(Some(format!("created seed member {name}"))))
+            let mut note = format!("created seed member {name}");
+            // The second member's pod starts beside the seed rather than after it: its
+            // membership is already known (the seed alone), and it joins as soon as the seed
+            // answers.
+            if let Some(image) = &apis.gate_image
+                && cluster.spec.size > 1
+                && let Some(ip) = pod_ip_within(apis, &name, PUBLISH_WAIT).await?
+            {
+                let endpoint = format!("http://{ip}:{CLIENT_PORT}");
+                let next =
+                    create_gated_pod(apis, cluster, image, vec![name], ic, vec![endpoint]).await?;
+                note.push_str(&format!(
+                    ", and the pod of member {next}, which waits to be added"
+                ));
+            }
+            Ok(Outcome::Done(Some(note)))
         }
         Action::AddMember if apis.gate_image.is_some() => {
-            let name = members::new_member_name(&cluster.name_any());
             let all = obs.members.as_deref().unwrap_or_default();
-            let mut ic = initial_cluster(all);
-            ic.push_str(&format!(",{name}={}", addr.peer_url(&name)));
-            let gate = Gate {
-                image: apis.gate_image.clone().unwrap_or_default(),
-                endpoints: all
-                    .iter()
-                    .filter_map(|m| obs.pod_endpoint(m.host_label()?))
-                    .collect(),
-                peer_url: addr.peer_url(&name),
-                peers: all
-                    .iter()
-                    .filter_map(|m| m.host_label().map(String::from))
-                    .collect(),
-            };
-            let args = members::etcd_args(&addr, &name, &ic, &ClusterState::Existing);
-            create_pod(apis, cluster, &name, args, Some(&gate)).await?;
+            let image = apis.gate_image.as_deref().unwrap_or_default();
+            let peers = all
+                .iter()
+                .filter_map(|m| m.host_label().map(String::from))
+                .collect();
+            let endpoints = all
+                .iter()
+                .filter_map(|m| obs.pod_endpoint(m.host_label()?))
+                .collect();
+            let name =
+                create_gated_pod(apis, cluster, image, peers, initial_cluster(all), endpoints)
+                    .await?;
             join(apis, cluster, obs, &name).await
         }
         Action::JoinMember { name } => join(apis, cluster, obs, name).await,

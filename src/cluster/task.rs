@@ -37,6 +37,11 @@ const LEARNER_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a new member pod may take to answer before silence counts as lost quorum.
 const STARTUP_GRACE: Duration = Duration::from_secs(60);
 
+/// How soon to look again while a change is in flight. etcd's refusals (a learner catching up,
+/// the 5 s health interval after a promotion) end at moments no event announces, and every
+/// second of polling granularity adds to each member's addition; a pass costs a few requests.
+const IN_FLIGHT: Duration = Duration::from_millis(250);
+
 /// One pass. Returns how soon to look again.
 async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, String> {
     let ns = cluster.namespace().unwrap_or_default();
@@ -120,15 +125,15 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
             ctx.metrics
                 .membership_change(&ns, &cluster.name_any(), reason_of(&action));
             publish(EventType::Normal, reason_of(&action), change).await;
-            Ok(Duration::from_millis(500))
+            Ok(IN_FLIGHT)
         }
         Ok(Outcome::Done(None)) if action == Action::Steady || action == Action::Paused => {
             Ok(Duration::from_secs(30))
         }
-        Ok(Outcome::Done(None)) => Ok(Duration::from_secs(1)),
+        Ok(Outcome::Done(None)) => Ok(2 * IN_FLIGHT),
         Ok(Outcome::Retry(why)) => {
             info!(?action, "not yet: {why}");
-            Ok(Duration::from_secs(1))
+            Ok(IN_FLIGHT)
         }
         Err(e) => {
             publish(
