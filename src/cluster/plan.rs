@@ -453,6 +453,35 @@ mod tests {
     }
 
     #[test]
+    fn the_second_members_pod_made_beside_the_seed_joins_once_the_seed_answers() {
+        let gated = PodView {
+            joining: Some(["m1".to_string()].into()),
+            state: PodState::Pending,
+            age: Duration::from_secs(1),
+            ..running("m2")
+        };
+        let starting = Observation {
+            members: None,
+            leader: None,
+            pods: vec![
+                PodView {
+                    age: Duration::from_secs(1),
+                    ..running("m1")
+                },
+                gated.clone(),
+            ],
+            bootstrapped: true,
+        };
+        assert!(matches!(plan(&starting, &target(3)), Action::Wait { .. }));
+        let mut seeded = steady(1);
+        seeded.pods.push(gated);
+        assert_eq!(
+            plan(&seeded, &target(3)),
+            Action::JoinMember { name: "m2".into() }
+        );
+    }
+
+    #[test]
     fn a_dead_member_is_removed_then_replaced() {
         let mut obs = steady(3);
         obs.members.as_mut().unwrap()[2].healthy = false;
