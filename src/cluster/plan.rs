@@ -25,7 +25,8 @@ pub enum PodState {
 }
 
 impl PodState {
-    fn is_gone(self) -> bool {
+    /// Ended or being deleted.
+    pub fn is_gone(self) -> bool {
         matches!(self, PodState::Gone | PodState::Terminating)
     }
 }

@@ -62,7 +62,14 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         } else {
             MemberRole::Follower
         };
-        if m.healthy && !m.is_learner {
+        // As in the planner: a member whose pod is being deleted still answers for a moment,
+        // but it is on its way out.
+        let alive = obs
+            .plan
+            .pods
+            .iter()
+            .any(|p| p.name == m.name && !p.state.is_gone());
+        if m.healthy && !m.is_learner && alive {
             &mut ready
         } else {
             &mut unready
@@ -94,7 +101,9 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         .map(|s| format!("{:x}", s.cluster_id))
         .unwrap_or(previous.cluster_id.clone());
 
-    let quorate = obs.plan.members.is_some() && ready.len() >= quorum(voters);
+    let quorate = obs.plan.members.is_some()
+        && ready.len() >= quorum(voters)
+        && !matches!(action, Action::QuorumLost { .. });
     let (phase, reason) = match action {
         Action::QuorumLost { reason } => (ClusterPhase::Failed, reason.clone()),
         _ if obs.plan.members.is_none() => (ClusterPhase::Creating, String::new()),
@@ -179,5 +188,83 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         observed_generation: generation,
         cluster_id,
         member_statuses,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::api::EtcdClusterSpec;
+    use crate::cluster::plan::{MemberView, Observation, PodState, PodView};
+
+    fn observed(states: [PodState; 3]) -> Observed {
+        let names = ["m1", "m2", "m3"];
+        Observed {
+            plan: Observation {
+                members: Some(
+                    names
+                        .iter()
+                        .enumerate()
+                        .map(|(i, n)| MemberView {
+                            name: n.to_string(),
+                            id: i as u64 + 1,
+                            is_learner: false,
+                            healthy: true,
+                        })
+                        .collect(),
+                ),
+                leader: Some(1),
+                pods: names
+                    .iter()
+                    .zip(states)
+                    .map(|(n, state)| PodView {
+                        name: n.to_string(),
+                        state,
+                        age: Duration::from_secs(60),
+                        joining: None,
+                    })
+                    .collect(),
+                bootstrapped: true,
+            },
+            ..Observed::default()
+        }
+    }
+
+    fn condition_of(status: &EtcdClusterStatus, type_: &str) -> String {
+        find_condition(&status.conditions, type_)
+            .unwrap()
+            .status
+            .clone()
+    }
+
+    #[test]
+    fn members_whose_pods_are_being_deleted_are_not_ready() {
+        let cluster = EtcdCluster::new(
+            "example",
+            EtcdClusterSpec {
+                size: 3,
+                ..Default::default()
+            },
+        );
+        let healthy = compute(&cluster, &observed([PodState::Running; 3]), &Action::Steady);
+        assert_eq!(healthy.members.ready.len(), 3);
+        assert_eq!(condition_of(&healthy, "Available"), "True");
+
+        // Two of three pods deleted at once: both still answer while they terminate.
+        let obs = observed([
+            PodState::Terminating,
+            PodState::Terminating,
+            PodState::Running,
+        ]);
+        let lost = Action::QuorumLost {
+            reason: "1 of 3 voting members are healthy, 2 are needed".into(),
+        };
+        let status = compute(&cluster, &obs, &lost);
+        assert_eq!(status.members.ready, ["m3"]);
+        assert_eq!(status.phase, Some(ClusterPhase::Failed));
+        assert_eq!(condition_of(&status, "Available"), "False");
+        assert_eq!(condition_of(&status, "Degraded"), "True");
     }
 }
