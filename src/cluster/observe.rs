@@ -72,23 +72,28 @@ fn pod_state(pod: &Pod) -> PodState {
 }
 
 /// Observes `cluster`.
-pub async fn observe(pods_api: &Api<Pod>, cluster: &EtcdCluster) -> Result<Observed, Error> {
-    let name = cluster.name_any();
-    let selector = selector(&name)
+async fn list_pods(pods_api: &Api<Pod>, name: &str) -> Result<Vec<Pod>, Error> {
+    let selector = selector(name)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let list = pods_api
+    pods_api
         .list(&ListParams::default().labels(&selector))
         .await
+        .map(|l| l.items)
         .map_err(|source| Error::ListPods {
-            cluster: name.clone(),
+            cluster: name.to_string(),
             source,
-        })?;
+        })
+}
+
+pub async fn observe(pods_api: &Api<Pod>, cluster: &EtcdCluster) -> Result<Observed, Error> {
+    let name = cluster.name_any();
+    let list = list_pods(pods_api, &name).await?;
     let now = Timestamp::now();
     let mut obs = Observed::default();
-    for pod in list.items {
+    for pod in list {
         let age = pod
             .metadata
             .creation_timestamp
@@ -157,5 +162,19 @@ pub async fn observe(pods_api: &Api<Pod>, cluster: &EtcdCluster) -> Result<Obser
             .collect(),
     );
     obs.members = Some(members);
+
+    // The pods again, now that member health is known: a pod deleted while etcd was being
+    // asked would otherwise count as a healthy voter's, beside a member already dead from a
+    // deletion issued a moment earlier (two pods deleted at once), and the planner could
+    // remove that member on a quorum that is itself leaving. Only states move towards gone;
+    // anything newer waits for the next pass.
+    let again = list_pods(pods_api, &name).await?;
+    for view in &mut obs.plan.pods {
+        let now = again.iter().find(|p| p.name_any() == view.name);
+        let state = now.map_or(PodState::Terminating, pod_state);
+        if state.is_gone() && !view.state.is_gone() {
+            view.state = state;
+        }
+    }
     Ok(obs)
 }
