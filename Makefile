@@ -20,10 +20,11 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## unit: the unit tier, and the etcd layer against real etcd 3.4 (Debian), 3.5 and 3.6 (built).
+## unit: the unit tier, and the etcd layer against real etcd 3.4 (Debian), 3.5 and 3.6 (built),
+## with new members started through the static etcd-gate that the operator image ships.
 unit:
 	hack/deps.sh
-	ETCD_BINARIES=3.4=$$(command -v etcd),3.5=$$(hack/build-tools.sh etcd-3.5)/etcd,3.6=$$(hack/build-tools.sh etcd-3.6)/etcd \
+	ETCD_GATE=$$(hack/gate.sh) ETCD_BINARIES=3.4=$$(command -v etcd),3.5=$$(hack/build-tools.sh etcd-3.5)/etcd,3.6=$$(hack/build-tools.sh etcd-3.6)/etcd \
 		$(CARGO) test --workspace --exclude e2e
 
 ## e2e: the operator image (release build) imported into the local cluster, then the suite, which
@@ -44,7 +45,7 @@ image:
 	hack/image.sh
 
 ## bench: the controller's figures (apply to Available, failover, scale-up, RSS) with the floor.
-## The image is imported too: new member pods run it as their init container.
+## The image is imported too: new member pods copy their etcd-gate from it.
 bench:
 	hack/deps.sh
 	$(CARGO) build --release --bin etcd-operator

@@ -4,7 +4,6 @@
 pub mod api;
 pub mod cluster;
 pub mod etcd;
-pub mod gate;
 pub mod http;
 pub mod leader;
 pub mod metrics;

@@ -24,19 +24,6 @@ enum Command {
         #[arg(long)]
         out_dir: Option<std::path::PathBuf>,
     },
-    /// Wait until etcd lists a member with this peer URL (the init container of a new member's
-    /// pod, which the operator creates before it adds the member).
-    AwaitMembership {
-        /// The new member's peer URL.
-        #[arg(long)]
-        peer_url: String,
-        /// Client URLs of the current members (comma-separated).
-        #[arg(long, value_delimiter = ',', required = true)]
-        endpoints: Vec<String>,
-        /// Milliseconds between two looks.
-        #[arg(long, default_value_t = 100)]
-        poll_ms: u64,
-    },
 }
 
 #[derive(clap::Args)]
@@ -71,9 +58,9 @@ struct RunArgs {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
-    /// The operator's own image, run as the init container that holds a new member's etcd
-    /// back until the member is added (the chart sets it). Without it, members are added
-    /// before their pods exist, and each addition waits out cluster DNS's negative cache.
+    /// The operator's own image, whose `etcd-gate` holds a new member's etcd back until the
+    /// member is added (the chart sets it). Without it, members are added before their pods
+    /// exist, and each addition waits out cluster DNS's negative cache.
     #[arg(long, env = "MEMBER_GATE_IMAGE")]
     member_gate_image: Option<String>,
 }
@@ -89,22 +76,6 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(run(args))?;
-        }
-        Command::AwaitMembership {
-            peer_url,
-            endpoints,
-            poll_ms,
-        } => {
-            init_logs("info", LogFormat::Text)?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the runtime")?;
-            runtime.block_on(etcd_operator::gate::await_membership(
-                &endpoints,
-                &peer_url,
-                Duration::from_millis(poll_ms),
-            ));
         }
         Command::Crd { out_dir: None } => {
             let yaml = api::crds_yaml().context("serializing the CRDs")?;

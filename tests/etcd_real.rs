@@ -7,8 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use etcd_operator::etcd::{self, Etcd, Member};
-use etcd_operator::gate;
-use support::{EtcdProcess, etcd_binary};
+use support::{EtcdProcess, etcd_binary, gate_binary};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -38,9 +37,11 @@ fn initial_cluster(members: &[&EtcdProcess]) -> String {
         .join(",")
 }
 
-/// Adds `joiner` as a learner through `etcd`, starts it as the source documents describe
-/// (`--initial-cluster` = the existing members plus itself, state `existing`), waits until etcd
-/// accepts the promotion, and returns its ID.
+/// Adds `joiner` as a learner through `etcd` and starts it as the operator does: the process
+/// starts first, held back by `etcd-gate` (the build the image ships), with the
+/// `--initial-cluster` the source documents describe (the existing members plus itself,
+/// state `existing`); the gate becomes etcd once the member is added. Waits until etcd accepts
+/// the promotion, and returns its ID.
 async fn grow(
     etcd: &mut Etcd,
     binary: &std::path::Path,
@@ -48,19 +49,26 @@ async fn grow(
     joiner: &mut EtcdProcess,
     token: &str,
 ) -> u64 {
-    // The init container of a pod created ahead of its member holds etcd back until the
-    // member is listed: closed now, open once the member is added.
     let endpoints: Vec<String> = existing.iter().map(|m| m.client_url.clone()).collect();
-    assert_eq!(
-        gate::is_member(&endpoints, &joiner.peer_url).await,
-        Some(false)
+    let gate = vec![
+        gate_binary().display().to_string(),
+        "wait".into(),
+        format!("--peer-url={}", joiner.peer_url),
+        format!("--endpoints={}", endpoints.join(",")),
+        format!("--data-dir={}", joiner.data_dir().display()),
+        "--poll-ms=50".into(),
+        "--".into(),
+    ];
+    let mut all: Vec<&EtcdProcess> = existing.to_vec();
+    all.push(joiner);
+    let cluster = initial_cluster(&all);
+    joiner.spawn(&gate, binary, &cluster, "existing", token);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        joiner.running() && !joiner.listening(),
+        "the gate let etcd start before the add: {}",
+        joiner.log()
     );
-    let gate_task = tokio::spawn({
-        let (endpoints, peer_url) = (endpoints.clone(), joiner.peer_url.clone());
-        async move { gate::await_membership(&endpoints, &peer_url, Duration::from_millis(50)).await }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!gate_task.is_finished(), "the gate opened before the add");
 
     // Right after a promotion etcd refuses the next change until the new voter has been
     // connected for its health interval; that refusal is recognisable and passes.
@@ -74,18 +82,18 @@ async fn grow(
             Err(e) => panic!("add failed: {e}"),
         }
     };
+    let added_at = Instant::now();
     assert!(added.is_learner, "{added:?}");
     assert_eq!(added.name, "", "a member has no name before it starts");
     assert!(after.iter().any(|m| m.id == added.id && m.is_learner));
-    tokio::time::timeout(Duration::from_secs(5), gate_task)
-        .await
-        .expect("the gate opens once the member is added")
-        .unwrap();
-
-    let mut all: Vec<&EtcdProcess> = existing.to_vec();
-    all.push(joiner);
-    let cluster = initial_cluster(&all);
-    joiner.start(binary, &cluster, "existing", token);
+    joiner.wait_listening(Duration::from_secs(5));
+    let log = joiner.log();
+    assert!(log.contains("is a member after"), "{log}");
+    eprintln!(
+        "{}: etcd served {} ms after the add",
+        joiner.name,
+        added_at.elapsed().as_millis()
+    );
 
     let status = until("the learner to answer status", 20, || async {
         etcd::status(&joiner.client_url, TIMEOUT).await.ok()

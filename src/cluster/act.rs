@@ -75,8 +75,7 @@ pub struct Apis {
     pub pvcs: Api<PersistentVolumeClaim>,
     /// EndpointSlices of the cluster's namespace (what cluster DNS answers from).
     pub slices: Api<EndpointSlice>,
-    /// The operator's image for the init container that holds a new member back until it is
-    /// added; without it, the member is added first and its pod created after.
+    /// The operator's image, whose `etcd-gate` holds a new member back until it is added; without it, the member is added first and its pod created after.
     pub gate_image: Option<String>,
 }
 
@@ -278,7 +277,7 @@ async fn published(apis: &Apis, cluster: &EtcdCluster, member: &str) -> Result<b
 
 /// The second half of an addition: once the pod's address is published (so that no lookup of
 /// the new name can be answered, and cached, as NXDOMAIN), the member is added as a learner
-/// and the pod's init container lets etcd start.
+/// and the pod's gate lets etcd start.
 async fn join(
     apis: &Apis,
     cluster: &EtcdCluster,

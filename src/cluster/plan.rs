@@ -40,8 +40,8 @@ pub struct PodView {
     pub state: PodState,
     /// How long ago it was created.
     pub age: Duration,
-    /// For a pod created ahead of its member (its etcd waits behind an init container until
-    /// the member is added): the other members its `--initial-cluster` names.
+    /// For a pod created ahead of its member (its etcd waits behind `etcd-gate` until the
+    /// member is added): the other members its `--initial-cluster` names.
     pub joining: Option<BTreeSet<String>>,
 }
 

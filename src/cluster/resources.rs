@@ -185,9 +185,11 @@ pub const JOIN_PEERS_ANNOTATION: &str = "etcd.database.coreos.com/join-peers";
 /// the headless Service's EndpointSlice, because any lookup of the member's name before then
 /// (by etcd in the new pod, or by the leader dialing the new peer) is cached as NXDOMAIN by
 /// cluster DNS for its negative TTL (5 to 30 s), and every addition would wait that long.
+/// An init container copies `etcd-gate` from the operator's image into a volume; the etcd
+/// container runs it, and it becomes etcd once the member is listed (the `gate` crate).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gate {
-    /// The operator's own image, which has the `await-membership` command.
+    /// The operator's own image, which holds the statically linked `etcd-gate`.
     pub image: String,
     /// Client URLs of the current members, by pod IP (no DNS needed).
     pub endpoints: Vec<String>,
@@ -197,17 +199,42 @@ pub struct Gate {
     pub peers: Vec<String>,
 }
 
-fn gate_container(gate: &Gate) -> Container {
+/// Where the gate's volume is mounted, in both containers.
+const GATE_DIR: &str = "/gate";
+const GATE_VOLUME: &str = "etcd-gate";
+/// Where etcd is in the official images, and so in any image a cluster names.
+const ETCD_BINARY: &str = "/usr/local/bin/etcd";
+
+fn gate_mount(read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: GATE_VOLUME.into(),
+        mount_path: GATE_DIR.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// The etcd container's command through the gate; etcd's own arguments follow unchanged.
+fn gated_command(gate: &Gate) -> Vec<String> {
+    vec![
+        format!("{GATE_DIR}/etcd-gate"),
+        "wait".into(),
+        format!("--peer-url={}", gate.peer_url),
+        format!("--endpoints={}", gate.endpoints.join(",")),
+        format!("--data-dir={DATA_DIR}"),
+        "--".into(),
+        ETCD_BINARY.into(),
+    ]
+}
+
+fn install_gate_container(gate: &Gate) -> Container {
     Container {
-        name: "await-membership".into(),
+        name: "install-gate".into(),
         image: Some(gate.image.clone()),
         image_pull_policy: Some("IfNotPresent".into()),
-        command: Some(vec!["/usr/local/bin/etcd-operator".into()]),
-        args: Some(vec![
-            "await-membership".into(),
-            format!("--peer-url={}", gate.peer_url),
-            format!("--endpoints={}", gate.endpoints.join(",")),
-        ]),
+        command: Some(vec!["/usr/local/bin/etcd-gate".into()]),
+        args: Some(vec!["install".into(), format!("{GATE_DIR}/etcd-gate")]),
+        volume_mounts: Some(vec![gate_mount(false)]),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".into(), Quantity("10m".into())),
@@ -313,6 +340,18 @@ pub fn member_pod(
         }
     }
 
+    if gate.is_some() {
+        volumes.push(Volume {
+            name: GATE_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity("16Mi".into())),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(gate_mount(true));
+    }
+
     let container_port = |name: &str, port: i32| ContainerPort {
         name: Some(name.into()),
         container_port: port,
@@ -322,7 +361,10 @@ pub fn member_pod(
     let etcd = Container {
         name: "etcd".into(),
         image: Some(spec.image()),
-        command: Some(vec!["/usr/local/bin/etcd".into()]),
+        command: Some(match gate {
+            Some(gate) => gated_command(gate),
+            None => vec![ETCD_BINARY.into()],
+        }),
         args: Some(args),
         ports: Some(vec![
             container_port("client", CLIENT_PORT),
@@ -342,7 +384,7 @@ pub fn member_pod(
         spec: Some(PodSpec {
             hostname: Some(member.into()),
             subdomain: Some(name.clone()),
-            init_containers: gate.map(|g| vec![gate_container(g)]),
+            init_containers: gate.map(|g| vec![install_gate_container(g)]),
             containers: vec![etcd],
             volumes: Some(volumes),
             node_selector: (!policy.node_selector.is_empty()).then(|| policy.node_selector.clone()),
@@ -549,25 +591,52 @@ mod tests {
             pod.metadata.annotations.as_ref().unwrap()[JOIN_PEERS_ANNOTATION],
             "example-a,example-b"
         );
-        let init = &pod.spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0];
+        let spec = pod.spec.as_ref().unwrap();
+        let init = &spec.init_containers.as_ref().unwrap()[0];
         assert_eq!(init.image.as_deref(), Some("op:v1"));
         assert_eq!(
             init.args.as_deref().unwrap(),
+            ["install", "/gate/etcd-gate"]
+        );
+        let etcd = &spec.containers[0];
+        assert_eq!(
+            etcd.command.as_deref().unwrap(),
             [
-                "await-membership",
+                "/gate/etcd-gate",
+                "wait",
                 "--peer-url=http://example-x.example.ns.svc:2380",
-                "--endpoints=http://10.0.0.1:2379,http://10.0.0.2:2379"
+                "--endpoints=http://10.0.0.1:2379,http://10.0.0.2:2379",
+                "--data-dir=/var/etcd/data",
+                "--",
+                "/usr/local/bin/etcd"
             ]
+        );
+        // Both containers see the gate's volume; only the installer may write it.
+        let mount = |c: &Container| {
+            c.volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|m| m.name == "etcd-gate")
+                .map(|m| (m.mount_path.clone(), m.read_only))
+        };
+        assert_eq!(mount(init), Some(("/gate".into(), None)));
+        assert_eq!(mount(etcd), Some(("/gate".into(), Some(true))));
+        assert!(
+            spec.volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|v| v.name == "etcd-gate" && v.empty_dir.is_some())
         );
         let sc = init.security_context.as_ref().unwrap();
         assert_eq!(sc.read_only_root_filesystem, Some(true));
         assert_eq!(sc.allow_privilege_escalation, Some(false));
-        assert!(
-            member_pod(&c, "example-x", vec![], None)
-                .spec
-                .unwrap()
-                .init_containers
-                .is_none()
+        let plain = member_pod(&c, "example-x", vec![], None).spec.unwrap();
+        assert!(plain.init_containers.is_none());
+        assert_eq!(
+            plain.containers[0].command.as_deref().unwrap(),
+            ["/usr/local/bin/etcd"]
         );
     }
 

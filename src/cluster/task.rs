@@ -27,7 +27,7 @@ pub struct Context {
     pub recorder: Recorder,
     /// The process's metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// The operator's own image, for the init container of new member pods (see
+    /// The operator's own image, whose `etcd-gate` new member pods run (see
     /// [`super::resources::Gate`]).
     pub gate_image: Option<String>,
 }

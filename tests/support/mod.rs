@@ -35,6 +35,19 @@ pub fn etcd_binary(minor: &str) -> PathBuf {
     PathBuf::from(path)
 }
 
+/// Path of the statically linked `etcd-gate` that the operator image ships (`hack/gate.sh`
+/// builds it; `make unit` sets `ETCD_GATE`).
+pub fn gate_binary() -> PathBuf {
+    let path = std::env::var("ETCD_GATE").unwrap_or_else(|_| {
+        panic!("ETCD_GATE is not set; run `make unit`, or set it to the path hack/gate.sh prints")
+    });
+    assert!(
+        Path::new(&path).is_file(),
+        "{path} (etcd-gate) does not exist"
+    );
+    PathBuf::from(path)
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -81,10 +94,32 @@ impl EtcdProcess {
     /// Starts etcd with `initial_cluster` and `state` ("new" or "existing") and waits until it
     /// serves its client port.
     pub fn start(&mut self, binary: &Path, initial_cluster: &str, state: &str, token: &str) {
+        self.spawn(&[], binary, initial_cluster, state, token);
+        self.wait_listening(Duration::from_secs(20));
+    }
+
+    /// Starts etcd as [`EtcdProcess::start`] does, through `wrapper` (a program and its
+    /// arguments, to which etcd's path and arguments are appended), without waiting.
+    pub fn spawn(
+        &mut self,
+        wrapper: &[String],
+        binary: &Path,
+        initial_cluster: &str,
+        state: &str,
+        token: &str,
+    ) {
         let log = std::fs::File::create(self.dir.join("etcd.log")).unwrap();
-        let child = Command::new(binary)
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        let child = cmd
             .arg(format!("--name={}", self.name))
-            .arg(format!("--data-dir={}", self.dir.join("data").display()))
+            .arg(format!("--data-dir={}", self.data_dir().display()))
             .arg(format!("--listen-peer-urls={}", self.peer_url))
             .arg(format!("--initial-advertise-peer-urls={}", self.peer_url))
             .arg(format!("--listen-client-urls={}", self.client_url))
@@ -97,9 +132,29 @@ impl EtcdProcess {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
         self.child = Some(child);
-        let addr = self.client_url.trim_start_matches("http://").to_string();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&addr).is_err() {
+    }
+
+    /// The data directory etcd is given.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Whether something serves the client port now.
+    pub fn listening(&self) -> bool {
+        std::net::TcpStream::connect(self.client_url.trim_start_matches("http://")).is_ok()
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    /// Waits until the client port is served.
+    pub fn wait_listening(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.listening() {
             assert!(
                 Instant::now() < deadline,
                 "{} did not listen: {}",
