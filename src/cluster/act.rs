@@ -75,7 +75,8 @@ pub struct Apis {
     pub pvcs: Api<PersistentVolumeClaim>,
     /// EndpointSlices of the cluster's namespace (what cluster DNS answers from).
     pub slices: Api<EndpointSlice>,
-    /// The operator's image, whose `etcd-gate` holds a new member back until it is added; without it, the member is added first and its pod created after.
+    /// The operator's image, whose `etcd-gate` holds a new member back until it is added;
+    /// without it, the member is added first and its pod created after.
     pub gate_image: Option<String>,
 }
 
@@ -346,42 +347,44 @@ pub async fn act(
             }
             Ok(Outcome::Done(Some(note)))
         }
-        Action::AddMember if apis.gate_image.is_some() => {
-            let all = obs.members.as_deref().unwrap_or_default();
-            let image = apis.gate_image.as_deref().unwrap_or_default();
-            let peers = all
-                .iter()
-                .filter_map(|m| m.host_label().map(String::from))
-                .collect();
-            let endpoints = all
-                .iter()
-                .filter_map(|m| obs.pod_endpoint(m.host_label()?))
-                .collect();
-            let name =
-                create_gated_pod(apis, cluster, image, peers, initial_cluster(all), endpoints)
-                    .await?;
-            join(apis, cluster, obs, &name).await
-        }
+        Action::AddMember => match &apis.gate_image {
+            Some(image) => {
+                let all = obs.members.as_deref().unwrap_or_default();
+                let peers = all
+                    .iter()
+                    .filter_map(|m| m.host_label().map(String::from))
+                    .collect();
+                let endpoints = all
+                    .iter()
+                    .filter_map(|m| obs.pod_endpoint(m.host_label()?))
+                    .collect();
+                let name =
+                    create_gated_pod(apis, cluster, image, peers, initial_cluster(all), endpoints)
+                        .await?;
+                join(apis, cluster, obs, &name).await
+            }
+            // Without a gate image: the member first, its pod after.
+            None => {
+                let name = members::new_member_name(&cluster.name_any());
+                let mut etcd = connect(obs).await?;
+                let (added, all) = match etcd.add_learner(&addr.peer_url(&name)).await {
+                    Ok(r) => r,
+                    Err(e) => return settling(e),
+                };
+                let args = members::etcd_args(
+                    &addr,
+                    &name,
+                    &initial_cluster(&all),
+                    &ClusterState::Existing,
+                );
+                create_pod(apis, cluster, &name, args, None).await?;
+                Ok(Outcome::Done(Some(format!(
+                    "added member {name} ({:x}) as a learner",
+                    added.id
+                ))))
+            }
+        },
         Action::JoinMember { name } => join(apis, cluster, obs, name).await,
-        Action::AddMember => {
-            let name = members::new_member_name(&cluster.name_any());
-            let mut etcd = connect(obs).await?;
-            let (added, all) = match etcd.add_learner(&addr.peer_url(&name)).await {
-                Ok(r) => r,
-                Err(e) => return settling(e),
-            };
-            let args = members::etcd_args(
-                &addr,
-                &name,
-                &initial_cluster(&all),
-                &ClusterState::Existing,
-            );
-            create_pod(apis, cluster, &name, args, None).await?;
-            Ok(Outcome::Done(Some(format!(
-                "added member {name} ({:x}) as a learner",
-                added.id
-            ))))
-        }
         Action::Promote { name, id } => {
             let mut etcd = connect(obs).await?;
             match etcd.promote(*id).await {

@@ -71,7 +71,6 @@ fn pod_state(pod: &Pod) -> PodState {
     }
 }
 
-/// Observes `cluster`.
 async fn list_pods(pods_api: &Api<Pod>, name: &str) -> Result<Vec<Pod>, Error> {
     let selector = selector(name)
         .iter()
@@ -88,6 +87,7 @@ async fn list_pods(pods_api: &Api<Pod>, name: &str) -> Result<Vec<Pod>, Error> {
         })
 }
 
+/// Observes `cluster`.
 pub async fn observe(pods_api: &Api<Pod>, cluster: &EtcdCluster) -> Result<Observed, Error> {
     let name = cluster.name_any();
     let list = list_pods(pods_api, &name).await?;
@@ -161,13 +161,18 @@ pub async fn observe(pods_api: &Api<Pod>, cluster: &EtcdCluster) -> Result<Obser
             })
             .collect(),
     );
-    obs.members = Some(members);
 
     // The pods again, now that member health is known: a pod deleted while etcd was being
     // asked would otherwise count as a healthy voter's, beside a member already dead from a
     // deletion issued a moment earlier (two pods deleted at once), and the planner could
-    // remove that member on a quorum that is itself leaving. Only states move towards gone;
-    // anything newer waits for the next pass.
+    // remove that member on a quorum that is itself leaving. Only a silent member can lead
+    // to a removal, so with every member answering the first list stands. Only states move
+    // towards gone; anything newer waits for the next pass.
+    let all_answered = obs.statuses.len() == members.len();
+    obs.members = Some(members);
+    if all_answered {
+        return Ok(obs);
+    }
     let again = list_pods(pods_api, &name).await?;
     for view in &mut obs.plan.pods {
         let now = again.iter().find(|p| p.name_any() == view.name);

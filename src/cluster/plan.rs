@@ -72,6 +72,17 @@ pub struct Observation {
     pub bootstrapped: bool,
 }
 
+impl Observation {
+    /// Whether member `name`'s pod exists and is neither ended nor being deleted. A member
+    /// whose pod is being deleted still answers for a moment, but it is on its way out: it
+    /// counts towards neither quorum nor readiness.
+    pub fn pod_alive(&self, name: &str) -> bool {
+        self.pods
+            .iter()
+            .any(|p| p.name == name && !p.state.is_gone())
+    }
+}
+
 /// What the planner is asked to reach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target {
@@ -165,11 +176,11 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
     };
 
     let voters: Vec<&MemberView> = members.iter().filter(|m| !m.is_learner).collect();
-    // A voter whose pod is being deleted still answers for a moment, but counting it would let
-    // a removal go ahead on a quorum that is already leaving (two pods deleted at once).
+    // Counting a voter whose pod is being deleted would let a removal go ahead on a quorum
+    // that is already leaving (two pods deleted at once).
     let healthy_voters = voters
         .iter()
-        .filter(|m| m.healthy && pod(&m.name).is_some_and(|p| !p.state.is_gone()))
+        .filter(|m| m.healthy && obs.pod_alive(&m.name))
         .count();
     if healthy_voters < quorum(voters.len()) {
         return Action::QuorumLost {
@@ -235,8 +246,7 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
     // Voters whose pod is gone. Removing an unhealthy voter never costs a healthy one, so it
     // is safe whenever the healthy voters are a quorum of the smaller membership.
     for v in &voters {
-        let gone = pod(&v.name).is_none_or(|p| p.state.is_gone());
-        if !gone || v.healthy {
+        if obs.pod_alive(&v.name) || v.healthy {
             continue;
         }
         if target.persistent {

@@ -62,14 +62,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         } else {
             MemberRole::Follower
         };
-        // As in the planner: a member whose pod is being deleted still answers for a moment,
-        // but it is on its way out.
-        let alive = obs
-            .plan
-            .pods
-            .iter()
-            .any(|p| p.name == m.name && !p.state.is_gone());
-        if m.healthy && !m.is_learner && alive {
+        if m.healthy && !m.is_learner && obs.plan.pod_alive(&m.name) {
             &mut ready
         } else {
             &mut unready
