@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, MemberAddOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, MemberAddOptions};
 
 /// What failed, named after the action, with the etcd error underneath.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +67,20 @@ impl Error {
         std::error::Error::source(self)
             .map(|e| e.to_string())
             .unwrap_or_default()
+    }
+
+    /// The `error` label of `etcd_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Connect { .. } => "etcd_connect",
+            Error::ListMembers(_) => "etcd_member_list",
+            Error::AddLearner { .. } => "etcd_member_add",
+            Error::Promote { .. } => "etcd_member_promote",
+            Error::Remove { .. } => "etcd_member_remove",
+            Error::Status { .. } => "etcd_status",
+            Error::MoveLeader { .. } => "etcd_move_leader",
+            Error::Malformed(..) => "etcd_malformed",
+        }
     }
 
     /// Whether a promote failed only because the learner has not caught up with the leader yet.
@@ -181,6 +195,22 @@ impl Etcd {
             .await
             .map_err(Error::ListMembers)?;
         Ok(resp.members().iter().map(Member::from_etcd).collect())
+    }
+
+    /// The member list as of now: a linearizable read first (etcd confirms with the leader that
+    /// this member has applied everything committed), then the list, which this member serves
+    /// from what it has applied. etcd 3.5 offers the same as `MemberList{linearizable}`, which
+    /// etcd-client does not expose; this works on 3.4 too. The key read is one that never
+    /// exists, so the read costs nothing.
+    pub async fn members_linearizable(&mut self) -> Result<Vec<Member>> {
+        self.client
+            .get(
+                "\0etcd-operator/observe",
+                Some(GetOptions::new().with_count_only()),
+            )
+            .await
+            .map_err(Error::ListMembers)?;
+        self.members().await
     }
 
     /// Adds a learner with `peer_url`; returns it and the member list after the change.

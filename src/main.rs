@@ -63,6 +63,17 @@ struct RunArgs {
     /// exist, and each addition waits out cluster DNS's negative cache.
     #[arg(long, env = "MEMBER_GATE_IMAGE")]
     member_gate_image: Option<String>,
+    /// Seconds a member may stay unhealthy while its pod runs (crash-looping, stuck Pending, an
+    /// alarm raised) before it is removed and replaced, when quorum allows.
+    #[arg(long, env = "REPLACE_UNHEALTHY_AFTER", default_value_t = 300)]
+    replace_unhealthy_after: u64,
+    /// Seconds silent members are given (a container restarting) before the cluster is
+    /// reported as having lost quorum.
+    #[arg(long, env = "QUORUM_LOSS_GRACE", default_value_t = 30)]
+    quorum_loss_grace: u64,
+    /// Seconds any single request to the Kubernetes API may take (watches excepted).
+    #[arg(long, default_value_t = 20)]
+    request_timeout: u64,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -117,9 +128,21 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (_, serve) = http::serve(args.metrics_bind_address, metrics.clone()).await?;
     tokio::spawn(serve);
 
-    let client = kube::Client::try_default()
+    // Two clients: watches stay open for minutes and are guarded by the watcher's own idle
+    // timeout; every other request is bounded, so a hung API server connection never holds a
+    // cluster's task.
+    let config = kube::Config::infer()
         .await
-        .context("connecting to Kubernetes")?;
+        .context("finding the Kubernetes configuration")?;
+    let watch_client =
+        kube::Client::try_from(config.clone()).context("connecting to Kubernetes")?;
+    let mut bounded = config;
+    let timeout = Duration::from_secs(args.request_timeout);
+    bounded.read_timeout = Some(timeout);
+    bounded.write_timeout = Some(timeout);
+    bounded.connect_timeout = Some(timeout);
+    bounded.reset_reader_on_write = true;
+    let client = kube::Client::try_from(bounded).context("connecting to Kubernetes")?;
     // The pod name names the replica in Events; the Lease gets a fresh suffix per process, so a
     // container restarted after a crash never mistakes its predecessor's lock for its own.
     let instance = args
@@ -153,10 +176,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         recorder,
         metrics,
         gate_image: args.member_gate_image.clone().filter(|i| !i.is_empty()),
+        timings: cluster::task::Timings {
+            replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
+            quorum_grace: Duration::from_secs(args.quorum_loss_grace),
+        },
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
-    let supervisor = cluster::supervisor::run(ctx, args.namespace, leadership.subscribe());
+    let supervisor =
+        cluster::supervisor::run(ctx, watch_client, args.namespace, leadership.subscribe());
     let result = tokio::select! {
         _ = supervisor => Err(anyhow::anyhow!("the EtcdCluster watch ended")),
         _ = tokio::signal::ctrl_c() => Ok(()),

@@ -29,6 +29,15 @@ pub struct ClusterLabels {
     pub name: String,
 }
 
+/// Labels of the error series: which controller, and what failed (an error's `metric_label`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// As in [`ControllerLabels`].
+    pub controller: &'static str,
+    /// What failed, for example `list_pods`, `etcd_remove`, `invalid_spec`.
+    pub error: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabels {
     phase: String,
@@ -47,7 +56,7 @@ type DurationFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<ControllerLabels, Counter>,
-    errors: Family<ControllerLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
     durations: DurationFamily,
     clusters: Family<PhaseLabels, Gauge>,
     members_ready: Family<ClusterLabels, Gauge>,
@@ -75,7 +84,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("etcd_operator");
         let reconciles = Family::<ControllerLabels, Counter>::default();
-        let errors = Family::<ControllerLabels, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
         let durations = DurationFamily::new_with_constructor(duration_histogram);
         let clusters = Family::<PhaseLabels, Gauge>::default();
         let members_ready = Family::<ClusterLabels, Gauge>::default();
@@ -137,15 +146,22 @@ impl Metrics {
         }
     }
 
-    /// One reconcile pass of `controller`, how long it took and whether it failed.
-    pub fn reconciled(&self, controller: &'static str, took: Duration, failed: bool) {
+    /// One reconcile pass of `controller`, how long it took and, if it failed, what failed.
+    pub fn reconciled(
+        &self,
+        controller: &'static str,
+        took: Duration,
+        error: Option<&'static str>,
+    ) {
         let labels = ControllerLabels { controller };
         self.reconciles.get_or_create(&labels).inc();
         self.durations
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
-        if failed {
-            self.errors.get_or_create(&labels).inc();
+        if let Some(error) = error {
+            self.errors
+                .get_or_create(&ErrorLabels { controller, error })
+                .inc();
         }
     }
 
@@ -267,14 +283,14 @@ mod tests {
     #[test]
     fn reconciles_errors_and_durations_are_per_controller() {
         let m = Metrics::new();
-        m.reconciled("etcdcluster", Duration::from_millis(20), false);
-        m.reconciled("etcdcluster", Duration::from_millis(30), true);
+        m.reconciled("etcdcluster", Duration::from_millis(20), None);
+        m.reconciled("etcdcluster", Duration::from_millis(30), Some("list_pods"));
         m.membership_change("ns", "a", "MemberAdded");
         m.set_leader(true);
         let text = m.encode();
         for series in [
             "etcd_operator_reconciles_total{controller=\"etcdcluster\"} 2",
-            "etcd_operator_reconcile_errors_total{controller=\"etcdcluster\"} 1",
+            "etcd_operator_reconcile_errors_total{controller=\"etcdcluster\",error=\"list_pods\"} 1",
             "etcd_operator_reconcile_duration_seconds_count{controller=\"etcdcluster\"} 2",
             "etcd_operator_membership_changes_total{namespace=\"ns\",name=\"a\",change=\"MemberAdded\"} 1",
             "etcd_operator_leader 1",

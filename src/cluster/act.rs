@@ -11,7 +11,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::members::{self, Addressing, CLIENT_PORT, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
-use super::plan::Action;
+use super::plan::{Action, DeleteReason};
 use super::resources::{self, Gate, MANAGER};
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
@@ -54,6 +54,20 @@ pub enum Error {
     /// No member could be reached for a membership change.
     #[error("no member of the cluster answers")]
     NoEndpoint,
+}
+
+impl Error {
+    /// The `error` label of `etcd_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::ApplyService { .. } => "apply_service",
+            Error::CreatePod { .. } => "create_pod",
+            Error::DeletePod { .. } => "delete_pod",
+            Error::Lookup { .. } => "lookup_address",
+            Error::Etcd(e) => e.metric_label(),
+            Error::NoEndpoint => "no_endpoint",
+        }
+    }
 }
 
 /// What came of an action.
@@ -414,11 +428,14 @@ pub async fn act(
                 "recreated the pod of member {name} on its volume"
             ))))
         }
-        Action::DeletePod { name, .. } => {
+        Action::DeletePod { name, reason } => {
             delete_pod(apis, name).await?;
-            Ok(Outcome::Done(Some(format!(
-                "deleted pod {name}, which has no member"
-            ))))
+            Ok(Outcome::Done(Some(match reason {
+                DeleteReason::NoMember => format!("deleted pod {name}, which has no member"),
+                DeleteReason::Ended => {
+                    format!("deleted the ended pod of member {name}; it is recreated on its volume")
+                }
+            })))
         }
         Action::Wait { .. } | Action::QuorumLost { .. } | Action::Paused | Action::Steady => {
             Ok(Outcome::Done(None))

@@ -3,7 +3,7 @@
 //! works from outside the cluster network as well as from a pod.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -60,6 +60,15 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The `error` label of `etcd_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::ListPods { .. } => "list_pods",
+        }
+    }
+}
+
 fn pod_state(pod: &Pod) -> PodState {
     if pod.metadata.deletion_timestamp.is_some() {
         return PodState::Terminating;
@@ -87,8 +96,65 @@ async fn list_pods(pods_api: &Api<Pod>, name: &str) -> Result<Vec<Pod>, Error> {
         })
 }
 
-/// Observes `cluster`.
-pub async fn observe(pods_api: &Api<Pod>, cluster: &EtcdCluster) -> Result<Observed, Error> {
+/// What one pass cannot see by itself: since when each member has been unhealthy, and since
+/// when no member has answered. Kept by the cluster's task between passes; after an operator
+/// restart the clocks start again, which only ever delays a replacement or a Failed phase.
+#[derive(Debug, Default)]
+pub struct HealthMemory {
+    unhealthy_since: BTreeMap<String, Instant>,
+    silent_since: Option<Instant>,
+}
+
+impl HealthMemory {
+    /// Fills in `unhealthy_for` of each member and `silent_for` of the cluster as of `now`.
+    pub fn stamp(&mut self, obs: &mut Observation, now: Instant) {
+        let Some(members) = &mut obs.members else {
+            // Keep the members' clocks: silence of the whole cluster is their silence too.
+            let since = *self.silent_since.get_or_insert(now);
+            obs.silent_for = now.saturating_duration_since(since);
+            return;
+        };
+        self.silent_since = None;
+        obs.silent_for = Duration::ZERO;
+        self.unhealthy_since
+            .retain(|name, _| members.iter().any(|m| &m.name == name && !m.healthy));
+        for m in members.iter_mut() {
+            m.unhealthy_for = if m.healthy {
+                Duration::ZERO
+            } else {
+                let since = *self.unhealthy_since.entry(m.name.clone()).or_insert(now);
+                now.saturating_duration_since(since)
+            };
+        }
+    }
+}
+
+/// Whether `status`, as answered from the pod of member `m`, shows that member healthy: it
+/// answered as itself (a pod whose IP was reused, or a member that restarted with another's
+/// data, answers with another ID), it knows a leader, and it raises no alarm (etcd lists
+/// NOSPACE, CORRUPT and "no leader" in the status errors).
+pub fn is_healthy(m: &Member, status: &Status) -> bool {
+    status.member_id == m.id && status.leader != 0 && status.errors.is_empty()
+}
+
+/// The leader as the healthy voters see it: the one named in the answer with the newest raft
+/// term, so a voter that has not heard of the last election yet is outvoted by one that has.
+pub fn leader_of<'a>(healthy_voters: impl IntoIterator<Item = &'a Status>) -> Option<u64> {
+    healthy_voters
+        .into_iter()
+        .filter(|s| s.leader != 0)
+        .max_by_key(|s| s.raft_term)
+        .map(|s| s.leader)
+}
+
+/// Observes `cluster`: the pods; every pod's own status (concurrently, each over its own
+/// connection); the member list from a healthy voter whose pod is not being deleted, read
+/// linearizably; then health and the leader from those answers.
+pub async fn observe(
+    pods_api: &Api<Pod>,
+    cluster: &EtcdCluster,
+    memory: &mut HealthMemory,
+) -> Result<Observed, Error> {
     let name = cluster.name_any();
     let list = list_pods(pods_api, &name).await?;
     let now = Timestamp::now();
@@ -121,65 +187,189 @@ pub async fn observe(pods_api: &Api<Pod>, cluster: &EtcdCluster) -> Result<Obser
             .as_ref()
             .is_some_and(|s| !s.cluster_id.is_empty());
 
-    // One member at a time, so a dead endpoint is skipped instead of failing the list.
+    // Every pod's answer about itself, by pod name.
+    let mut asks = tokio::task::JoinSet::new();
+    for pod in obs.pods.keys() {
+        if let Some(ep) = obs.pod_endpoint(pod) {
+            let pod = pod.clone();
+            asks.spawn(async move { (pod, etcd::status(&ep, ETCD_TIMEOUT).await) });
+        }
+    }
+    let mut answers: BTreeMap<String, Status> = BTreeMap::new();
+    while let Some(done) = asks.join_next().await {
+        if let Ok((pod, Ok(status))) = done {
+            answers.insert(pod, status);
+        }
+    }
+
+    // The member list from a voter that knows a leader, raises no alarm and is not leaving,
+    // the leader itself first; read after a linearizable read, so that it is at least as new
+    // as the leader's commit index, never a partitioned member's stale view.
+    let mut sources: Vec<(&String, &Status)> = answers
+        .iter()
+        .filter(|(pod, s)| {
+            !s.is_learner && s.leader != 0 && s.errors.is_empty() && obs.plan.pod_alive(pod)
+        })
+        .collect();
+    sources.sort_by_key(|(_, s)| (s.member_id != s.leader, std::cmp::Reverse(s.raft_term)));
     let mut members = None;
-    for ep in obs.endpoints() {
+    for (pod, _) in sources {
+        let Some(ep) = obs.pod_endpoint(pod) else {
+            continue;
+        };
         if let Ok(mut etcd) = Etcd::connect(std::slice::from_ref(&ep), ETCD_TIMEOUT).await
-            && let Ok(list) = etcd.members().await
+            && let Ok(list) = etcd.members_linearizable().await
         {
             members = Some(list);
             break;
         }
     }
     let Some(members) = members else {
+        memory.stamp(&mut obs.plan, Instant::now());
         return Ok(obs);
     };
 
-    // Every member's status, concurrently, each over its own connection.
-    let mut asks = tokio::task::JoinSet::new();
+    let mut views = Vec::with_capacity(members.len());
     for m in &members {
         let name = m.host_label().unwrap_or_default().to_string();
-        if let Some(ep) = obs.pod_endpoint(&name) {
-            let id = m.id;
-            asks.spawn(async move { (id, etcd::status(&ep, ETCD_TIMEOUT).await) });
+        let answer = answers.get(&name).filter(|s| s.member_id == m.id);
+        if let Some(s) = answer {
+            obs.statuses.insert(m.id, s.clone());
         }
+        views.push(MemberView {
+            healthy: answer.is_some_and(|s| is_healthy(m, s)),
+            name,
+            id: m.id,
+            is_learner: m.is_learner,
+            unhealthy_for: Duration::ZERO,
+        });
     }
-    while let Some(done) = asks.join_next().await {
-        if let Ok((id, Ok(status))) = done {
-            obs.statuses.insert(id, status);
-        }
-    }
-    obs.plan.leader = obs.statuses.values().map(|s| s.leader).find(|l| *l != 0);
-    obs.plan.members = Some(
-        members
+    obs.plan.leader = leader_of(
+        views
             .iter()
-            .map(|m| MemberView {
-                name: m.host_label().unwrap_or_default().to_string(),
-                id: m.id,
-                is_learner: m.is_learner,
-                healthy: obs.statuses.contains_key(&m.id),
-            })
-            .collect(),
+            .filter(|v| v.healthy && !v.is_learner && obs.plan.pod_alive(&v.name))
+            .filter_map(|v| obs.statuses.get(&v.id)),
     );
-
-    // The pods again, now that member health is known: a pod deleted while etcd was being
-    // asked would otherwise count as a healthy voter's, beside a member already dead from a
-    // deletion issued a moment earlier (two pods deleted at once), and the planner could
-    // remove that member on a quorum that is itself leaving. Only a silent member can lead
-    // to a removal, so with every member answering the first list stands. Only states move
-    // towards gone; anything newer waits for the next pass.
-    let all_answered = obs.statuses.len() == members.len();
+    obs.plan.members = Some(views);
     obs.members = Some(members);
-    if all_answered {
-        return Ok(obs);
-    }
-    let again = list_pods(pods_api, &name).await?;
-    for view in &mut obs.plan.pods {
+    memory.stamp(&mut obs.plan, Instant::now());
+    Ok(obs)
+}
+
+/// Lists the pods again and moves each pod's state towards gone where it has gone since the
+/// observation: called immediately before a removal, so that a pod deleted while etcd was
+/// being asked never counts as a healthy voter's (two pods deleted at once), and the removal
+/// is planned again on what is true now. Only states move towards gone; anything newer waits
+/// for the next pass.
+pub async fn recheck_pods(
+    pods_api: &Api<Pod>,
+    cluster: &EtcdCluster,
+    obs: &mut Observation,
+) -> Result<(), Error> {
+    let again = list_pods(pods_api, &cluster.name_any()).await?;
+    for view in &mut obs.pods {
         let now = again.iter().find(|p| p.name_any() == view.name);
         let state = now.map_or(PodState::Terminating, pod_state);
         if state.is_gone() && !view.state.is_gone() {
             view.state = state;
         }
     }
-    Ok(obs)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(member_id: u64, leader: u64, term: u64) -> Status {
+        Status {
+            member_id,
+            cluster_id: 7,
+            leader,
+            version: "3.6.16".into(),
+            db_size: 0,
+            raft_index: 0,
+            raft_term: term,
+            raft_applied_index: 0,
+            is_learner: false,
+            errors: vec![],
+        }
+    }
+
+    fn member(id: u64) -> Member {
+        Member {
+            id,
+            name: format!("m{id}"),
+            peer_urls: vec![format!("http://m{id}.c.ns.svc:2380")],
+            client_urls: vec![],
+            is_learner: false,
+        }
+    }
+
+    #[test]
+    fn healthy_means_itself_with_a_leader_and_no_alarm() {
+        assert!(is_healthy(&member(1), &status(1, 2, 3)));
+        // Another member answered from this pod's address.
+        assert!(!is_healthy(&member(1), &status(9, 2, 3)));
+        // It knows no leader.
+        assert!(!is_healthy(&member(1), &status(1, 0, 3)));
+        // An alarm is raised.
+        let nospace = Status {
+            errors: vec!["memberID:1 alarm:NOSPACE ".into()],
+            ..status(1, 2, 3)
+        };
+        assert!(!is_healthy(&member(1), &nospace));
+    }
+
+    #[test]
+    fn the_leader_is_the_one_of_the_newest_term() {
+        // A voter still in term 3 names 1; two in term 4 name 2.
+        let answers = [status(1, 1, 3), status(2, 2, 4), status(3, 2, 4)];
+        assert_eq!(leader_of(&answers), Some(2));
+        assert_eq!(leader_of(&[status(1, 0, 5)]), None);
+    }
+
+    #[test]
+    fn silence_is_timed_from_its_first_sight_and_forgotten_on_an_answer() {
+        let mut memory = HealthMemory::default();
+        let t0 = Instant::now();
+        let view = |healthy| MemberView {
+            name: "m1".into(),
+            id: 1,
+            is_learner: false,
+            healthy,
+            unhealthy_for: Duration::ZERO,
+        };
+        let mut obs = Observation {
+            members: Some(vec![view(false)]),
+            ..Observation::default()
+        };
+        memory.stamp(&mut obs, t0);
+        memory.stamp(&mut obs, t0 + Duration::from_secs(5));
+        assert_eq!(
+            obs.members.as_ref().unwrap()[0].unhealthy_for,
+            Duration::from_secs(5)
+        );
+        // Nobody answers for a while: the cluster's silence is timed, the member's clock runs on.
+        let mut silent = Observation::default();
+        memory.stamp(&mut silent, t0 + Duration::from_secs(6));
+        memory.stamp(&mut silent, t0 + Duration::from_secs(9));
+        assert_eq!(silent.silent_for, Duration::from_secs(3));
+        memory.stamp(&mut obs, t0 + Duration::from_secs(10));
+        assert_eq!(
+            obs.members.as_ref().unwrap()[0].unhealthy_for,
+            Duration::from_secs(10)
+        );
+        // One healthy answer resets it.
+        let mut well = Observation {
+            members: Some(vec![view(true)]),
+            ..Observation::default()
+        };
+        memory.stamp(&mut well, t0 + Duration::from_secs(11));
+        memory.stamp(&mut obs, t0 + Duration::from_secs(12));
+        assert_eq!(
+            obs.members.as_ref().unwrap()[0].unhealthy_for,
+            Duration::ZERO
+        );
+    }
 }

@@ -3,10 +3,13 @@
 //!
 //! It keeps the membership rules: at most one membership change at a time; nothing that leaves
 //! the cluster without quorum; members join as learners and are promoted once etcd accepts it;
-//! scale-down removes a learner, then an unhealthy member, then a follower, never the leader; a
-//! member whose pod is gone is removed (and replaced by the scale-up path) unless it keeps its
-//! data on a volume; every partial state a crash leaves is finished or undone; lost quorum is
-//! reported and nothing destructive is done.
+//! scale-down removes a pending learner first (it is never promoted only to be removed), then an
+//! unhealthy member, then a follower, never the leader; a member whose pod is gone is removed
+//! (and replaced by the scale-up path) unless it keeps its data on a volume; a member that stays
+//! unhealthy while its pod runs is replaced after [`Target::replace_after`]; every partial state
+//! a crash leaves is finished or undone; lost quorum is reported only once the silent members
+//! have been silent for [`Target::quorum_grace`] (a restarting member is not a lost cluster), and
+//! nothing destructive is done.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -54,8 +57,13 @@ pub struct MemberView {
     pub id: u64,
     /// Whether it is a learner.
     pub is_learner: bool,
-    /// Whether it answered a status request.
+    /// Whether it is healthy: it answered a status request as itself (the member ID it reports
+    /// is this one), it knows a leader, and it raises no alarm.
     pub healthy: bool,
+    /// How long it has been unhealthy without a break, as far as this operator has watched it
+    /// (zero when healthy; the clock starts again when the operator restarts, which only ever
+    /// delays a replacement).
+    pub unhealthy_for: Duration,
 }
 
 /// Everything the planner needs about one cluster.
@@ -70,6 +78,8 @@ pub struct Observation {
     /// Whether the seed was ever created (recorded in status, or a pod exists), so the
     /// operator never bootstraps twice.
     pub bootstrapped: bool,
+    /// How long no member has answered (zero when one did).
+    pub silent_for: Duration,
 }
 
 impl Observation {
@@ -96,6 +106,12 @@ pub struct Target {
     pub learner_timeout: Duration,
     /// How long a new pod may take to answer before silence counts as lost quorum.
     pub startup_grace: Duration,
+    /// How long a member may stay unhealthy while its pod runs (crash-looping, stuck Pending,
+    /// raising an alarm) before it is removed and replaced.
+    pub replace_after: Duration,
+    /// How long members may be silent before their silence counts as lost quorum: a member
+    /// whose container restarts is back within seconds.
+    pub quorum_grace: Duration,
 }
 
 /// Why a member is removed.
@@ -107,6 +123,9 @@ pub enum RemoveReason {
     PodGone,
     /// Scale-down.
     ScaleDown,
+    /// It stayed unhealthy past [`Target::replace_after`] while its pod ran; the scale-up path
+    /// replaces it.
+    Unhealthy,
 }
 
 /// Why a pod is deleted.
@@ -114,6 +133,9 @@ pub enum RemoveReason {
 pub enum DeleteReason {
     /// Its member is not (or no longer) in etcd's member list.
     NoMember,
+    /// It ended (evicted, or its node rebooted) and its member keeps its data on a volume: the
+    /// pod is recreated on the same claim once this one is gone.
+    Ended,
 }
 
 /// The next step.
@@ -183,17 +205,38 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         .filter(|m| m.healthy && obs.pod_alive(&m.name))
         .count();
     if healthy_voters < quorum(voters.len()) {
-        return Action::QuorumLost {
-            reason: format!(
-                "{healthy_voters} of {} voting members are healthy, {} are needed",
-                voters.len(),
-                quorum(voters.len())
-            ),
-        };
+        // Members whose pods still run and that went silent only a moment ago are most likely
+        // restarting; until the grace has passed, the cluster is short, not lost.
+        let restarting = voters
+            .iter()
+            .filter(|m| {
+                !m.healthy && obs.pod_alive(&m.name) && m.unhealthy_for < target.quorum_grace
+            })
+            .count();
+        let reason = format!(
+            "{healthy_voters} of {} voting members are healthy, {} are needed",
+            voters.len(),
+            quorum(voters.len())
+        );
+        if healthy_voters + restarting >= quorum(voters.len()) {
+            return Action::Wait {
+                reason: format!("{reason}; {restarting} went silent moments ago"),
+            };
+        }
+        return Action::QuorumLost { reason };
     }
 
-    // Learners first: an addition in flight is finished (promoted) or undone (removed).
+    // Learners first: an addition in flight is finished (promoted) or undone (removed). On
+    // scale-down a pending learner is removed, not promoted: promoting it would be a voting
+    // change only to make the next one (its removal) necessary.
     if let Some(l) = members.iter().find(|m| m.is_learner) {
+        if voters.len() >= target.size {
+            return Action::RemoveMember {
+                name: l.name.clone(),
+                id: l.id,
+                reason: RemoveReason::ScaleDown,
+            };
+        }
         let remove = Action::RemoveMember {
             name: l.name.clone(),
             id: l.id,
@@ -202,13 +245,14 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         match pod(&l.name) {
             None => return remove,
             Some(p) if p.state.is_gone() => return remove,
+            // Added so long ago that it will not catch up (etcd refused every promotion).
+            Some(p) if p.age > target.learner_timeout => return remove,
             Some(_) if l.healthy => {
                 return Action::Promote {
                     name: l.name.clone(),
                     id: l.id,
                 };
             }
-            Some(p) if p.age > target.learner_timeout => return remove,
             Some(_) => {
                 return Action::Wait {
                     reason: format!("learner {} is starting", l.name),
@@ -250,10 +294,19 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
             continue;
         }
         if target.persistent {
-            if pod(&v.name).is_none() {
-                return Action::RecreatePod {
-                    name: v.name.clone(),
-                };
+            match pod(&v.name) {
+                None => {
+                    return Action::RecreatePod {
+                        name: v.name.clone(),
+                    };
+                }
+                Some(p) if p.state == PodState::Gone => {
+                    return Action::DeletePod {
+                        name: v.name.clone(),
+                        reason: DeleteReason::Ended,
+                    };
+                }
+                Some(_) => {}
             }
             return Action::Wait {
                 reason: format!("pod of {} is terminating", v.name),
@@ -273,8 +326,24 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         return scale_down(obs, &voters, healthy_voters);
     }
     if let Some(sick) = voters.iter().find(|v| !v.healthy) {
+        // Stuck (crash-looping, Pending, an alarm raised) past the bound: it blocks every other
+        // change, so it is replaced, when the healthy voters are a quorum without it.
+        if sick.unhealthy_for >= target.replace_after
+            && healthy_voters >= quorum(n - 1)
+            && Some(sick.id) != obs.leader
+        {
+            return Action::RemoveMember {
+                name: sick.name.clone(),
+                id: sick.id,
+                reason: RemoveReason::Unhealthy,
+            };
+        }
         return Action::Wait {
-            reason: format!("member {} is not healthy yet", sick.name),
+            reason: format!(
+                "member {} has been unhealthy for {} s",
+                sick.name,
+                sick.unhealthy_for.as_secs()
+            ),
         };
     }
     if n < target.size {
@@ -297,6 +366,15 @@ fn without_member_list(obs: &Observation, target: &Target) -> Action {
     {
         return Action::Wait {
             reason: "members are starting".into(),
+        };
+    }
+    if !obs.pods.is_empty() && obs.silent_for < target.quorum_grace {
+        return Action::Wait {
+            reason: format!(
+                "no member has answered for {} s; a restarting member is given {} s",
+                obs.silent_for.as_secs(),
+                target.quorum_grace.as_secs()
+            ),
         };
     }
     if obs.pods.is_empty() {
@@ -349,15 +427,19 @@ mod tests {
             persistent: false,
             learner_timeout: 5 * MINUTE,
             startup_grace: MINUTE / 2,
+            replace_after: 5 * MINUTE,
+            quorum_grace: MINUTE / 2,
         }
     }
 
+    /// An unhealthy member has been so for an hour: well past every grace.
     fn member(name: &str, id: u64, is_learner: bool, healthy: bool) -> MemberView {
         MemberView {
             name: name.into(),
             id,
             is_learner,
             healthy,
+            unhealthy_for: if healthy { Duration::ZERO } else { 60 * MINUTE },
         }
     }
 
@@ -380,6 +462,7 @@ mod tests {
             leader: Some(1),
             pods: (1..=n).map(|i| running(&format!("m{i}"))).collect(),
             bootstrapped: true,
+            silent_for: Duration::ZERO,
         }
     }
 
@@ -482,6 +565,7 @@ mod tests {
                 gated.clone(),
             ],
             bootstrapped: true,
+            silent_for: Duration::ZERO,
         };
         assert!(matches!(plan(&starting, &target(3)), Action::Wait { .. }));
         let mut seeded = steady(1);
@@ -553,25 +637,194 @@ mod tests {
         );
     }
 
+    #[test]
+    fn on_scale_down_a_pending_learner_is_removed_not_promoted() {
+        // 3 voters and a learner that has caught up, and the user asks for 3 again.
+        let mut obs = steady(3);
+        obs.members
+            .as_mut()
+            .unwrap()
+            .push(member("m4", 4, true, true));
+        obs.pods.push(running("m4"));
+        assert_eq!(
+            plan(&obs, &target(3)),
+            Action::RemoveMember {
+                name: "m4".into(),
+                id: 4,
+                reason: RemoveReason::ScaleDown
+            }
+        );
+        // Below the learner's own slot too: still removed first, then a follower.
+        assert!(matches!(
+            plan(&obs, &target(1)),
+            Action::RemoveMember { id: 4, .. }
+        ));
+    }
+
+    #[test]
+    fn a_learner_that_never_catches_up_is_removed() {
+        let mut obs = steady(3);
+        obs.members
+            .as_mut()
+            .unwrap()
+            .push(member("m4", 4, true, true));
+        obs.pods.push(PodView {
+            age: 10 * MINUTE,
+            ..running("m4")
+        });
+        assert!(matches!(
+            plan(&obs, &target(5)),
+            Action::RemoveMember {
+                id: 4,
+                reason: RemoveReason::StrandedLearner,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_restarting_single_member_is_not_lost_quorum_until_the_grace_has_passed() {
+        // The member's container restarts: its pod still runs, etcd is silent for a moment.
+        let mut obs = steady(1);
+        obs.members.as_mut().unwrap()[0].healthy = false;
+        obs.members.as_mut().unwrap()[0].unhealthy_for = Duration::from_secs(3);
+        obs.leader = None;
+        assert!(matches!(plan(&obs, &target(1)), Action::Wait { .. }));
+        obs.members.as_mut().unwrap()[0].unhealthy_for = MINUTE;
+        assert!(matches!(plan(&obs, &target(1)), Action::QuorumLost { .. }));
+
+        // Nobody answers at all: the same grace, counted from the last answer.
+        let silent = Observation {
+            members: None,
+            leader: None,
+            silent_for: Duration::from_secs(3),
+            ..steady(1)
+        };
+        assert!(matches!(plan(&silent, &target(1)), Action::Wait { .. }));
+        let lost = Observation {
+            silent_for: MINUTE,
+            ..silent
+        };
+        assert!(matches!(plan(&lost, &target(1)), Action::QuorumLost { .. }));
+    }
+
+    #[test]
+    fn a_member_stuck_unhealthy_while_its_pod_runs_is_replaced_after_the_bound() {
+        // Crash-looping: the pod is Running (or Pending), etcd never answers as this member.
+        let mut obs = steady(3);
+        obs.members.as_mut().unwrap()[2].healthy = false;
+        obs.members.as_mut().unwrap()[2].unhealthy_for = MINUTE;
+        // Before the bound it blocks scale-up, as a member that is merely slow should.
+        assert!(matches!(plan(&obs, &target(5)), Action::Wait { .. }));
+        assert!(matches!(plan(&obs, &target(3)), Action::Wait { .. }));
+        obs.members.as_mut().unwrap()[2].unhealthy_for = 6 * MINUTE;
+        let replace = Action::RemoveMember {
+            name: "m3".into(),
+            id: 3,
+            reason: RemoveReason::Unhealthy,
+        };
+        assert_eq!(plan(&obs, &target(3)), replace);
+        assert_eq!(plan(&obs, &target(5)), replace);
+        obs.pods[2].state = PodState::Pending;
+        assert_eq!(plan(&obs, &target(3)), replace);
+
+        // Not when the others are not a quorum without it (2 of 3 stuck in a 3-member cluster
+        // is lost quorum; in a 5-member cluster with 2 stuck, one at a time).
+        let mut five = steady(5);
+        for m in &mut five.members.as_mut().unwrap()[3..] {
+            m.healthy = false;
+            m.unhealthy_for = 6 * MINUTE;
+        }
+        assert!(matches!(
+            plan(&five, &target(5)),
+            Action::RemoveMember {
+                reason: RemoveReason::Unhealthy,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_persistent_members_ended_pod_is_deleted_then_recreated_on_its_claim() {
+        let persistent = Target {
+            persistent: true,
+            ..target(3)
+        };
+        let mut obs = steady(3);
+        obs.members.as_mut().unwrap()[2].healthy = false;
+        obs.pods[2].state = PodState::Gone;
+        assert_eq!(
+            plan(&obs, &persistent),
+            Action::DeletePod {
+                name: "m3".into(),
+                reason: DeleteReason::Ended
+            }
+        );
+        obs.pods.pop();
+        assert_eq!(
+            plan(&obs, &persistent),
+            Action::RecreatePod { name: "m3".into() }
+        );
+    }
+
+    #[test]
+    fn a_stale_leader_is_never_chosen_for_scale_down_and_a_healthy_one_is_never_removed() {
+        // The leader as some member last reported it is m1, which is now silent.
+        let mut obs = steady(3);
+        obs.members.as_mut().unwrap()[0].healthy = false;
+        obs.pods[0].state = PodState::Running;
+        obs.leader = Some(1);
+        match plan(&obs, &target(2)) {
+            Action::RemoveMember { id, .. } => assert_ne!(id, 1),
+            other => assert!(matches!(other, Action::Wait { .. }), "{other:?}"),
+        }
+    }
+
     // --- properties ------------------------------------------------------------------------
+
+    /// One member of the simulated world.
+    #[derive(Clone, Debug)]
+    struct SimMember {
+        name: String,
+        id: u64,
+        learner: bool,
+        /// It answers as itself, knows a leader and raises no alarm.
+        answers: bool,
+    }
 
     /// A world the planner's actions are applied to: each member is in etcd and/or has a pod.
     #[derive(Clone, Debug)]
     struct Sim {
-        members: Vec<(String, u64, bool, bool)>, // name, id, learner, healthy
+        members: Vec<SimMember>,
         pods: Vec<(String, PodState, Option<BTreeSet<String>>)>,
+        /// The leader as the planner is told it; may be stale (a member that no longer answers).
         leader: Option<u64>,
+        /// How long the silent members have been silent.
+        silent_for: Duration,
         next: u64,
+    }
+
+    /// The test's own majority rule, written apart from [`quorum`] so that a mistake there is
+    /// not repeated here.
+    fn majority(healthy: usize, of: usize) -> bool {
+        2 * healthy > of
     }
 
     impl Sim {
         fn observe(&self) -> Observation {
-            let answered = self.members.iter().any(|m| m.3);
+            let answered = self.members.iter().any(|m| m.answers);
             Observation {
                 members: answered.then(|| {
                     self.members
                         .iter()
-                        .map(|m| member(&m.0, m.1, m.2, m.3))
+                        .map(|m| MemberView {
+                            unhealthy_for: if m.answers {
+                                Duration::ZERO
+                            } else {
+                                self.silent_for
+                            },
+                            ..member(&m.name, m.id, m.learner, m.answers)
+                        })
                         .collect()
                 }),
                 leader: self.leader,
@@ -586,11 +839,25 @@ mod tests {
                     })
                     .collect(),
                 bootstrapped: true,
+                silent_for: if answered {
+                    Duration::ZERO
+                } else {
+                    self.silent_for
+                },
             }
         }
 
-        fn voters(&self) -> Vec<&(String, u64, bool, bool)> {
-            self.members.iter().filter(|m| !m.2).collect()
+        fn pod_state(&self, name: &str) -> Option<PodState> {
+            self.pods.iter().find(|p| p.0 == name).map(|p| p.1)
+        }
+
+        fn voters(&self) -> Vec<&SimMember> {
+            self.members.iter().filter(|m| !m.learner).collect()
+        }
+
+        /// A voter that counts: it answers and its pod is not on its way out.
+        fn counts(&self, m: &SimMember) -> bool {
+            m.answers && !m.learner && self.pod_state(&m.name).is_some_and(|s| !s.is_gone())
         }
 
         /// Applies `action`; afterwards every member whose pod runs answers (it has started).
@@ -600,23 +867,27 @@ mod tests {
                 // (the worst case: the operator stopped in between).
                 Action::AddMember => {
                     self.next += 1;
-                    let peers = self.members.iter().map(|m| m.0.clone()).collect();
+                    let peers = self.members.iter().map(|m| m.name.clone()).collect();
                     self.pods
                         .push((format!("n{}", self.next), PodState::Pending, Some(peers)));
                 }
                 Action::JoinMember { name } => {
                     self.next += 1;
-                    self.members
-                        .push((name.clone(), 1000 + self.next, true, false));
+                    self.members.push(SimMember {
+                        name: name.clone(),
+                        id: 1000 + self.next,
+                        learner: true,
+                        answers: false,
+                    });
                 }
                 Action::Promote { id, .. } => self
                     .members
                     .iter_mut()
-                    .filter(|m| m.1 == *id)
-                    .for_each(|m| m.2 = false),
+                    .filter(|m| m.id == *id)
+                    .for_each(|m| m.learner = false),
                 Action::RemoveMember { id, name, .. } => {
                     // As act does: out of etcd first, then the pod is deleted.
-                    self.members.retain(|m| m.1 != *id);
+                    self.members.retain(|m| m.id != *id);
                     for p in self.pods.iter_mut().filter(|p| &p.0 == name) {
                         p.1 = PodState::Terminating;
                     }
@@ -639,42 +910,58 @@ mod tests {
                     p.1 = PodState::Running;
                 }
             }
+            let running: BTreeSet<String> = self
+                .pods
+                .iter()
+                .filter(|p| p.1 == PodState::Running)
+                .map(|p| p.0.clone())
+                .collect();
             for m in &mut self.members {
-                m.3 = self
-                    .pods
-                    .iter()
-                    .any(|p| p.0 == m.0 && p.1 == PodState::Running);
+                m.answers = running.contains(&m.name);
             }
             if !self
                 .members
                 .iter()
-                .any(|m| Some(m.1) == self.leader && m.3 && !m.2)
+                .any(|m| Some(m.id) == self.leader && m.answers && !m.learner)
             {
-                self.leader = self.members.iter().find(|m| m.3 && !m.2).map(|m| m.1);
+                self.leader = self
+                    .members
+                    .iter()
+                    .find(|m| m.answers && !m.learner)
+                    .map(|m| m.id);
             }
         }
     }
 
     /// Arbitrary states: up to 7 members in etcd, each a voter or learner, answering or not,
-    /// with a running, pending, gone or missing pod, and up to 2 stray pods.
+    /// with a running, pending, ended, terminating or missing pod (members whose pod is
+    /// terminating may still answer, as real ones do for a moment), up to 2 stray pods, a
+    /// leader that may be stale, and silent members that went silent a moment or an hour ago.
     /// With `quorate`, the first voters (a majority) are forced healthy, so every state keeps quorum.
     fn arb_sim(quorate: bool) -> impl Strategy<Value = Sim> {
         // Weighted towards running, answering voters, so that enough states keep quorum.
         let member = (
             prop::bool::weighted(0.3),
-            0..8u8,
+            0..9u8,
             prop::bool::weighted(0.85),
         );
         (
             prop::collection::vec(member, 1..=7),
             0..=2usize,
             any::<prop::sample::Index>(),
+            prop::bool::weighted(0.2),
+            prop::bool::weighted(0.5),
         )
-            .prop_map(move |(ms, strays, leader)| {
+            .prop_map(move |(ms, strays, leader, stale, recent)| {
                 let mut sim = Sim {
                     members: vec![],
                     pods: vec![],
                     leader: None,
+                    silent_for: if recent {
+                        Duration::from_secs(2)
+                    } else {
+                        60 * MINUTE
+                    },
                     next: 0,
                 };
                 for (i, (learner, pod, answers)) in ms.iter().enumerate() {
@@ -682,33 +969,39 @@ mod tests {
                     let state = match pod {
                         0..=4 => Some(PodState::Running),
                         5 => Some(PodState::Pending),
-                        6 if i % 2 == 0 => Some(PodState::Gone),
-                        6 => Some(PodState::Terminating),
+                        6 => Some(PodState::Gone),
+                        7 => Some(PodState::Terminating),
                         _ => None,
                     };
-                    // Only a running pod's member can answer.
-                    let healthy = *answers && state == Some(PodState::Running);
+                    // A member answers from a running pod, or from one that is terminating
+                    // (etcd serves until the signal lands).
+                    let answers = *answers
+                        && matches!(state, Some(PodState::Running | PodState::Terminating));
                     // The first member is the seed, always a voter.
-                    sim.members
-                        .push((name.clone(), i as u64 + 1, *learner && i > 0, healthy));
+                    sim.members.push(SimMember {
+                        name: name.clone(),
+                        id: i as u64 + 1,
+                        learner: *learner && i > 0,
+                        answers,
+                    });
                     if let Some(s) = state {
                         sim.pods.push((name, s, None));
                     }
                 }
                 if quorate {
                     let voters: Vec<usize> = (0..sim.members.len())
-                        .filter(|&i| !sim.members[i].2)
+                        .filter(|&i| !sim.members[i].learner)
                         .collect();
-                    for &i in voters.iter().take(quorum(voters.len())) {
-                        sim.members[i].3 = true;
-                        let name = sim.members[i].0.clone();
+                    for &i in voters.iter().take(voters.len() / 2 + 1) {
+                        sim.members[i].answers = true;
+                        let name = sim.members[i].name.clone();
                         sim.pods.retain(|p| p.0 != name);
                         sim.pods.push((name, PodState::Running, None));
                     }
                 }
                 // Strays: plain pods without a member, or pods created ahead of their member
                 // whose `--initial-cluster` may or may not still match.
-                let names: BTreeSet<String> = sim.members.iter().map(|m| m.0.clone()).collect();
+                let names: BTreeSet<String> = sim.members.iter().map(|m| m.name.clone()).collect();
                 for s in 0..strays {
                     let joining = match (s + ms.len()) % 3 {
                         0 => None,
@@ -718,61 +1011,79 @@ mod tests {
                     sim.pods
                         .push((format!("stray{s}"), PodState::Running, joining));
                 }
-                let healthy_voters: Vec<u64> = sim
+                // The leader as a healthy voter reports it; sometimes stale: any voter.
+                let candidates: Vec<u64> = sim
                     .members
                     .iter()
-                    .filter(|m| m.3 && !m.2)
-                    .map(|m| m.1)
+                    .filter(|m| !m.learner && (stale || m.answers))
+                    .map(|m| m.id)
                     .collect();
-                if !healthy_voters.is_empty() {
-                    sim.leader = Some(healthy_voters[leader.index(healthy_voters.len())]);
+                if !candidates.is_empty() {
+                    sim.leader = Some(candidates[leader.index(candidates.len())]);
                 }
                 sim
             })
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
+    fn target_of(size: usize, persistent: bool) -> Target {
+        Target {
+            persistent,
+            ..target(size)
+        }
+    }
 
-        /// One step never removes the leader, never leaves the healthy voters short of a quorum
-        /// of the new membership, never adds while a member is unhealthy or a learner is
-        /// pending, and does nothing at all without quorum.
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// One step never removes a leader that counts, never removes a voter unless the voters
+        /// that count (answering, pod not leaving) stay a majority of the new membership, never
+        /// adds while a member is unhealthy or a learner is pending, never promotes a learner
+        /// the user no longer needs, and does nothing at all without a majority.
         #[test]
-        fn no_step_breaks_quorum(sim in arb_sim(false), size in 1..=7usize) {
+        fn no_step_breaks_quorum(
+            sim in arb_sim(false),
+            size in 1..=7usize,
+            persistent in any::<bool>(),
+        ) {
             let obs = sim.observe();
-            let action = plan(&obs, &target(size));
+            let action = plan(&obs, &target_of(size, persistent));
             let voters = sim.voters();
-            let healthy = voters.iter().filter(|m| m.3).count();
-            let quorate = obs.members.is_some() && healthy >= quorum(voters.len());
+            let counting = voters.iter().filter(|m| sim.counts(m)).count();
+            let quorate = obs.members.is_some() && majority(counting, voters.len());
             match &action {
                 Action::RemoveMember { id, .. } => {
                     prop_assert!(quorate);
-                    prop_assert_ne!(Some(*id), obs.leader);
-                    let m = sim.members.iter().find(|m| m.1 == *id).unwrap();
-                    if !m.2 {
+                    let m = sim.members.iter().find(|m| m.id == *id).unwrap();
+                    if Some(*id) == obs.leader {
+                        prop_assert!(!sim.counts(m), "removed the leader {:?}", action);
+                    }
+                    if !m.learner {
                         let after_voters = voters.len() - 1;
-                        let after_healthy = healthy - usize::from(m.3);
+                        let after = counting - usize::from(sim.counts(m));
                         prop_assert!(after_voters >= 1);
-                        prop_assert!(after_healthy >= quorum(after_voters), "{:?}", action);
+                        prop_assert!(majority(after, after_voters), "{:?}", action);
                     }
                 }
-                Action::AddMember => {
+                Action::AddMember | Action::JoinMember { .. } => {
                     prop_assert!(quorate);
-                    prop_assert!(sim.members.iter().all(|m| !m.2 && m.3));
+                    prop_assert!(sim.members.iter().all(|m| !m.learner && m.answers));
                     prop_assert!(voters.len() < size);
-                }
-                Action::JoinMember { name } => {
-                    prop_assert!(quorate);
-                    prop_assert!(sim.members.iter().all(|m| !m.2 && m.3));
-                    prop_assert!(voters.len() < size);
-                    let names: BTreeSet<String> = sim.members.iter().map(|m| m.0.clone()).collect();
-                    let p = sim.pods.iter().find(|p| &p.0 == name).unwrap();
-                    prop_assert_eq!(p.2.as_ref(), Some(&names));
+                    if let Action::JoinMember { name } = &action {
+                        let names: BTreeSet<String> =
+                            sim.members.iter().map(|m| m.name.clone()).collect();
+                        let p = sim.pods.iter().find(|p| &p.0 == name).unwrap();
+                        prop_assert_eq!(p.2.as_ref(), Some(&names));
+                    }
                 }
                 Action::Promote { id, .. } => {
                     prop_assert!(quorate);
-                    let m = sim.members.iter().find(|m| m.1 == *id).unwrap();
-                    prop_assert!(m.2 && m.3);
+                    let m = sim.members.iter().find(|m| m.id == *id).unwrap();
+                    prop_assert!(m.learner && m.answers);
+                    prop_assert!(voters.len() < size, "promoted a learner on scale-down");
+                }
+                Action::RecreatePod { name } => {
+                    prop_assert!(persistent);
+                    prop_assert!(sim.pod_state(name).is_none());
                 }
                 Action::Bootstrap => prop_assert!(false, "bootstrapped twice"),
                 _ => {}
@@ -785,23 +1096,29 @@ mod tests {
         }
 
         /// From any state with quorum, applying the plan step by step reaches spec.size voters,
-        /// all healthy, no learner, pods equal to members, then stays there.
+        /// all healthy, no learner, pods equal to members, then stays there; with or without
+        /// volumes.
         #[test]
-        fn repeated_steps_converge_to_size(mut sim in arb_sim(true), size in 1..=7usize) {
+        fn repeated_steps_converge_to_size(
+            mut sim in arb_sim(true),
+            size in 1..=7usize,
+            persistent in any::<bool>(),
+        ) {
+            let target = target_of(size, persistent);
             let mut trace = Vec::new();
             for _ in 0..64 {
-                let action = plan(&sim.observe(), &target(size));
+                let action = plan(&sim.observe(), &target);
                 if action == Action::Steady {
                     break;
                 }
                 trace.push(action.clone());
                 sim.apply(&action);
             }
-            prop_assert_eq!(plan(&sim.observe(), &target(size)), Action::Steady, "{:?}", trace);
+            prop_assert_eq!(plan(&sim.observe(), &target), Action::Steady, "{:?}", trace);
             prop_assert_eq!(sim.members.len(), size);
-            prop_assert!(sim.members.iter().all(|m| !m.2 && m.3));
+            prop_assert!(sim.members.iter().all(|m| !m.learner && m.answers));
             let mut pods: Vec<_> = sim.pods.iter().map(|p| p.0.clone()).collect();
-            let mut members: Vec<_> = sim.members.iter().map(|m| m.0.clone()).collect();
+            let mut members: Vec<_> = sim.members.iter().map(|m| m.name.clone()).collect();
             pods.sort();
             members.sort();
             prop_assert_eq!(pods, members);

@@ -94,11 +94,25 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         .map(|s| format!("{:x}", s.cluster_id))
         .unwrap_or(previous.cluster_id.clone());
 
+    // Available means the cluster the user asked for serves: the healthy voters are a quorum
+    // of the membership as it is, and also of spec.size, so a new 3-member cluster is not
+    // Available on its seed alone.
     let quorate = obs.plan.members.is_some()
         && ready.len() >= quorum(voters)
+        && ready.len() >= quorum(size)
         && !matches!(action, Action::QuorumLost { .. });
+    let ever_ran = !previous.cluster_id.is_empty() || !obs.statuses.is_empty();
     let (phase, reason) = match action {
         Action::QuorumLost { reason } => (ClusterPhase::Failed, reason.clone()),
+        // Silent for a moment (a restarting member): the phase stays what it was; only lost
+        // quorum past its grace makes it Failed.
+        _ if obs.plan.members.is_none() && ever_ran => (
+            previous
+                .phase
+                .filter(|p| *p != ClusterPhase::Creating)
+                .unwrap_or(ClusterPhase::Running),
+            previous.reason.clone(),
+        ),
         _ if obs.plan.members.is_none() => (ClusterPhase::Creating, String::new()),
         _ => (ClusterPhase::Running, String::new()),
     };
@@ -205,6 +219,7 @@ mod tests {
                             id: i as u64 + 1,
                             is_learner: false,
                             healthy: true,
+                            unhealthy_for: Duration::ZERO,
                         })
                         .collect(),
                 ),
@@ -220,6 +235,7 @@ mod tests {
                     })
                     .collect(),
                 bootstrapped: true,
+                silent_for: Duration::ZERO,
             },
             ..Observed::default()
         }
@@ -259,5 +275,55 @@ mod tests {
         assert_eq!(status.phase, Some(ClusterPhase::Failed));
         assert_eq!(condition_of(&status, "Available"), "False");
         assert_eq!(condition_of(&status, "Degraded"), "True");
+    }
+
+    #[test]
+    fn available_waits_for_a_quorum_of_the_requested_size() {
+        let cluster = EtcdCluster::new(
+            "example",
+            EtcdClusterSpec {
+                size: 3,
+                ..Default::default()
+            },
+        );
+        // The seed alone answers: a quorum of itself, not of the three asked for.
+        let mut seed = observed([PodState::Running; 3]);
+        seed.plan.members.as_mut().unwrap().truncate(1);
+        seed.plan.pods.truncate(1);
+        let status = compute(&cluster, &seed, &Action::AddMember);
+        assert_eq!(condition_of(&status, "Available"), "False");
+        assert_eq!(condition_of(&status, "Progressing"), "True");
+        // Two of three: the requested cluster serves, and it is still growing.
+        let mut two = observed([PodState::Running; 3]);
+        two.plan.members.as_mut().unwrap().truncate(2);
+        two.plan.pods.truncate(2);
+        let status = compute(&cluster, &two, &Action::AddMember);
+        assert_eq!(condition_of(&status, "Available"), "True");
+        assert_eq!(condition_of(&status, "Progressing"), "True");
+        let all = compute(&cluster, &observed([PodState::Running; 3]), &Action::Steady);
+        assert_eq!(condition_of(&all, "Progressing"), "False");
+    }
+
+    #[test]
+    fn a_moment_of_silence_keeps_the_phase() {
+        let mut cluster = EtcdCluster::new(
+            "example",
+            EtcdClusterSpec {
+                size: 1,
+                ..Default::default()
+            },
+        );
+        cluster.status = Some(EtcdClusterStatus {
+            phase: Some(ClusterPhase::Running),
+            cluster_id: "abc".into(),
+            ..Default::default()
+        });
+        let silent = Observed::default();
+        let wait = Action::Wait {
+            reason: "restarting".into(),
+        };
+        let status = compute(&cluster, &silent, &wait);
+        assert_eq!(status.phase, Some(ClusterPhase::Running));
+        assert_eq!(condition_of(&status, "Available"), "False");
     }
 }

@@ -1,15 +1,29 @@
 //! Keeps one task per EtcdCluster, as the source documents describe: a watcher over
 //! EtcdClusters starts a task on add, hands it the newest object on update and ends it on
 //! delete; a watcher over member pods wakes the owning task. Nothing here waits on a task.
+//!
+//! A task is woken only by what can change its plan ([`needs_pass`]): a new generation (a spec
+//! change), deletion, labels or annotations. Status updates, the operator's own included,
+//! reach the task's copy of the object without waking it; otherwise each status write would
+//! cause the next pass, and a busy cluster, whose raft index moves with every write, would be
+//! reconciled in a loop.
+//!
+//! EtcdClusters are watched as untyped objects and read one by one, so that one object the
+//! operator cannot read (stored under an older, looser schema) is reported on that object
+//! (phase Failed, a Degraded condition and an Event naming the field) instead of failing the
+//! watch for every cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -17,6 +31,7 @@ use tracing::{info, warn};
 use super::task::{self, Context};
 use crate::api::EtcdCluster;
 
+/// Namespace and name of an EtcdCluster.
 type Key = (String, String);
 
 struct Handle {
@@ -35,19 +50,29 @@ impl Drop for Handle {
 
 /// Runs until the watch streams end (never, in practice). `namespaces` empty means every
 /// namespace. Tasks run only while `leading` is true; the watches run regardless, so a standby
-/// has its caches and takes over without listing again.
-pub async fn run(ctx: Arc<Context>, namespaces: Vec<String>, mut leading: watch::Receiver<bool>) {
+/// has its caches and takes over without listing again. `watch_client` serves the watches: it
+/// has no response timeout, which would cut a quiet watch, while the tasks' client has one.
+pub async fn run(
+    ctx: Arc<Context>,
+    watch_client: kube::Client,
+    namespaces: Vec<String>,
+    mut leading: watch::Receiver<bool>,
+) {
     let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
         vec![None]
     } else {
         namespaces.iter().map(|n| Some(n.as_str())).collect()
     };
+    let resource = ApiResource::erase::<EtcdCluster>(&());
     let api = |ns: Option<&str>| match ns {
         Some(ns) => (
-            Api::<EtcdCluster>::namespaced(ctx.client.clone(), ns),
-            Api::<Pod>::namespaced(ctx.client.clone(), ns),
+            Api::<DynamicObject>::namespaced_with(watch_client.clone(), ns, &resource),
+            Api::<Pod>::namespaced(watch_client.clone(), ns),
         ),
-        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+        None => (
+            Api::all_with(watch_client.clone(), &resource),
+            Api::all(watch_client.clone()),
+        ),
     };
     // Each event carries its scope, so a relist of one namespace only speaks for that namespace.
     let mut cluster_events = futures::stream::select_all(scopes.iter().map(|ns| {
@@ -80,9 +105,9 @@ pub async fn run(ctx: Arc<Context>, namespaces: Vec<String>, mut leading: watch:
         tokio::select! {
             ev = cluster_events.next() => match ev {
                 Some((scope, Ok(Event::Init))) => { listed.insert(scope, BTreeSet::new()); }
-                Some((scope, Ok(Event::InitApply(c)))) => {
-                    if let Some(l) = listed.get_mut(&scope) { l.insert(key(&c)); }
-                    upsert(&ctx, &mut known, &mut tasks, lead, c);
+                Some((scope, Ok(Event::InitApply(o)))) => {
+                    if let Some(l) = listed.get_mut(&scope) { l.insert(dyn_key(&o)); }
+                    accept(&ctx, &mut known, &mut tasks, lead, o);
                 }
                 Some((scope, Ok(Event::InitDone))) => {
                     // Clusters deleted while the watch was down.
@@ -97,9 +122,9 @@ pub async fn run(ctx: Arc<Context>, namespaces: Vec<String>, mut leading: watch:
                     unsynced = unsynced.saturating_sub(1);
                     if unsynced == 0 { ctx.metrics.set_synced(); }
                 }
-                Some((_, Ok(Event::Apply(c)))) => upsert(&ctx, &mut known, &mut tasks, lead, c),
-                Some((_, Ok(Event::Delete(c)))) => {
-                    let k = key(&c);
+                Some((_, Ok(Event::Apply(o)))) => accept(&ctx, &mut known, &mut tasks, lead, o),
+                Some((_, Ok(Event::Delete(o)))) => {
+                    let k = dyn_key(&o);
                     known.remove(&k);
                     stop(&ctx, &mut tasks, &k);
                 }
@@ -155,6 +180,121 @@ fn key(c: &EtcdCluster) -> Key {
     (c.namespace().unwrap_or_default(), c.name_any())
 }
 
+fn dyn_key(o: &DynamicObject) -> Key {
+    (o.namespace().unwrap_or_default(), o.name_any())
+}
+
+/// Reads an EtcdCluster from the untyped object the watch delivered. The error names the field
+/// that could not be read. A status that cannot be read (written by another version of the
+/// operator) is dropped rather than refused: the operator writes it anew.
+pub fn parse(object: &DynamicObject) -> Result<EtcdCluster, String> {
+    let read = |value: serde_json::Value| {
+        serde_path_to_error::deserialize::<_, EtcdCluster>(value)
+            .map_err(|e| (e.path().to_string(), e.inner().to_string()))
+    };
+    let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    match read(value.clone()) {
+        Ok(c) => Ok(c),
+        Err((path, _)) if path.starts_with("status") => {
+            let mut value = value;
+            if let Some(map) = value.as_object_mut() {
+                map.remove("status");
+            }
+            read(value).map_err(|(path, e)| format!("{path}: {e}"))
+        }
+        Err((path, e)) => Err(format!("{path}: {e}")),
+    }
+}
+
+/// Whether the task must look again now that `new` replaced `old`: only when something that
+/// can change its plan changed. Status, resourceVersion and managedFields move with every
+/// status write and must not.
+pub fn needs_pass(old: &EtcdCluster, new: &EtcdCluster) -> bool {
+    let (o, n) = (&old.metadata, &new.metadata);
+    o.uid != n.uid
+        || o.generation != n.generation
+        || o.deletion_timestamp != n.deletion_timestamp
+        || o.labels != n.labels
+        || o.annotations != n.annotations
+        // Without a generation (an API server that does not set one), any spec change counts.
+        || (n.generation.is_none() && old.spec != new.spec)
+}
+
+/// A watched object: a task for it when it can be read, a report on it when not.
+fn accept(
+    ctx: &Arc<Context>,
+    known: &mut BTreeMap<Key, EtcdCluster>,
+    tasks: &mut BTreeMap<Key, Handle>,
+    lead: bool,
+    object: DynamicObject,
+) {
+    match parse(&object) {
+        Ok(cluster) => upsert(ctx, known, tasks, lead, cluster),
+        Err(problem) => {
+            let k = dyn_key(&object);
+            warn!(namespace = %k.0, name = %k.1, "cannot read the EtcdCluster: {problem}");
+            // Its task, if any, would act on a spec that is no longer the user's.
+            known.remove(&k);
+            stop(ctx, tasks, &k);
+            if lead {
+                tokio::spawn(report_unreadable(ctx.clone(), object, problem));
+            }
+        }
+    }
+}
+
+/// Reports an EtcdCluster that cannot be read on the object itself. Its members keep running;
+/// the operator changes nothing until the object is fixed. Reported once per problem.
+async fn report_unreadable(ctx: Arc<Context>, object: DynamicObject, problem: String) {
+    let message = format!(
+        "the operator cannot read this EtcdCluster ({problem}); its members keep running,          and nothing is changed until the field is fixed"
+    );
+    let conditions = object.data["status"]["conditions"].as_array().cloned();
+    let reported = conditions.iter().flatten().any(|c| {
+        c["type"] == "Degraded" && c["reason"] == "InvalidSpec" && c["message"] == message.as_str()
+    });
+    if reported {
+        return;
+    }
+    let ns = object.namespace().unwrap_or_default();
+    let resource = ApiResource::erase::<EtcdCluster>(&());
+    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &ns, &resource);
+    let patch = serde_json::json!({"status": {
+        "phase": "Failed",
+        "reason": message,
+        "observedGeneration": object.metadata.generation,
+        "conditions": [{
+            "type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": message,
+            "observedGeneration": object.metadata.generation,
+            "lastTransitionTime": Timestamp::now().to_string(),
+        }],
+    }});
+    if let Err(e) = api
+        .patch_status(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        warn!("reporting an unreadable EtcdCluster: {e}");
+    }
+    let ev = KubeEvent {
+        type_: EventType::Warning,
+        reason: "InvalidSpec".into(),
+        note: Some(message),
+        action: "Read".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx
+        .recorder
+        .publish(&ev, &object.object_ref(&resource))
+        .await
+    {
+        warn!("publishing an event: {e}");
+    }
+}
+
 fn upsert(
     ctx: &Arc<Context>,
     known: &mut BTreeMap<Key, EtcdCluster>,
@@ -178,7 +318,12 @@ fn upsert(
 fn start(ctx: &Arc<Context>, tasks: &mut BTreeMap<Key, Handle>, cluster: EtcdCluster) {
     let k = key(&cluster);
     if let Some(h) = tasks.get(&k).filter(|h| !h.join.is_finished()) {
-        h.spec.send_replace(cluster);
+        // The task always gets the newest object, and is woken only when it matters.
+        h.spec.send_if_modified(|current| {
+            let wake = needs_pass(current, &cluster);
+            *current = cluster;
+            wake
+        });
         return;
     }
     info!(namespace = %k.0, name = %k.1, "starting the cluster's task");
@@ -193,5 +338,78 @@ fn stop(ctx: &Context, tasks: &mut BTreeMap<Key, Handle>, k: &Key) {
         info!(namespace = %k.0, name = %k.1, "ending the cluster's task");
         drop(h);
         ctx.metrics.forget_cluster(&k.0, &k.1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ClusterPhase, EtcdClusterSpec, EtcdClusterStatus};
+
+    fn cluster(generation: i64) -> EtcdCluster {
+        let mut c = EtcdCluster::new(
+            "example",
+            EtcdClusterSpec {
+                size: 3,
+                ..Default::default()
+            },
+        );
+        c.metadata.namespace = Some("default".into());
+        c.metadata.generation = Some(generation);
+        c.metadata.resource_version = Some("1".into());
+        c
+    }
+
+    #[test]
+    fn a_status_update_wakes_no_pass_and_a_spec_change_does() {
+        let old = cluster(1);
+        let mut status_only = old.clone();
+        status_only.metadata.resource_version = Some("2".into());
+        status_only.status = Some(EtcdClusterStatus {
+            phase: Some(ClusterPhase::Running),
+            ..Default::default()
+        });
+        assert!(!needs_pass(&old, &status_only));
+
+        let mut spec_change = status_only.clone();
+        spec_change.spec.size = 5;
+        spec_change.metadata.generation = Some(2);
+        assert!(needs_pass(&status_only, &spec_change));
+
+        let mut deleted = old.clone();
+        deleted.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        );
+        assert!(needs_pass(&old, &deleted));
+
+        let mut annotated = old.clone();
+        annotated.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+        assert!(needs_pass(&old, &annotated));
+    }
+
+    fn object(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn an_unreadable_cluster_is_named_by_its_field() {
+        let bad = object(serde_json::json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "old", "namespace": "default"},
+            "spec": {"size": "three"},
+        }));
+        let problem = parse(&bad).unwrap_err();
+        assert!(problem.starts_with("spec.size: invalid type"), "{problem}");
+
+        // A status it cannot read is dropped, not refused.
+        let odd_status = object(serde_json::json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "ok", "namespace": "default"},
+            "spec": {"size": 3},
+            "status": {"phase": "Exploded"},
+        }));
+        let c = parse(&odd_status).unwrap();
+        assert_eq!(c.spec.size, 3);
+        assert!(c.status.is_none());
     }
 }

@@ -1,9 +1,11 @@
 //! The loop of one cluster: observe, plan, act (at most one membership change), write status;
 //! then sleep until the spec changes, one of its pods changes, or a timer fires. It keeps no
-//! truth of its own: after a restart everything is observed again.
+//! truth of its own: after a restart everything is observed again. What it remembers between
+//! passes only paces it: since when members have been unhealthy (observe's [`HealthMemory`]),
+//! and when it last wrote the figures that change with every write to etcd.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
 use kube::api::{Patch, PatchParams};
@@ -13,15 +15,15 @@ use tokio::sync::{Notify, watch};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::act::{self, Apis, Outcome};
-use super::observe::{self, Observed};
+use super::observe::{self, HealthMemory, Observed};
 use super::plan::{self, Action, Target};
 use super::resources::{self, MANAGER};
 use super::status;
-use crate::api::{ClusterPhase, EtcdCluster};
+use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus};
 
 /// Shared by every cluster task.
 pub struct Context {
-    /// API client.
+    /// API client for requests; every request it makes is bounded in time (see `main.rs`).
     pub client: Client,
     /// Publishes Kubernetes Events.
     pub recorder: Recorder,
@@ -30,6 +32,26 @@ pub struct Context {
     /// The operator's own image, whose `etcd-gate` new member pods run (see
     /// [`super::resources::Gate`]).
     pub gate_image: Option<String>,
+    /// Timings of the planner that users may tune.
+    pub timings: Timings,
+}
+
+/// How long the planner gives members before it acts on their silence.
+#[derive(Clone, Copy, Debug)]
+pub struct Timings {
+    /// A member unhealthy this long while its pod runs is replaced.
+    pub replace_unhealthy_after: Duration,
+    /// Silent members are counted as lost (phase Failed) only after this long.
+    pub quorum_grace: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            replace_unhealthy_after: Duration::from_secs(300),
+            quorum_grace: Duration::from_secs(30),
+        }
+    }
 }
 
 /// How long a learner may take to start before its addition is undone.
@@ -40,10 +62,179 @@ const STARTUP_GRACE: Duration = Duration::from_secs(60);
 /// How soon to look again while a change is in flight. etcd's refusals (a learner catching up,
 /// the 5 s health interval after a promotion) end at moments no event announces, and every
 /// second of polling granularity adds to each member's addition; a pass costs a few requests.
-const IN_FLIGHT: Duration = Duration::from_millis(250);
+const IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
+/// How soon to look again at a cluster that is as asked (or paused). Also the longest that the
+/// figures which change with every write (`raftIndex`, `dbSize`) go without being refreshed.
+const RESYNC: Duration = Duration::from_secs(30);
+/// How soon to look again at a spec that cannot be acted on: a Secret may be created at any
+/// time, and nothing announces it.
+const INVALID_RECHECK: Duration = Duration::from_secs(10);
+
+/// What a pass can fail on. Invalid specs are reported on the object and waited out; the rest
+/// are transient and retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The spec cannot be acted on as it is (a missing Secret, a field not implemented): a
+    /// Degraded condition and an Event name the field; nothing is changed until it is fixed.
+    #[error("{message}")]
+    Invalid {
+        /// The condition's reason, e.g. `SecretNotFound`.
+        reason: &'static str,
+        /// The message, naming the field.
+        message: String,
+    },
+    /// Reading a Secret the spec names failed.
+    #[error("reading Secret {name}: {source}")]
+    ReadSecret {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Observing the cluster failed.
+    #[error(transparent)]
+    Observe(#[from] observe::Error),
+    /// Carrying out the planned action failed.
+    #[error(transparent)]
+    Act(#[from] act::Error),
+    /// Writing the status failed.
+    #[error("writing status: {0}")]
+    WriteStatus(#[source] kube::Error),
+}
+
+impl Error {
+    /// The `error` label of `etcd_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Invalid { .. } => "invalid_spec",
+            Error::ReadSecret { .. } => "read_secret",
+            Error::Observe(e) => e.metric_label(),
+            Error::Act(e) => e.metric_label(),
+            Error::WriteStatus(_) => "write_status",
+        }
+    }
+
+    /// Whether the error waits for the user rather than for time.
+    pub fn is_invalid(&self) -> bool {
+        matches!(self, Error::Invalid { .. })
+    }
+}
+
+/// What a task remembers between its passes.
+#[derive(Default)]
+struct Memory {
+    health: HealthMemory,
+    /// When the status was last written in full (fast-changing figures included).
+    refreshed: Option<Instant>,
+}
+
+/// The status without the figures that change with every write to etcd, for deciding whether
+/// a write is due.
+fn settled(status: &EtcdClusterStatus) -> EtcdClusterStatus {
+    let mut s = status.clone();
+    for m in &mut s.member_statuses {
+        m.db_size = None;
+        m.raft_index = None;
+    }
+    s
+}
+
+/// Whether `new` must be written: something but the fast-changing figures differs from the
+/// status on the object, or those figures have not been refreshed for [`RESYNC`].
+fn status_due(
+    current: Option<&EtcdClusterStatus>,
+    new: &EtcdClusterStatus,
+    refreshed: Option<Instant>,
+    now: Instant,
+) -> bool {
+    let stale = refreshed.is_none_or(|at| now.saturating_duration_since(at) >= RESYNC);
+    current.is_none_or(|c| settled(c) != settled(new)) || (stale && current != Some(new))
+}
+
+/// The first problem that keeps the spec from being acted on: a Secret it names that does not
+/// exist, or a field this operator does not implement yet.
+async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<(), Error> {
+    if cluster
+        .spec
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.static_.is_some())
+    {
+        return Err(Error::Invalid {
+            reason: "UnsupportedField",
+            message: "spec.TLS: TLS is not implemented by this operator yet, and members \
+                      without it would not be what the spec asks for; remove spec.TLS to run \
+                      the cluster in plain text"
+                .into(),
+        });
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    for (field, name) in resources::referenced_secrets(&cluster.spec) {
+        match secrets.get_metadata_opt(&name).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(Error::Invalid {
+                    reason: "SecretNotFound",
+                    message: format!("{field}: Secret {ns}/{name} does not exist"),
+                });
+            }
+            Err(source) => return Err(Error::ReadSecret { name, source }),
+        }
+    }
+    Ok(())
+}
+
+/// The image the members run, when every live member pod runs the same one. Until upgrades
+/// are implemented, new and replacement members take this image rather than the spec's, so
+/// the cluster never silently runs two versions.
+fn running_image(obs: &Observed) -> Option<String> {
+    let mut images = obs
+        .pods
+        .values()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let spec = p.spec.as_ref()?;
+            spec.containers
+                .iter()
+                .find(|c| c.name == "etcd")
+                .and_then(|c| c.image.clone())
+        });
+    let first = images.next()?;
+    images.all(|i| i == first).then_some(first)
+}
+
+/// The cluster as the actions must build it: the spec, except that a version or repository
+/// change keeps the members' running image (upgrades are not implemented yet). Returns the
+/// message that reports the pinned change, naming the field.
+fn pinned(cluster: &EtcdCluster, running: Option<&str>) -> (EtcdCluster, Option<String>) {
+    let wanted = cluster.spec.image();
+    let Some(running) = running.filter(|r| *r != wanted) else {
+        return (cluster.clone(), None);
+    };
+    let Some((repository, version)) = running.rsplit_once(":v") else {
+        return (cluster.clone(), None);
+    };
+    let mut effective = cluster.clone();
+    effective.spec.repository = Some(repository.into());
+    effective.spec.version = Some(version.into());
+    let field = if cluster.spec.version() != version {
+        "spec.version"
+    } else {
+        "spec.repository"
+    };
+    let message = format!(
+        "{field}: the members run {running} and the spec asks for {wanted}; changing the image \
+         of running members (upgrades) is not implemented yet, so new and replacement members \
+         keep {running}"
+    );
+    (effective, Some(message))
+}
 
 /// One pass. Returns how soon to look again.
-async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, String> {
+async fn reconcile(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    memory: &mut Memory,
+) -> Result<Duration, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let apis = Apis {
         pods: Api::namespaced(ctx.client.clone(), &ns),
@@ -53,17 +244,17 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
         gate_image: ctx.gate_image.clone(),
     };
     let paused = cluster.spec.is_paused();
-    if let Some(missing) = missing_secret(ctx, cluster, &ns).await? {
-        return report_invalid(ctx, cluster, &apis, "SecretNotFound", missing).await;
+    if let Err(e) = validate(ctx, cluster, &ns).await {
+        if let Error::Invalid { reason, message } = &e {
+            report_invalid(ctx, cluster, &apis, memory, reason, message).await?;
+        }
+        return Err(e);
     }
     if !paused {
-        act::ensure_services(&apis, cluster)
-            .await
-            .map_err(|e| e.to_string())?;
+        act::ensure_services(&apis, cluster).await?;
     }
-    let obs: Observed = observe::observe(&apis.pods, cluster)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut obs: Observed = observe::observe(&apis.pods, cluster, &mut memory.health).await?;
+    let (effective, pin) = pinned(cluster, running_image(&obs).as_deref());
     let target = Target {
         size: cluster.spec.size.max(0) as usize,
         paused,
@@ -74,48 +265,55 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
             .is_some_and(|p| p.persistent_volume_claim_spec.is_some()),
         learner_timeout: LEARNER_TIMEOUT,
         startup_grace: STARTUP_GRACE,
+        replace_after: ctx.timings.replace_unhealthy_after,
+        quorum_grace: ctx.timings.quorum_grace,
     };
-    let action = plan::plan(&obs.plan, &target);
-    let outcome = act::act(&apis, cluster, &obs, &action).await;
+    let mut action = plan::plan(&obs.plan, &target);
+    if matches!(action, Action::RemoveMember { .. }) {
+        // Immediately before a removal, the pods are listed again: one deleted since the
+        // observation must not count as a healthy voter's.
+        observe::recheck_pods(&apis.pods, cluster, &mut obs.plan).await?;
+        let again = plan::plan(&obs.plan, &target);
+        if again != action {
+            info!(planned = ?action, now = ?again, "pods changed under a planned removal");
+            action = Action::Wait {
+                reason: "pods changed under a planned removal; looking again".into(),
+            };
+        }
+    }
+    let outcome = act::act(&apis, &effective, &obs, &action).await;
 
-    let new_status = status::compute(cluster, &obs, &action);
+    let mut new_status = status::compute(cluster, &obs, &action);
+    if let Some(message) = &pin {
+        mark_degraded(&mut new_status, "UnsupportedChange", message);
+    }
     record_state(ctx, cluster, &new_status);
     let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
-    let patch = serde_json::json!({
-        "apiVersion": EtcdCluster::api_version(&()),
-        "kind": EtcdCluster::kind(&()),
-        "status": new_status,
-    });
-    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    clusters
-        .patch_status(
-            &cluster.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(|e| format!("writing status: {e}"))?;
+    write_status_if_due(ctx, cluster, &new_status, memory).await?;
 
-    let reference = cluster.object_ref(&());
-    let publish = |type_, reason: &str, note: String| {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        let reference = reference.clone();
-        async move {
-            if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
-                warn!("publishing an event: {e}");
-            }
-        }
-    };
+    if let Some(message) = &pin
+        && !already_reported(cluster, "UnsupportedChange", message)
+    {
+        publish(
+            ctx,
+            cluster,
+            EventType::Warning,
+            "UnsupportedChange",
+            message.clone(),
+        )
+        .await;
+    }
     if let Action::QuorumLost { reason } = &action {
         if !was_failed {
             warn!(reason, "quorum lost");
-            publish(EventType::Warning, "QuorumLost", reason.clone()).await;
+            publish(
+                ctx,
+                cluster,
+                EventType::Warning,
+                "QuorumLost",
+                reason.clone(),
+            )
+            .await;
         }
         return Ok(Duration::from_secs(5));
     }
@@ -124,102 +322,111 @@ async fn reconcile(ctx: &Context, cluster: &EtcdCluster) -> Result<Duration, Str
             info!(?action, "{change}");
             ctx.metrics
                 .membership_change(&ns, &cluster.name_any(), reason_of(&action));
-            publish(EventType::Normal, reason_of(&action), change).await;
-            Ok(IN_FLIGHT)
+            publish(ctx, cluster, EventType::Normal, reason_of(&action), change).await;
+            Ok(IN_FLIGHT_POLL)
         }
         Ok(Outcome::Done(None)) if action == Action::Steady || action == Action::Paused => {
-            Ok(Duration::from_secs(30))
+            Ok(RESYNC)
         }
-        Ok(Outcome::Done(None)) => Ok(2 * IN_FLIGHT),
+        Ok(Outcome::Done(None)) => Ok(2 * IN_FLIGHT_POLL),
         Ok(Outcome::Retry(why)) => {
             info!(?action, "not yet: {why}");
-            Ok(IN_FLIGHT)
+            Ok(IN_FLIGHT_POLL)
         }
         Err(e) => {
             publish(
+                ctx,
+                cluster,
                 EventType::Warning,
                 "ReconcileFailed",
                 format!("{action:?}: {e}"),
             )
             .await;
-            Err(e.to_string())
+            Err(e.into())
         }
     }
 }
 
-/// The first Secret the spec names that does not exist, as a message naming the field.
-async fn missing_secret(
-    ctx: &Context,
-    cluster: &EtcdCluster,
-    ns: &str,
-) -> Result<Option<String>, String> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    for (field, name) in resources::referenced_secrets(&cluster.spec) {
-        match secrets.get_metadata_opt(&name).await {
-            Ok(Some(_)) => {}
-            Ok(None) => return Ok(Some(format!("{field}: Secret {ns}/{name} does not exist"))),
-            Err(e) => return Err(format!("reading Secret {name}: {e}")),
-        }
-    }
-    Ok(None)
-}
-
-/// Reports a spec the operator cannot act on (a Degraded condition and a Warning Event naming
-/// the field) and changes nothing; the task wakes again on the next spec change or timer.
-async fn report_invalid(
-    ctx: &Context,
-    cluster: &EtcdCluster,
-    apis: &Apis,
-    reason: &str,
-    message: String,
-) -> Result<Duration, String> {
-    let obs = observe::observe(&apis.pods, cluster)
-        .await
-        .map_err(|e| e.to_string())?;
-    let wait = Action::Wait {
-        reason: message.clone(),
-    };
-    let mut new_status = status::compute(cluster, &obs, &wait);
-    record_state(ctx, cluster, &new_status);
-    for c in new_status
+fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, message: &str) {
+    for c in status
         .conditions
         .iter_mut()
         .filter(|c| c.type_ == "Degraded")
     {
         c.status = "True".into();
         c.reason = reason.into();
-        c.message = message.clone();
+        c.message = message.into();
     }
-    write_status(ctx, cluster, &new_status).await?;
-    let previous = cluster
+}
+
+/// Whether the object's status already carries this Degraded reason and message, so its Event
+/// is published once per problem, not on every look.
+fn already_reported(cluster: &EtcdCluster, reason: &str, message: &str) -> bool {
+    cluster
         .status
         .as_ref()
         .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    let reported = previous
+        .unwrap_or_default()
         .iter()
-        .any(|c| c.type_ == "Degraded" && c.reason == reason && c.message == message);
-    // The Event is published once per problem, not on every look.
-    if !reported {
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(message),
-            action: "Validate".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await {
-            warn!("publishing an event: {e}");
-        }
-    }
-    Ok(Duration::from_secs(10))
+        .any(|c| c.type_ == "Degraded" && c.reason == reason && c.message == message)
 }
 
-async fn write_status(
+async fn publish(
     ctx: &Context,
     cluster: &EtcdCluster,
-    status: &crate::api::EtcdClusterStatus,
-) -> Result<(), String> {
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await {
+        warn!("publishing an event: {e}");
+    }
+}
+
+/// Reports a spec the operator cannot act on (a Degraded condition and a Warning Event naming
+/// the field) and changes nothing.
+async fn report_invalid(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    apis: &Apis,
+    memory: &mut Memory,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let obs = observe::observe(&apis.pods, cluster, &mut memory.health).await?;
+    let wait = Action::Wait {
+        reason: message.into(),
+    };
+    let mut new_status = status::compute(cluster, &obs, &wait);
+    mark_degraded(&mut new_status, reason, message);
+    record_state(ctx, cluster, &new_status);
+    write_status_if_due(ctx, cluster, &new_status, memory).await?;
+    if !already_reported(cluster, reason, message) {
+        publish(ctx, cluster, EventType::Warning, reason, message.into()).await;
+    }
+    Ok(())
+}
+
+/// Writes the status when it changed (see [`status_due`]); never otherwise, so that a busy
+/// cluster's raft index does not turn every pass into a write, and every write into a watch
+/// event.
+async fn write_status_if_due(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    status: &EtcdClusterStatus,
+    memory: &mut Memory,
+) -> Result<(), Error> {
+    let now = Instant::now();
+    if !status_due(cluster.status.as_ref(), status, memory.refreshed, now) {
+        return Ok(());
+    }
     let patch = serde_json::json!({
         "apiVersion": EtcdCluster::api_version(&()),
         "kind": EtcdCluster::kind(&()),
@@ -234,11 +441,12 @@ async fn write_status(
             &Patch::Apply(&patch),
         )
         .await
-        .map(|_| ())
-        .map_err(|e| format!("writing status: {e}"))
+        .map_err(Error::WriteStatus)?;
+    memory.refreshed = Some(now);
+    Ok(())
 }
 
-fn record_state(ctx: &Context, cluster: &EtcdCluster, status: &crate::api::EtcdClusterStatus) {
+fn record_state(ctx: &Context, cluster: &EtcdCluster, status: &EtcdClusterStatus) {
     let phase = status
         .phase
         .map(|p| format!("{p:?}"))
@@ -257,6 +465,10 @@ fn reason_of(action: &Action) -> &'static str {
         Action::Bootstrap => "SeedCreated",
         Action::AddMember | Action::JoinMember { .. } => "MemberAdded",
         Action::Promote { .. } => "MemberPromoted",
+        Action::RemoveMember {
+            reason: plan::RemoveReason::Unhealthy,
+            ..
+        } => "MemberReplaced",
         Action::RemoveMember { .. } => "MemberRemoved",
         Action::RecreatePod { .. } => "PodRecreated",
         Action::DeletePod { .. } => "PodDeleted",
@@ -264,25 +476,47 @@ fn reason_of(action: &Action) -> &'static str {
     }
 }
 
+/// Backoff after transient failures: exponential from 1 s to 60 s, with jitter so that clusters
+/// failing together (the API server restarting) do not retry together.
+fn backoff() -> impl Iterator<Item = Duration> {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_secs(1))
+        .with_max_delay(Duration::from_secs(60))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
 /// Runs the loop of one cluster until its spec channel closes (the cluster was deleted).
 pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake: Arc<Notify>) {
-    let mut failures = 0u32;
+    let mut memory = Memory::default();
+    let mut retries = backoff();
     loop {
         let cluster = spec.borrow_and_update().clone();
         let span = info_span!("cluster", namespace = %cluster.namespace().unwrap_or_default(), name = %cluster.name_any());
-        let started = std::time::Instant::now();
-        let result = reconcile(&ctx, &cluster).instrument(span.clone()).await;
-        ctx.metrics
-            .reconciled("etcdcluster", started.elapsed(), result.is_err());
+        let started = Instant::now();
+        let result = reconcile(&ctx, &cluster, &mut memory)
+            .instrument(span.clone())
+            .await;
+        ctx.metrics.reconciled(
+            "etcdcluster",
+            started.elapsed(),
+            result.as_ref().err().map(Error::metric_label),
+        );
         let delay = match result {
             Ok(d) => {
-                failures = 0;
+                retries = backoff();
                 d
             }
+            Err(e) if e.is_invalid() => {
+                retries = backoff();
+                INVALID_RECHECK
+            }
             Err(e) => {
-                failures = failures.saturating_add(1);
-                span.in_scope(|| warn!(failures, "reconcile failed: {e}"));
-                Duration::from_secs(1 << failures.min(5))
+                let delay = retries.next().unwrap_or(Duration::from_secs(60));
+                span.in_scope(|| warn!(error = e.metric_label(), ?delay, "reconcile failed: {e}"));
+                delay
             }
         };
         tokio::select! {
@@ -290,5 +524,104 @@ pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake
             _ = wake.notified() => {}
             _ = tokio::time::sleep(delay) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{EtcdClusterSpec, MemberStatus};
+
+    fn with_index(raft_index: i64) -> EtcdClusterStatus {
+        EtcdClusterStatus {
+            ready_members: Some(3),
+            member_statuses: vec![MemberStatus {
+                name: "m1".into(),
+                raft_index: Some(raft_index),
+                db_size: Some(raft_index * 100),
+                healthy: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_busy_clusters_raft_index_is_written_only_at_the_resync_interval() {
+        let now = Instant::now();
+        let written = Some(now);
+        // Only the raft index and database size moved: not due until RESYNC has passed.
+        assert!(!status_due(
+            Some(&with_index(10)),
+            &with_index(11),
+            written,
+            now + Duration::from_secs(1)
+        ));
+        assert!(status_due(
+            Some(&with_index(10)),
+            &with_index(11),
+            written,
+            now + RESYNC
+        ));
+        // Nothing moved at all: never due, however long.
+        assert!(!status_due(
+            Some(&with_index(10)),
+            &with_index(10),
+            written,
+            now + 10 * RESYNC
+        ));
+        // Anything else moved: due at once.
+        let mut fewer = with_index(11);
+        fewer.ready_members = Some(2);
+        assert!(status_due(
+            Some(&with_index(10)),
+            &fewer,
+            written,
+            now + Duration::from_secs(1)
+        ));
+        // No status yet, or a restarted operator (never refreshed): due.
+        assert!(status_due(None, &with_index(1), written, now));
+        assert!(status_due(
+            Some(&with_index(10)),
+            &with_index(11),
+            None,
+            now
+        ));
+    }
+
+    #[test]
+    fn a_version_change_keeps_the_running_image_and_names_the_field() {
+        let cluster = EtcdCluster::new(
+            "example",
+            EtcdClusterSpec {
+                size: 3,
+                version: Some("3.6.16".into()),
+                ..Default::default()
+            },
+        );
+        let (same, none) = pinned(&cluster, Some("quay.io/coreos/etcd:v3.6.16"));
+        assert_eq!(same.spec.image(), "quay.io/coreos/etcd:v3.6.16");
+        assert!(none.is_none());
+        let (effective, message) = pinned(&cluster, Some("quay.io/coreos/etcd:v3.5.21"));
+        assert_eq!(effective.spec.image(), "quay.io/coreos/etcd:v3.5.21");
+        let message = message.unwrap();
+        assert!(message.starts_with("spec.version:"), "{message}");
+        let (effective, message) = pinned(&cluster, Some("registry.local/etcd:v3.6.16"));
+        assert_eq!(effective.spec.image(), "registry.local/etcd:v3.6.16");
+        assert!(message.unwrap().starts_with("spec.repository:"));
+        // Nothing runs yet: the spec's image.
+        let (fresh, none) = pinned(&cluster, None);
+        assert_eq!(fresh.spec.image(), "quay.io/coreos/etcd:v3.6.16");
+        assert!(none.is_none());
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_is_bounded() {
+        let delays: Vec<Duration> = backoff().take(12).collect();
+        assert!(delays[0] >= Duration::from_secs(1));
+        assert!(delays[5] > delays[0]);
+        assert!(delays.iter().all(|d| *d <= Duration::from_secs(120)));
+        let other: Vec<Duration> = backoff().take(12).collect();
+        assert_ne!(delays, other, "jitter makes two series differ");
     }
 }
