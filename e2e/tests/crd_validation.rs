@@ -19,6 +19,8 @@ struct Case {
     reject: Option<String>,
     #[serde(default)]
     expect: BTreeMap<String, Value>,
+    #[serde(default, rename = "objectName")]
+    object_name: Option<String>,
 }
 
 #[test]
@@ -34,7 +36,7 @@ fn the_api_server_judges_every_case_as_expected() {
 
     let mut failures = Vec::new();
     for (i, case) in cases.iter().enumerate() {
-        let name = format!("case-{i}");
+        let name = case.object_name.clone().unwrap_or(format!("case-{i}"));
         if let Some(old) = &case.old {
             let out = kubectl.run(
                 &["apply", "-n", &ns.name, "-f", "-"],

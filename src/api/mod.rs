@@ -24,9 +24,32 @@ use kube::CustomResourceExt;
 
 /// The CRDs of the three kinds, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    [EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()]
+    let mut cluster = EtcdCluster::crd();
+    add_root_rules(&mut cluster, validation::cluster_name_rules());
+    [cluster, EtcdBackup::crd(), EtcdRestore::crd()]
         .map(unwrap_descriptions)
         .into()
+}
+
+/// Rules on the whole object (where `self.metadata.name` is visible), which kube's derive
+/// cannot attach to a schemars-derived root.
+fn add_root_rules(crd: &mut CustomResourceDefinition, rules: Vec<serde_json::Value>) {
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        let parsed = rules
+            .iter()
+            .map(|r| serde_json::from_value(r.clone()).expect("a validation rule"));
+        schema
+            .x_kubernetes_validations
+            .get_or_insert_with(Vec::new)
+            .extend(parsed);
+    }
 }
 
 /// Doc comments are wrapped at 100 columns; `kubectl explain` wraps again, so the source line

@@ -76,6 +76,25 @@ pub fn version_rules(schema: &mut Schema) {
     );
 }
 
+/// Rules on an EtcdCluster's name: it names the headless Service (a DNS-1035 label), the
+/// client Service `<name>-client` and the member pods `<name>-<5 characters>`, whose names are
+/// also their host names.
+pub fn cluster_name_rules() -> Vec<Value> {
+    let max = super::cluster::MAX_NAME_LENGTH;
+    vec![
+        rule(
+            "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')".into(),
+            "metadata.name must start with a lower-case letter and hold only lower-case letters, digits and '-' (no dots): it names the cluster's Services and the member pods, whose names are DNS labels",
+        ),
+        rule(
+            format!("size(self.metadata.name) <= {max}"),
+            &format!(
+                "metadata.name may be at most {max} characters: the client Service is named <name>-client, and a Service name is a DNS label of at most 63 characters"
+            ),
+        ),
+    ]
+}
+
 /// Rules of `EtcdCluster.spec.pod.labels`: the operator's selector labels are reserved.
 pub fn pod_label_rules(schema: &mut Schema) {
     add_rules(
