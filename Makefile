@@ -31,7 +31,8 @@ unit:
 ## installs the operator through the chart in each test's namespace.
 e2e:
 	hack/deps.sh
-	$(CARGO) build -p e2e --tests
+	$(CARGO) build -p e2e --tests --bins
+	$(CARGO) build --bin etcd-operator
 	hack/with-cluster.sh sh -c 'hack/image.sh && $(CARGO) test -p e2e -- --test-threads=2'
 
 ## cluster-cycle-test: up, down, up, down must leave the machine as it was.
@@ -56,7 +57,8 @@ bench:
 control-plane-test:
 	hack/deps.sh
 	$(CARGO) build -p e2e --tests
-	hack/with-cluster.sh --control-plane-only $(CARGO) test -p e2e --test crd_validation
+	$(CARGO) build --bin etcd-operator
+	hack/with-cluster.sh --control-plane-only $(CARGO) test -p e2e --test crd_validation --test supervisor
 
 smoke:
 	hack/deps.sh

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions, MemberAddOptions};
+use etcd_client::{
+    AlarmAction, AlarmOptions, AlarmType, Client, ConnectOptions, GetOptions, MemberAddOptions,
+};
 
 /// What failed, named after the action, with the etcd error underneath.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +52,13 @@ pub enum Error {
         #[source]
         source: etcd_client::Error,
     },
+    /// Alarm failed.
+    #[error("setting an alarm on member {id:x}: {source}")]
+    Alarm {
+        id: u64,
+        #[source]
+        source: etcd_client::Error,
+    },
     /// MoveLeader failed.
     #[error("moving leadership to {id:x}: {source}")]
     MoveLeader {
@@ -79,6 +88,7 @@ impl Error {
             Error::Remove { .. } => "etcd_member_remove",
             Error::Status { .. } => "etcd_status",
             Error::MoveLeader { .. } => "etcd_move_leader",
+            Error::Alarm { .. } => "etcd_alarm",
             Error::Malformed(..) => "etcd_malformed",
         }
     }
@@ -162,6 +172,18 @@ pub struct Status {
     pub is_learner: bool,
     /// Errors the member reports (alarms such as NOSPACE).
     pub errors: Vec<String>,
+}
+
+impl Status {
+    /// Whether this answer shows a problem with member `id`: an alarm raised for it (etcd lists
+    /// every member's alarms as `memberID:<decimal id> alarm:NOSPACE`), or an error that names
+    /// no member (`etcdserver: no leader`). Another member's alarm is that member's problem.
+    pub fn reports_problem_with(&self, id: u64) -> bool {
+        let own = format!("memberID:{id} ");
+        self.errors
+            .iter()
+            .any(|e| e.contains(&own) || !e.contains("memberID:"))
+    }
 }
 
 fn options(timeout: Duration) -> ConnectOptions {
@@ -251,6 +273,24 @@ impl Etcd {
             .await
             .map_err(|source| Error::Remove { id, source })?;
         Ok(resp.members().iter().map(Member::from_etcd).collect())
+    }
+
+    /// Raises (or, with `active` false, disarms) the NOSPACE alarm of member `id`, as etcd does
+    /// itself when a member's database reaches its quota; disarming is how a user recovers after
+    /// compacting and defragmenting.
+    pub async fn set_nospace_alarm(&mut self, id: u64, active: bool) -> Result<()> {
+        let action = if active {
+            AlarmAction::Activate
+        } else {
+            AlarmAction::Deactivate
+        };
+        let mut options = AlarmOptions::new();
+        options.with_member(id);
+        self.client
+            .alarm(action, AlarmType::Nospace, Some(options))
+            .await
+            .map_err(|source| Error::Alarm { id, source })?;
+        Ok(())
     }
 
     /// Hands leadership to voter `id`. etcd only accepts this from the current leader, so the

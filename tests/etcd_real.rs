@@ -225,6 +225,51 @@ async fn scenario(minor: &str) {
         let s = etcd::status(url, TIMEOUT).await.unwrap();
         assert_eq!(s.leader, target);
     }
+
+    // The member list read linearizably, as the operator reads it, is the same list.
+    let mut linearizable = etcd.members_linearizable().await.unwrap();
+    let mut plain = etcd.members().await.unwrap();
+    linearizable.sort_by_key(|m| m.id);
+    plain.sort_by_key(|m| m.id);
+    assert_eq!(linearizable, plain);
+
+    // An alarm raised for one member makes that member, and only it, unhealthy, whichever
+    // member is asked; disarmed, it is healthy again.
+    let alarmed = *plain.iter().map(|m| &m.id).max().unwrap();
+    let other = plain.iter().find(|m| m.id != alarmed).unwrap().clone();
+    let alarmed_member = plain.iter().find(|m| m.id == alarmed).unwrap().clone();
+    etcd.set_nospace_alarm(alarmed, true).await.unwrap();
+    for url in &survivors {
+        let s = until("the alarm to be reported", 10, || async {
+            let s = etcd::status(url, TIMEOUT).await.ok()?;
+            (!s.errors.is_empty()).then_some(s)
+        })
+        .await;
+        assert!(
+            s.errors.iter().any(|e| e.contains("NOSPACE")),
+            "{:?}",
+            s.errors
+        );
+        assert!(s.reports_problem_with(alarmed), "{:?}", s.errors);
+        assert!(!s.reports_problem_with(other.id), "{:?}", s.errors);
+        let own = if s.member_id == alarmed {
+            &alarmed_member
+        } else {
+            &other
+        };
+        assert_eq!(
+            etcd_operator::cluster::observe::is_healthy(own, &s),
+            s.member_id != alarmed
+        );
+    }
+    etcd.set_nospace_alarm(alarmed, false).await.unwrap();
+    for url in &survivors {
+        until("the alarm to be disarmed", 10, || async {
+            let s = etcd::status(url, TIMEOUT).await.ok()?;
+            s.errors.is_empty().then_some(())
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

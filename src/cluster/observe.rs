@@ -134,7 +134,7 @@ impl HealthMemory {
 /// data, answers with another ID), it knows a leader, and it raises no alarm (etcd lists
 /// NOSPACE, CORRUPT and "no leader" in the status errors).
 pub fn is_healthy(m: &Member, status: &Status) -> bool {
-    status.member_id == m.id && status.leader != 0 && status.errors.is_empty()
+    status.member_id == m.id && status.leader != 0 && !status.reports_problem_with(m.id)
 }
 
 /// The leader as the healthy voters see it: the one named in the answer with the newest raft
@@ -208,7 +208,10 @@ pub async fn observe(
     let mut sources: Vec<(&String, &Status)> = answers
         .iter()
         .filter(|(pod, s)| {
-            !s.is_learner && s.leader != 0 && s.errors.is_empty() && obs.plan.pod_alive(pod)
+            !s.is_learner
+                && s.leader != 0
+                && !s.reports_problem_with(s.member_id)
+                && obs.plan.pod_alive(pod)
         })
         .collect();
     sources.sort_by_key(|(_, s)| (s.member_id != s.leader, std::cmp::Reverse(s.raft_term)));
@@ -224,6 +227,23 @@ pub async fn observe(
             break;
         }
     }
+    // No healthy voter could give the list (quorum is gone, say): any member that answers
+    // still knows the membership it last saw, which tells how many voters are missing. It is
+    // not authoritative, so no member counts as healthy on it, and nothing is changed on it.
+    let authoritative = members.is_some();
+    if members.is_none() {
+        for pod in answers.keys() {
+            let Some(ep) = obs.pod_endpoint(pod) else {
+                continue;
+            };
+            if let Ok(mut etcd) = Etcd::connect(std::slice::from_ref(&ep), ETCD_TIMEOUT).await
+                && let Ok(list) = etcd.members().await
+            {
+                members = Some(list);
+                break;
+            }
+        }
+    }
     let Some(members) = members else {
         memory.stamp(&mut obs.plan, Instant::now());
         return Ok(obs);
@@ -237,7 +257,7 @@ pub async fn observe(
             obs.statuses.insert(m.id, s.clone());
         }
         views.push(MemberView {
-            healthy: answer.is_some_and(|s| is_healthy(m, s)),
+            healthy: authoritative && answer.is_some_and(|s| is_healthy(m, s)),
             name,
             id: m.id,
             is_learner: m.is_learner,
@@ -313,12 +333,22 @@ mod tests {
         assert!(!is_healthy(&member(1), &status(9, 2, 3)));
         // It knows no leader.
         assert!(!is_healthy(&member(1), &status(1, 0, 3)));
-        // An alarm is raised.
+        // An alarm is raised for it; another member's alarm is that member's problem.
         let nospace = Status {
             errors: vec!["memberID:1 alarm:NOSPACE ".into()],
             ..status(1, 2, 3)
         };
         assert!(!is_healthy(&member(1), &nospace));
+        let others = Status {
+            errors: vec!["memberID:12 alarm:NOSPACE ".into()],
+            ..status(1, 2, 3)
+        };
+        assert!(is_healthy(&member(1), &others));
+        let corrupt = Status {
+            errors: vec!["memberID:1 alarm:CORRUPT ".into()],
+            ..status(1, 2, 3)
+        };
+        assert!(!is_healthy(&member(1), &corrupt));
     }
 
     #[test]

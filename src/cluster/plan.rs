@@ -338,11 +338,13 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
                 reason: RemoveReason::Unhealthy,
             };
         }
+        // The reason goes into status, so it names no running clock: a message that changed
+        // every pass would make every pass a status write.
         return Action::Wait {
             reason: format!(
-                "member {} has been unhealthy for {} s",
+                "member {} is not healthy; it is replaced if it stays so for {} s",
                 sick.name,
-                sick.unhealthy_for.as_secs()
+                target.replace_after.as_secs()
             ),
         };
     }
@@ -371,8 +373,7 @@ fn without_member_list(obs: &Observation, target: &Target) -> Action {
     if !obs.pods.is_empty() && obs.silent_for < target.quorum_grace {
         return Action::Wait {
             reason: format!(
-                "no member has answered for {} s; a restarting member is given {} s",
-                obs.silent_for.as_secs(),
+                "no member answers; members that restart are given {} s before quorum counts as lost",
                 target.quorum_grace.as_secs()
             ),
         };
