@@ -1,9 +1,13 @@
 //! Helpers for tests that run against a real Kubernetes API server: the local cluster that
 //! `hack/cluster.sh` starts, or any cluster that `KUBECONFIG` names.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -322,50 +326,481 @@ impl Drop for Operator<'_> {
 }
 
 /// The operator as a host process (`target/debug/etcd-operator run --namespace NS`, or
-/// `$ETCD_OPERATOR_BIN`), killed on drop; for the benchmark, which reads its RSS. Its log goes to
-/// `$TMPDIR/etcd-operator-NS.log`.
-pub struct OperatorProcess(Child);
+/// `$ETCD_OPERATOR_BIN`), killed on drop; for the benchmark, which reads its RSS and CPU time,
+/// and for tests that count its reconcile passes through its `/metrics`. Its log goes to
+/// `$TMPDIR/etcd-operator-NS.log`; the end of it is printed when a test fails.
+///
+/// The binary is not built by `cargo test -p e2e` (it belongs to another package): build it
+/// first (`cargo build --bin etcd-operator`) or point `ETCD_OPERATOR_BIN` at a release build.
+pub struct OperatorProcess {
+    child: Child,
+    /// Where `/metrics` answers, as `host:port`.
+    metrics: String,
+    log: PathBuf,
+}
+
+/// The series of reconcile passes of the EtcdCluster controller, as exposed.
+pub const RECONCILES: &str = "etcd_operator_reconciles_total{controller=\"etcdcluster\"}";
 
 impl OperatorProcess {
-    /// Starts the operator for namespace `ns`.
+    /// Starts the operator for namespace `ns`, serving its metrics on a free loopback port.
     pub fn start(ns: &str) -> Self {
-        let bin = std::env::var("ETCD_OPERATOR_BIN")
+        Self::start_with(ns, &[])
+    }
+
+    /// Starts the operator for namespace `ns` with `extra_args` after `run --namespace NS`. Unless
+    /// they set `--metrics-bind-address` (to a fixed port: [`Self::metrics_url`] must know it),
+    /// a free 127.0.0.1 port is chosen (bound, read and released just before the start).
+    pub fn start_with(ns: &str, extra_args: &[&str]) -> Self {
+        let bin: PathBuf = std::env::var("ETCD_OPERATOR_BIN")
             .map(Into::into)
             .unwrap_or_else(|_| repo_root().join("target/debug/etcd-operator"));
+        warn_if_stale(&bin);
+        let log_path = std::env::temp_dir().join(format!("etcd-operator-{ns}.log"));
         // Appended, so a restarted operator's log follows its predecessor's.
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(std::env::temp_dir().join(format!("etcd-operator-{ns}.log")))
+            .open(&log_path)
             .unwrap();
+        let mut args: Vec<String> = vec!["run".into(), "--namespace".into(), ns.into()];
+        let bind = match metrics_bind_arg(extra_args) {
+            Some(addr) => addr,
+            None => {
+                let addr = format!("127.0.0.1:{}", free_port());
+                args.extend(["--metrics-bind-address".into(), addr.clone()]);
+                addr
+            }
+        };
+        args.extend(extra_args.iter().map(|a| a.to_string()));
         let child = Command::new(&bin)
-            .args([
-                "run",
-                "--namespace",
-                ns,
-                "--metrics-bind-address",
-                "127.0.0.1:0",
-            ])
+            .args(&args)
             .env("RUST_LOG", "info,kube=warn")
             .env("MEMBER_GATE_IMAGE", image())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-        OperatorProcess(child)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "starting {}: {e} (build it with `cargo build --bin etcd-operator`, \
+                     or set ETCD_OPERATOR_BIN)",
+                    bin.display()
+                )
+            });
+        OperatorProcess {
+            child,
+            metrics: connect_address(&bind),
+            log: log_path,
+        }
     }
 
     /// The process ID.
     pub fn pid(&self) -> u32 {
-        self.0.id()
+        self.child.id()
+    }
+
+    /// `http://HOST:PORT/metrics`.
+    pub fn metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.metrics)
+    }
+
+    /// The body of `/metrics`. Waits up to 20 s for the endpoint to answer (the process may be
+    /// starting), then panics.
+    pub fn scrape(&self) -> String {
+        let start = Instant::now();
+        loop {
+            match http_get(&self.metrics, "/metrics") {
+                Ok(body) => return body,
+                Err(e) if start.elapsed() > Duration::from_secs(20) => panic!(
+                    "scraping {}: {e}\n--- operator log ({}) ---\n{}",
+                    self.metrics_url(),
+                    self.log.display(),
+                    self.log_tail(50)
+                ),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
+    /// The EtcdCluster controller's reconcile passes so far ([`RECONCILES`]), over every cluster
+    /// the process manages; 0 before the first.
+    pub fn reconciles(&self) -> f64 {
+        series(&self.scrape(), RECONCILES).unwrap_or(0.0)
+    }
+
+    /// The process's log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The last `lines` lines of the process's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 }
 
 impl Drop for OperatorProcess {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- operator log ({}, last 200 lines) ---\n{}",
+                self.log.display(),
+                self.log_tail(200)
+            );
+        }
     }
+}
+
+/// The value of `--metrics-bind-address` in `args`, in either spelling.
+fn metrics_bind_arg(args: &[&str]) -> Option<String> {
+    const FLAG: &str = "--metrics-bind-address";
+    args.iter()
+        .enumerate()
+        .find_map(|(i, a)| match a.strip_prefix(FLAG) {
+            Some("") => args.get(i + 1).map(|v| v.to_string()),
+            Some(v) => v.strip_prefix('=').map(String::from),
+            None => None,
+        })
+}
+
+/// Where to connect to reach a listener bound to `bind`: loopback for an unspecified address.
+fn connect_address(bind: &str) -> String {
+    let mut addr: SocketAddr = bind
+        .parse()
+        .unwrap_or_else(|e| panic!("--metrics-bind-address {bind}: {e}"));
+    assert!(
+        addr.port() != 0,
+        "--metrics-bind-address {bind}: give a fixed port (or none, for a free one), so the \
+         metrics can be scraped"
+    );
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    addr.to_string()
+}
+
+/// A 127.0.0.1 port that was free a moment ago: bound to port 0, read, released.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+    listener.local_addr().unwrap().port()
+}
+
+/// Warns when `bin` is older than a source file of the operator: the test would run old code.
+fn warn_if_stale(bin: &Path) {
+    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
+        return;
+    };
+    fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+        std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let t = e.file_type().ok()?;
+                if t.is_dir() {
+                    newest(&e.path())
+                } else {
+                    e.metadata().ok()?.modified().ok()
+                }
+            })
+            .max()
+    }
+    if newest(&repo_root().join("src")).is_some_and(|src| src > built) {
+        eprintln!(
+            "warning: {} is older than the operator's sources; rebuild it \
+             (`cargo build --bin etcd-operator`)",
+            bin.display()
+        );
+    }
+}
+
+/// GET `path` from `addr` (`host:port`) over HTTP/1.0 (the server closes the connection after
+/// the response); the body of a 200 response.
+fn http_get(addr: &str, path: &str) -> Result<String, String> {
+    let target = resolve(addr)?;
+    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(2))
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(10))))
+        .map_err(|e| e.to_string())?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")
+        .map_err(|e| format!("writing to {addr}: {e}"))?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|e| format!("reading from {addr}: {e}"))?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no complete response from {addr}: {response:?}"))?;
+    let status = head.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(format!("GET {path} from {addr}: {status}"));
+    }
+    Ok(body.to_string())
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    addr.to_socket_addrs()
+        .map_err(|e| format!("resolving {addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to nothing"))
+}
+
+/// The value of a series in a Prometheus or OpenMetrics exposition, its name and labels given
+/// exactly as exposed (`name{label="value"}`), if present.
+pub fn series(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        l.strip_prefix(name)?
+            .strip_prefix(' ')?
+            .split(' ')
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// Clock ticks per second of the CPU times in `/proc/PID/stat` (`USER_HZ`, what
+/// `sysconf(_SC_CLK_TCK)` and `getconf CLK_TCK` report): 100 on every architecture Linux exposes
+/// to user space with a fixed value, whatever the kernel's internal `HZ`. Fixed here rather than
+/// asked for, to need no libc binding; one tick is 10 ms.
+pub const CLK_TCK: u64 = 100;
+
+/// CPU time a process has used so far, user plus system (`utime` + `stime`, fields 14 and 15 of
+/// `/proc/PID/stat`), in ticks of [`CLK_TCK`] per second. Panics when the process is gone.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("reading /proc/{pid}/stat: {e}"));
+    stat_cpu_ticks(&stat).unwrap_or_else(|| panic!("no CPU times in /proc/{pid}/stat: {stat}"))
+}
+
+/// utime + stime from the text of `/proc/PID/stat`. Field 2, the command name, is in
+/// parentheses and may hold spaces and parentheses itself, so fields are counted after the last
+/// `)`: the first there is field 3 (the state).
+fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
+    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// One client writing keys serially to one etcd endpoint through its JSON gateway
+/// (`POST /v3/kv/put`), over a single kept-alive HTTP/1.1 connection that is opened again after
+/// any error. Runs on its own thread until [`Writer::stop`], or by itself until the time limit
+/// given at the start; dropping it stops it too.
+pub struct Writer {
+    endpoint: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<WriterTally>>,
+}
+
+#[derive(Default)]
+struct WriterTally {
+    writes: u64,
+    errors: u64,
+    last_error: String,
+}
+
+impl Writer {
+    /// Starts writing to `endpoint` (`http://IP:2379`) for at most `max`. The keys are
+    /// `e2e-writer/0` to `e2e-writer/999`, overwritten in turn.
+    pub fn start(endpoint: &str, max: Duration) -> Self {
+        let addr = endpoint
+            .strip_prefix("http://")
+            .unwrap_or_else(|| panic!("{endpoint}: the writer speaks plain http:// only"))
+            .trim_end_matches('/')
+            .to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let deadline = Instant::now() + max;
+        let thread = std::thread::spawn(move || write_until(&addr, &flag, deadline));
+        Writer {
+            endpoint: endpoint.into(),
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the writer (waiting for the write in flight) and returns how many writes
+    /// succeeded. Failed writes, if any, are reported on stderr.
+    pub fn stop(mut self) -> u64 {
+        let tally = self.finish();
+        if tally.errors > 0 {
+            eprintln!(
+                "writer to {}: {} writes failed, the last with: {}",
+                self.endpoint, tally.errors, tally.last_error
+            );
+        }
+        tally.writes
+    }
+
+    fn finish(&mut self) -> WriterTally {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .map(|t| t.join().expect("the writer thread panicked"))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn write_until(addr: &str, stop: &AtomicBool, deadline: Instant) -> WriterTally {
+    let mut tally = WriterTally::default();
+    let mut conn = None;
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        let n = tally.writes + tally.errors;
+        match put(&mut conn, addr, n) {
+            Ok(()) => tally.writes += 1,
+            Err(e) => {
+                conn = None;
+                tally.errors += 1;
+                tally.last_error = e;
+                // Not a busy loop against an endpoint that refuses.
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    tally
+}
+
+/// One put of key `e2e-writer/<n mod 1000>` on `conn`, connecting first when there is none.
+fn put(conn: &mut Option<BufReader<TcpStream>>, addr: &str, n: u64) -> Result<(), String> {
+    if conn.is_none() {
+        let stream = TcpStream::connect_timeout(&resolve(addr)?, Duration::from_secs(2))
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
+        // Bounded, so that a hung endpoint cannot hold `stop` for long.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(5))))
+            .and_then(|()| stream.set_nodelay(true))
+            .map_err(|e| e.to_string())?;
+        *conn = Some(BufReader::new(stream));
+    }
+    let reader = conn.as_mut().unwrap();
+    let body = format!(
+        r#"{{"key":"{}","value":"{}"}}"#,
+        base64(format!("e2e-writer/{}", n % 1000).as_bytes()),
+        base64(format!("value-{n}").as_bytes())
+    );
+    let request = format!(
+        "POST /v3/kv/put HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    reader
+        .get_mut()
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("writing to {addr}: {e}"))?;
+    let (status, body, keep_alive) =
+        read_response(reader).map_err(|e| format!("reading from {addr}: {e}"))?;
+    if !keep_alive {
+        *conn = None;
+    }
+    let body = String::from_utf8_lossy(&body);
+    if status != 200 || !body.contains("\"header\"") {
+        return Err(format!("put answered {status}: {body}"));
+    }
+    Ok(())
+}
+
+/// Reads one HTTP/1.1 response: (status, body, whether the connection stays open). Bodies with
+/// a Content-Length, chunked, or up to the end of the connection.
+fn read_response(r: &mut BufReader<TcpStream>) -> std::io::Result<(u16, Vec<u8>, bool)> {
+    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad(format!("status line {line:?}")))?;
+    let mut keep_alive = line.starts_with("HTTP/1.1");
+    let (mut length, mut chunked) = (None, false);
+    loop {
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let Some((name, value)) = header.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match name.to_ascii_lowercase().as_str() {
+            "content-length" => length = value.parse::<usize>().ok(),
+            "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
+            "connection" => keep_alive = !value.eq_ignore_ascii_case("close"),
+            _ => {}
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            line.clear();
+            r.read_line(&mut line)?;
+            let size = line.trim_end().split(';').next().unwrap_or("");
+            let size =
+                usize::from_str_radix(size, 16).map_err(|_| bad(format!("chunk size {line:?}")))?;
+            if size == 0 {
+                // Trailers, up to the empty line.
+                loop {
+                    line.clear();
+                    if r.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
+                        break;
+                    }
+                }
+                break;
+            }
+            let start = body.len();
+            body.resize(start + size, 0);
+            r.read_exact(&mut body[start..])?;
+            let mut crlf = [0; 2];
+            r.read_exact(&mut crlf)?;
+        }
+    } else if let Some(n) = length {
+        body.resize(n, 0);
+        r.read_exact(&mut body)?;
+    } else {
+        r.read_to_end(&mut body)?;
+        keep_alive = false;
+    }
+    Ok((status, body, keep_alive))
+}
+
+/// Standard base64 with padding, which etcd's gateway wants for keys and values.
+fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let byte = |i: usize| u32::from(chunk.get(i).copied().unwrap_or(0));
+        let n = byte(0) << 16 | byte(1) << 8 | byte(2);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// The host PID of the operator process running in pod `pod`, when this machine runs it (the
@@ -401,6 +836,22 @@ pub fn until(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration
         std::thread::sleep(Duration::from_millis(200));
     }
     start.elapsed()
+}
+
+/// Polls `check` every 200 ms for `secs` seconds and panics the first time it does not hold: for
+/// what must *not* happen, which no status can show. Wait for the status to show that the
+/// operator has seen what it must not act on before starting the window, so that the window
+/// measures the operator's decision rather than its latency.
+pub fn holds_for(what: &str, secs: u64, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(secs) {
+        assert!(
+            check(),
+            "{what}: stopped holding after {:.1}s of {secs}s",
+            start.elapsed().as_secs_f64()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The status (`True`/`False`) of a condition of an object, or "".
@@ -453,4 +904,190 @@ pub fn healthy_at_size(k: &Kubectl, ns: &str, cluster: &str, size: usize) -> boo
             .iter()
             .all(|m| m["healthy"] == true && m["role"] != "learner")
         && members == pod_names(k, ns, cluster)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_pads_like_the_standard() {
+        for (raw, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("e2e-writer/7", "ZTJlLXdyaXRlci83"),
+        ] {
+            assert_eq!(base64(raw.as_bytes()), encoded);
+        }
+        assert_eq!(base64(&[0xfb, 0xff]), "+/8=");
+    }
+
+    #[test]
+    fn cpu_ticks_count_fields_after_the_command_name() {
+        let stat = "4242 (etcd (op) r) S 1 4242 4242 0 -1 4194560 1000 0 0 0 \
+                    250 37 0 0 20 0 12 0 123456 0 0";
+        assert_eq!(stat_cpu_ticks(stat), Some(287));
+        assert_eq!(stat_cpu_ticks("1 (x) S 1 2"), None);
+        // This process has used some CPU, and the figure only grows.
+        let a = cpu_ticks(std::process::id());
+        let b = cpu_ticks(std::process::id());
+        assert!(b >= a);
+    }
+
+    #[test]
+    fn series_reads_the_exposed_line() {
+        let m = "# TYPE etcd_operator_reconciles counter\n\
+                 etcd_operator_reconciles_total{controller=\"etcdcluster\"} 17\n\
+                 etcd_operator_reconciles_total{controller=\"etcdbackup\"} 3 1700000000\n# EOF\n";
+        assert_eq!(series(m, RECONCILES), Some(17.0));
+        assert_eq!(
+            series(
+                m,
+                "etcd_operator_reconciles_total{controller=\"etcdbackup\"}"
+            ),
+            Some(3.0)
+        );
+        assert_eq!(series(m, "etcd_operator_leader"), None);
+    }
+
+    #[test]
+    fn the_metrics_address_is_taken_from_the_arguments_or_chosen() {
+        assert_eq!(
+            metrics_bind_arg(&["--leader-elect", "--metrics-bind-address", "0.0.0.0:9000"]),
+            Some("0.0.0.0:9000".into())
+        );
+        assert_eq!(
+            metrics_bind_arg(&["--metrics-bind-address=127.0.0.1:9001"]),
+            Some("127.0.0.1:9001".into())
+        );
+        assert_eq!(metrics_bind_arg(&["--leader-elect"]), None);
+        assert_eq!(connect_address("0.0.0.0:9000"), "127.0.0.1:9000");
+        assert_eq!(connect_address("[::]:9000"), "[::1]:9000");
+        assert_eq!(connect_address("10.0.0.1:9000"), "10.0.0.1:9000");
+        assert_ne!(free_port(), 0);
+    }
+
+    /// Reads one request (headers and Content-Length body) from `r`; None at the end.
+    fn read_request(r: &mut BufReader<TcpStream>) -> Option<(String, String)> {
+        let mut head = String::new();
+        let mut line = String::new();
+        let mut length = 0;
+        loop {
+            line.clear();
+            if r.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if line.trim_end().is_empty() {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+            head.push_str(&line);
+        }
+        let mut body = vec![0; length];
+        r.read_exact(&mut body).ok()?;
+        Some((head, String::from_utf8(body).unwrap()))
+    }
+
+    #[test]
+    fn http_get_returns_the_body_of_a_200() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            for (i, conn) in listener.incoming().take(2).enumerate() {
+                let mut r = BufReader::new(conn.unwrap());
+                let (head, _) = read_request(&mut r).unwrap();
+                assert!(head.starts_with("GET /metrics HTTP/1.0\r\n"), "{head}");
+                let status = if i == 0 { "200 OK" } else { "404 Not Found" };
+                write!(r.get_mut(), "HTTP/1.0 {status}\r\n\r\nline 1\nline 2\n").unwrap();
+            }
+        });
+        assert_eq!(http_get(&addr, "/metrics").unwrap(), "line 1\nline 2\n");
+        assert!(http_get(&addr, "/metrics").unwrap_err().contains("404"));
+        server.join().unwrap();
+    }
+
+    /// A fake gateway: answers puts with a Content-Length body, every third chunked, and closes
+    /// the connection after every fifth request. Returns the keys it was sent.
+    fn fake_gateway(listener: TcpListener, stop: Arc<AtomicBool>) -> Vec<String> {
+        listener.set_nonblocking(true).unwrap();
+        let mut keys = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let conn = match listener.accept() {
+                Ok((conn, _)) => conn,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+            };
+            conn.set_nonblocking(false).unwrap();
+            conn.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+            let mut r = BufReader::new(conn);
+            for i in 0..5 {
+                let Some((head, body)) = read_request(&mut r) else {
+                    break;
+                };
+                assert!(head.starts_with("POST /v3/kv/put HTTP/1.1\r\n"), "{head}");
+                let v: Value = serde_json::from_str(&body).unwrap();
+                keys.push(v["key"].as_str().unwrap().to_string());
+                let answer = r#"{"header":{"revision":"2"}}"#;
+                let w = r.get_mut();
+                if i == 4 {
+                    write!(w, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{answer}").unwrap();
+                } else if keys.len() % 3 == 0 {
+                    let (a, b) = answer.split_at(5);
+                    write!(
+                        w,
+                        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                         {:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+                        a.len(),
+                        b.len()
+                    )
+                    .unwrap();
+                } else {
+                    write!(
+                        w,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
+                        answer.len()
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        keys
+    }
+
+    #[test]
+    fn the_writer_writes_serially_reconnects_and_stops() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = {
+            let stop = stop.clone();
+            std::thread::spawn(move || fake_gateway(listener, stop))
+        };
+        let writer = Writer::start(&endpoint, Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(300));
+        let writes = writer.stop();
+        stop.store(true, Ordering::Relaxed);
+        let keys = server.join().unwrap();
+        assert!(writes > 10, "{writes} writes");
+        // Every write the server saw succeeded (none failed, none was retried).
+        assert_eq!(keys.len() as u64, writes);
+        assert_eq!(keys[7], base64(b"e2e-writer/7"));
+
+        // Bounded by itself: with nothing listening it gives up at its deadline.
+        let free = format!("http://127.0.0.1:{}", free_port());
+        let start = Instant::now();
+        let writer = Writer::start(&free, Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(writer.thread.as_ref().unwrap().is_finished());
+        assert_eq!(writer.stop(), 0);
+        assert!(start.elapsed() < Duration::from_secs(2));
+    }
 }

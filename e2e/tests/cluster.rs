@@ -2,9 +2,9 @@
 //! chart into each test's namespace (in-cluster, with its ServiceAccount and namespaced RBAC)
 //! on the cluster that KUBECONFIG names, and reaches members by pod IP.
 
-use std::time::Duration;
-
-use e2e::{Kubectl, Operator, condition, get, healthy_at_size, pod_names, repo_root, until};
+use e2e::{
+    Kubectl, Operator, condition, get, healthy_at_size, holds_for, pod_names, repo_root, until,
+};
 use serde_json::{Value, json};
 
 /// etcdctl from a pod, against the client Service; returns its output.
@@ -81,17 +81,33 @@ fn a_three_member_cluster_comes_up_heals_pauses_and_goes_away() {
         ],
         None,
     );
-    until("status.controlPaused", 30, || {
-        get(&k, ns, "etcdcluster/example")["status"]["controlPaused"] == true
+    until("status.controlPaused for the paused generation", 30, || {
+        let c = get(&k, ns, "etcdcluster/example");
+        c["status"]["controlPaused"] == true
+            && c["status"]["observedGeneration"] == c["metadata"]["generation"]
     });
     let victim = pod_names(&k, ns, "example")[0].clone();
     k.ok(&["delete", "pod", "-n", ns, &victim, "--wait=true"], None);
-    std::thread::sleep(Duration::from_secs(10));
-    assert_eq!(
-        pod_names(&k, ns, "example").len(),
-        2,
-        "a paused cluster was changed"
-    );
+    // The operator has looked at the cluster since the deletion (woken by the pod's event, or
+    // at its periodic look while paused) once the status no longer counts the member ready.
+    until("the status to count the deleted member unready", 60, || {
+        assert!(
+            pod_names(&k, ns, "example").len() <= 2,
+            "a paused cluster was changed"
+        );
+        let c = get(&k, ns, "etcdcluster/example");
+        c["status"]["controlPaused"] == true
+            && c["status"]["members"]["ready"]
+                .as_array()
+                .is_some_and(|r| r.len() == 2 && r.iter().all(|m| *m != victim.as_str()))
+    });
+    // That the paused operator replaces nothing has no status to show, so a bounded window is
+    // still needed. It starts only once the status shows that the operator has seen both the
+    // pause (observedGeneration) and the deletion, so it judges the paused decision, not how
+    // soon the operator looks.
+    holds_for("a paused cluster staying at 2 pods", 10, || {
+        pod_names(&k, ns, "example").len() == 2
+    });
     k.ok(
         &[
             "patch",
@@ -283,30 +299,53 @@ fn lost_quorum_is_reported_and_nothing_destructive_happens() {
     );
     assert!(!events.trim().is_empty(), "no QuorumLost event");
 
-    // Nothing is removed or replaced while quorum is lost.
-    std::thread::sleep(Duration::from_secs(15));
-    let c = get(&k, ns, "etcdcluster/example");
-    assert_eq!(c["status"]["phase"], "Failed");
+    // Nothing is removed or replaced while quorum is lost. First, the state the operator must
+    // not act on, in full: both deleted pods gone and no longer reported healthy (their etcd
+    // has stopped, not merely been asked to), the cluster still Failed and not Available.
+    let survivor = vec![pods[2].clone()];
+    until("the deleted pods to be gone and reported so", 120, || {
+        let c = get(&k, ns, "etcdcluster/example");
+        let statuses = c["status"]["memberStatuses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        pod_names(&k, ns, "example") == survivor
+            && c["status"]["phase"] == "Failed"
+            && condition(&c, "Available") == "False"
+            && !statuses
+                .iter()
+                .any(|m| m["healthy"] == true && m["name"] != pods[2].as_str())
+    });
     let ids = |v: &Value| -> Vec<String> {
         let mut ids: Vec<String> = v
             .as_array()
-            .unwrap()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
             .iter()
             .map(|m| m["id"].as_str().unwrap().to_string())
             .collect();
         ids.sort();
         ids
     };
-    assert_eq!(
-        ids(&c["status"]["memberStatuses"]),
-        ids(&before),
-        "membership changed without quorum"
-    );
-    assert_eq!(
-        pod_names(&k, ns, "example"),
-        vec![pods[2].clone()],
-        "pods were created or deleted"
-    );
+    // Then a bounded window, since what must not happen has no status to show; it starts once
+    // the status shows that the operator has seen the members gone, and spans several of its
+    // looks at a Failed cluster.
+    holds_for("a cluster without quorum staying as it is", 15, || {
+        let c = get(&k, ns, "etcdcluster/example");
+        assert_eq!(c["status"]["phase"], "Failed", "{}", c["status"]);
+        assert_eq!(
+            ids(&c["status"]["memberStatuses"]),
+            ids(&before),
+            "membership changed (or is no longer reported) without quorum: {}",
+            c["status"]
+        );
+        assert_eq!(
+            pod_names(&k, ns, "example"),
+            survivor,
+            "pods were created or deleted"
+        );
+        true
+    });
 }
 
 #[test]

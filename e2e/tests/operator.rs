@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use e2e::{Kubectl, Operator, get, healthy_at_size, manifest, until};
+use e2e::{Kubectl, Operator, get, healthy_at_size, manifest, series, until};
 use serde_json::{Value, json};
 
 /// GET `path` on port 8080 of an operator pod, through the API server's proxy.
@@ -14,13 +14,6 @@ fn scrape(k: &Kubectl, ns: &str, pod: &str, path: &str) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The value of a series (name and labels exactly as exposed), if present.
-fn series(metrics: &str, name: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
 fn pod_names(op: &Operator) -> Vec<String> {

@@ -3,9 +3,7 @@
 //! garbage collection of an owner's children, and every etcd image at its expected version.
 //! Needs a cluster with a node (`hack/cluster.sh up`); `make smoke` runs it.
 
-use std::time::{Duration, Instant};
-
-use e2e::Kubectl;
+use e2e::{Kubectl, until};
 use serde_json::{Value, json};
 
 /// The etcd images the local cluster imports, under both official names.
@@ -42,17 +40,6 @@ fn wait(k: &Kubectl, ns: &str, what: &str, condition: &str, secs: u64) {
             String::from_utf8_lossy(&describe.stdout),
             String::from_utf8_lossy(&events.stdout)
         );
-    }
-}
-
-fn until(what: &str, secs: u64, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {secs}s waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
     }
 }
 

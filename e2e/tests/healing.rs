@@ -1,0 +1,129 @@
+//! Members that fail while their pods keep running, on the real local cluster: a member whose
+//! etcd crash-loops is replaced after the bound the chart sets, and a member whose container
+//! merely restarts does not make the cluster Failed. These need the node's processes (the
+//! local cluster runs on this host), so they find a member's etcd by its host name.
+
+use e2e::{Kubectl, Operator, condition, get, healthy_at_size, pod_names, until};
+use serde_json::Value;
+
+/// Host PID of the etcd process of member pod `pod` (its HOSTNAME is the member name).
+fn etcd_pid(pod: &str) -> Option<u32> {
+    let needle = format!("HOSTNAME={pod}\0");
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let e = e.ok()?;
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let environ = std::fs::read(e.path().join("environ")).ok()?;
+        (cmdline.starts_with(b"/usr/local/bin/etcd\0")
+            && environ
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes()))
+        .then_some(pid)
+    })
+}
+
+fn kill(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {pid}");
+}
+
+fn events(k: &Kubectl, ns: &str) -> Vec<Value> {
+    get(k, ns, "events")["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn has_event(k: &Kubectl, ns: &str, reason: &str) -> bool {
+    events(k, ns).iter().any(|e| e["reason"] == reason)
+}
+
+fn apply_cluster(k: &Kubectl, ns: &str, name: &str, size: usize) {
+    let c = serde_json::json!({"apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdCluster", "metadata": {"name": name},
+        "spec": {"size": size, "version": "3.6.16"}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
+}
+
+#[test]
+fn a_crash_looping_member_is_replaced_after_the_bound() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let ns = k.namespace("stuck");
+    let ns = ns.name.as_str();
+    let _operator = Operator::install(&k, ns, &["members.replaceUnhealthyAfter=15"]);
+    apply_cluster(&k, ns, "stuck", 3);
+    until("3 healthy members", 240, || {
+        healthy_at_size(&k, ns, "stuck", 3)
+    });
+
+    // Corrupt one member's write-ahead log and kill its etcd: the container restarts into
+    // the same data, etcd refuses the log, and the pod crash-loops while it stays Running.
+    let victim = pod_names(&k, ns, "stuck")[2].clone();
+    let pid = etcd_pid(&victim).expect("the victim's etcd runs on this host");
+    let wal_dir = format!("/proc/{pid}/root/var/etcd/data/member/wal");
+    let mut corrupted = 0;
+    for entry in std::fs::read_dir(&wal_dir).expect("the member's WAL directory") {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "wal") {
+            std::fs::write(&path, vec![0xa5u8; 64 * 1024]).unwrap();
+            corrupted += 1;
+        }
+    }
+    assert!(corrupted > 0, "no WAL file in {wal_dir}");
+    kill(pid);
+
+    until("the member to be reported unhealthy", 60, || {
+        let c = get(&k, ns, "etcdcluster/stuck");
+        c["status"]["members"]["unready"]
+            .as_array()
+            .is_some_and(|u| u.iter().any(|m| m == victim.as_str()))
+    });
+    // Still there while the bound runs (the pod is running or restarting, never deleted).
+    assert!(pod_names(&k, ns, "stuck").contains(&victim));
+    let took = until("the crash-looping member to be replaced", 240, || {
+        !pod_names(&k, ns, "stuck").contains(&victim) && healthy_at_size(&k, ns, "stuck", 3)
+    });
+    eprintln!("crash-looping member replaced and the cluster healthy again after {took:?}");
+    assert!(has_event(&k, ns, "MemberReplaced"), "{:?}", events(&k, ns));
+}
+
+#[test]
+fn a_restarting_single_member_does_not_fail_the_cluster() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let ns = k.namespace("restart");
+    let ns = ns.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+    apply_cluster(&k, ns, "solo", 1);
+    until("1 healthy member", 240, || {
+        healthy_at_size(&k, ns, "solo", 1)
+    });
+    let pod = pod_names(&k, ns, "solo")[0].clone();
+
+    // etcd is killed; the kubelet restarts the container on the same data within seconds.
+    kill(etcd_pid(&pod).expect("the member's etcd runs on this host"));
+    let mut phases = Vec::new();
+    let mut unavailable = 0;
+    until("the restarted member to serve again", 120, || {
+        let c = get(&k, ns, "etcdcluster/solo");
+        phases.push(c["status"]["phase"].as_str().unwrap_or("").to_string());
+        unavailable += usize::from(condition(&c, "Available") == "False");
+        let restarted =
+            get(&k, ns, &format!("pod/{pod}"))["status"]["containerStatuses"][0]["restartCount"]
+                .as_u64()
+                .unwrap_or(0)
+                >= 1;
+        restarted && healthy_at_size(&k, ns, "solo", 1)
+    });
+    eprintln!("looks while unavailable: {unavailable} of {}", phases.len());
+    assert!(
+        phases.iter().all(|p| p != "Failed"),
+        "the phase went to Failed during a restart: {phases:?}"
+    );
+    assert!(!has_event(&k, ns, "QuorumLost"), "{:?}", events(&k, ns));
+    assert_eq!(pod_names(&k, ns, "solo"), [pod], "the member was replaced");
+}
