@@ -287,14 +287,20 @@ pub async fn recheck_pods(
     obs: &mut Observation,
 ) -> Result<(), Error> {
     let again = list_pods(pods_api, &cluster.name_any()).await?;
+    towards_gone(obs, &again);
+    Ok(())
+}
+
+/// Moves each pod's state in `obs` towards gone where `fresh` (a newer list) shows it gone or
+/// being deleted; a pod missing from `fresh` is taken as being deleted.
+fn towards_gone(obs: &mut Observation, fresh: &[Pod]) {
     for view in &mut obs.pods {
-        let now = again.iter().find(|p| p.name_any() == view.name);
+        let now = fresh.iter().find(|p| p.name_any() == view.name);
         let state = now.map_or(PodState::Terminating, pod_state);
         if state.is_gone() && !view.state.is_gone() {
             view.state = state;
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -357,6 +363,78 @@ mod tests {
         let answers = [status(1, 1, 3), status(2, 2, 4), status(3, 2, 4)];
         assert_eq!(leader_of(&answers), Some(2));
         assert_eq!(leader_of(&[status(1, 0, 5)]), None);
+    }
+
+    #[test]
+    fn a_removal_is_planned_again_on_the_pods_as_they_are_now() {
+        use crate::cluster::plan::{Action, Target, plan};
+        // Two of three pods deleted at once: when etcd was asked, m1 was already silent and
+        // m2's deletion had not reached the first list; m2 still answered.
+        let view = |name: &str, id, healthy| MemberView {
+            name: name.into(),
+            id,
+            is_learner: false,
+            healthy,
+            unhealthy_for: if healthy {
+                Duration::ZERO
+            } else {
+                Duration::from_secs(3600)
+            },
+        };
+        let running = |name: &str| PodView {
+            name: name.into(),
+            state: PodState::Running,
+            age: Duration::from_secs(600),
+            joining: None,
+        };
+        let mut obs = Observation {
+            members: Some(vec![
+                view("m1", 1, false),
+                view("m2", 2, true),
+                view("m3", 3, true),
+            ]),
+            leader: Some(3),
+            pods: vec![
+                PodView {
+                    state: PodState::Terminating,
+                    ..running("m1")
+                },
+                running("m2"),
+                running("m3"),
+            ],
+            bootstrapped: true,
+            silent_for: Duration::ZERO,
+        };
+        let target = Target {
+            size: 3,
+            paused: false,
+            persistent: false,
+            learner_timeout: Duration::from_secs(300),
+            startup_grace: Duration::from_secs(60),
+            replace_after: Duration::from_secs(300),
+            quorum_grace: Duration::from_secs(30),
+        };
+        assert!(matches!(
+            plan(&obs, &target),
+            Action::RemoveMember { id: 1, .. }
+        ));
+        // The list taken immediately before the removal: m1 is gone, m2 is being deleted.
+        let pod = |name: &str, deleting: bool| Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                deletion_timestamp: deleting.then(|| {
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())
+                }),
+                ..Default::default()
+            },
+            status: Some(k8s_openapi::api::core::v1::PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        towards_gone(&mut obs, &[pod("m2", true), pod("m3", false)]);
+        assert!(matches!(plan(&obs, &target), Action::QuorumLost { .. }));
     }
 
     #[test]
