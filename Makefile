@@ -21,7 +21,8 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## unit: the unit tier, and the etcd layer against real etcd 3.4 (Debian), 3.5 and 3.6 (built),
-## with new members started through the static etcd-gate that the operator image ships.
+## with new members started through the static etcd-gate that the operator image ships;
+## snapshots streamed into object storage (a local store, and moto's real S3 API).
 unit:
 	hack/deps.sh
 	ETCD_GATE=$$(hack/gate.sh) ETCD_BINARIES=3.4=$$(command -v etcd),3.5=$$(hack/build-tools.sh etcd-3.5)/etcd,3.6=$$(hack/build-tools.sh etcd-3.6)/etcd \

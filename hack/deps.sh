@@ -5,6 +5,7 @@
 #   etcd     - Debian's etcd 3.4 serves the local control plane (and is a test etcd)
 #   containerd, runc, CNI plugins, conntrack, iptables, iproute2 - the local cluster's node
 #   gcc, libc6-dev - the static pause binary
+#   moto (PyPI)    - a real S3 API server for the snapshot tests
 set -euo pipefail
 missing=()
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
@@ -26,5 +27,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# moto's S3 server: the real S3 API the snapshot tests write to (tests/snapshot_s3.rs).
+python3 -c 'import moto.server, flask' 2>/dev/null || python3 -m pip install -q 'moto[server]'
 command -v go >/dev/null || { echo "[deps] Go is required to build Kubernetes (hack/build-k8s.sh)" >&2; exit 1; }
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt

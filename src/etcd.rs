@@ -52,6 +52,9 @@ pub enum Error {
         #[source]
         source: etcd_client::Error,
     },
+    /// Snapshot failed, or its stream broke.
+    #[error("streaming a snapshot: {0}")]
+    Snapshot(#[source] etcd_client::Error),
     /// Alarm failed.
     #[error("setting an alarm on member {id:x}: {source}")]
     Alarm {
@@ -89,6 +92,7 @@ impl Error {
             Error::Status { .. } => "etcd_status",
             Error::MoveLeader { .. } => "etcd_move_leader",
             Error::Alarm { .. } => "etcd_alarm",
+            Error::Snapshot(_) => "etcd_snapshot",
             Error::Malformed(..) => "etcd_malformed",
         }
     }
@@ -166,6 +170,8 @@ pub struct Status {
     pub raft_index: u64,
     /// Raft term.
     pub raft_term: u64,
+    /// The store's revision when the member answered.
+    pub revision: i64,
     /// Applied raft index.
     pub raft_applied_index: u64,
     /// Whether the member is a learner (always false before etcd 3.4 reports it).
@@ -207,6 +213,42 @@ impl Etcd {
                 source,
             })?;
         Ok(Etcd { client })
+    }
+
+    /// Connects to `endpoints` for a long stream (a snapshot): only connecting is bounded by
+    /// `connect_timeout`; the caller bounds the stream as a whole.
+    pub async fn connect_streaming(
+        endpoints: &[String],
+        connect_timeout: Duration,
+    ) -> Result<Self> {
+        let options = ConnectOptions::new().with_connect_timeout(connect_timeout);
+        let client = Client::connect(endpoints, Some(options))
+            .await
+            .map_err(|source| Error::Connect {
+                endpoints: endpoints.to_vec(),
+                source,
+            })?;
+        Ok(Etcd { client })
+    }
+
+    /// The snapshot of the member behind this connection, as etcd streams it: the database in
+    /// chunks, then its sha256 (see [`crate::backup::snapshot`]). The stream ends after its
+    /// first error.
+    pub async fn snapshot(
+        &mut self,
+    ) -> Result<std::pin::Pin<Box<dyn futures::Stream<Item = Result<Vec<u8>>> + Send>>> {
+        let stream = self.client.snapshot().await.map_err(Error::Snapshot)?;
+        Ok(Box::pin(futures::stream::unfold(
+            Some(stream),
+            |state| async move {
+                let mut stream = state?;
+                match stream.message().await {
+                    Ok(Some(m)) => Some((Ok(m.blob().to_vec()), Some(stream))),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(Error::Snapshot(e)), None)),
+                }
+            },
+        )))
     }
 
     /// The member list, in etcd's order.
@@ -324,6 +366,7 @@ pub async fn status(endpoint: &str, timeout: Duration) -> Result<Status> {
         db_size: resp.db_size(),
         raft_index: resp.raft_index(),
         raft_term: resp.raft_term(),
+        revision: header.revision(),
         raft_applied_index: resp.raft_applied_index(),
         is_learner: resp.is_learner(),
         errors: resp.errors().to_vec(),

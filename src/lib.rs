@@ -2,6 +2,7 @@
 //! etcd-operator's `etcd.database.coreos.com/v1beta2` API.
 
 pub mod api;
+pub mod backup;
 pub mod cluster;
 pub mod etcd;
 pub mod http;

@@ -316,6 +316,7 @@ mod tests {
             db_size: 0,
             raft_index: 0,
             raft_term: term,
+            revision: 1,
             raft_applied_index: 0,
             is_learner: false,
             errors: vec![],
