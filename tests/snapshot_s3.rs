@@ -1,5 +1,6 @@
 //! A snapshot of real etcd streamed into a real S3 API (moto's server, PyPI `moto[server]`,
-//! on 127.0.0.1) in several multipart parts: the object is what etcd sent, and a refused stream
+//! on 127.0.0.1) in several multipart parts, through a store built from a coreos-format
+//! Secret (`credentials`, `config`) with `endpoint` and `forcePathStyle`: the object is what etcd sent, and a refused stream
 //! leaves neither an object nor an unfinished multipart upload behind.
 
 mod support;
@@ -7,9 +8,10 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use etcd_operator::api::S3Source;
 use etcd_operator::backup::snapshot::{self, Error, hex};
+use etcd_operator::backup::storage;
 use futures::StreamExt;
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMultipartOptions};
 use support::{EtcdProcess, etcd_binary};
@@ -79,16 +81,25 @@ impl Drop for Moto {
 async fn a_snapshot_streams_into_s3_in_parts_and_a_refused_one_leaves_nothing() {
     let moto = Moto::start();
     moto.curl("PUT", &format!("/{BUCKET}"));
-    let store = AmazonS3Builder::new()
-        .with_endpoint(&moto.url)
-        .with_allow_http(true)
-        .with_virtual_hosted_style_request(false)
-        .with_bucket_name(BUCKET)
-        .with_region("us-east-1")
-        .with_access_key_id("test")
-        .with_secret_access_key("test")
-        .build()
-        .unwrap();
+    // Built the way an EtcdBackup's S3 section and its coreos-format Secret are.
+    let source = S3Source {
+        path: format!("{BUCKET}/cluster/snapshot.db"),
+        aws_secret: Some("aws".into()),
+        endpoint: Some(moto.url.clone()),
+        force_path_style: Some(true),
+    };
+    let secret: storage::SecretData = [
+        (
+            "credentials",
+            "[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
+        ),
+        ("config", "[default]\nregion = us-east-1\n"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    let target = storage::s3(&source, Some(&secret)).unwrap();
+    let store = target.store.as_ref();
+    assert_eq!(target.url, format!("s3://{BUCKET}/cluster/snapshot.db"));
 
     // About 20 MiB of data: three parts of the upload.
     let binary = etcd_binary("3.6");
@@ -110,10 +121,10 @@ async fn a_snapshot_streams_into_s3_in_parts_and_a_refused_one_leaves_nothing() 
             .unwrap();
     }
 
-    let location = Path::from("cluster/snapshot.db");
+    let location = target.location.clone();
     let saved = snapshot::save(
         &m.client_url,
-        &store,
+        store,
         &location,
         PutMultipartOptions::default(),
         Duration::from_secs(120),
@@ -142,7 +153,7 @@ async fn a_snapshot_streams_into_s3_in_parts_and_a_refused_one_leaves_nothing() 
     let refused = Path::from("cluster/corrupted.db");
     let err = snapshot::upload(
         chunks,
-        &store,
+        store,
         &refused,
         PutMultipartOptions::default(),
         Duration::from_secs(120),

@@ -1,0 +1,137 @@
+//! Names, retention and schedule of periodic backups, as coreos named them and better than it
+//! kept them. Pure.
+//!
+//! - A periodic backup of `path` writes `<path>_v<revision>_<UTC time as 2006-01-02-15:04:05>`
+//!   (coreos's Go layout), so existing tooling finds the objects.
+//! - `maxBackups` keeps the newest N by the time and revision parsed from the name, never by
+//!   the name's string order: coreos sorted strings, so `_v9_` came after `_v10_` (its issue
+//!   2113). Only names of exactly this pattern are ever candidates for deletion.
+//! - The schedule is anchored on the last success recorded in status, so an operator restart or
+//!   a leadership hand-over neither skips a slot nor takes it twice (coreos reset an in-memory
+//!   timer).
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::civil::DateTime;
+use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
+
+/// coreos's time layout in the name, in strftime form.
+const TIME_FORMAT: &str = "%Y-%m-%d-%H:%M:%S";
+
+/// The object name of a periodic backup of `path` at `revision`, taken at `at`.
+pub fn periodic_name(path: &str, revision: i64, at: Timestamp) -> String {
+    let time = at.to_zoned(TimeZone::UTC).strftime(TIME_FORMAT);
+    format!("{path}_v{revision}_{time}")
+}
+
+/// The revision and time of `name` if it is a periodic backup of `path`; `None` for any other
+/// name, which retention then never touches.
+pub fn parse(path: &str, name: &str) -> Option<(DateTime, i64)> {
+    let rest = name.strip_prefix(path)?.strip_prefix("_v")?;
+    let (revision, time) = rest.split_once('_')?;
+    if revision.is_empty() || !revision.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let revision: i64 = revision.parse().ok()?;
+    // Exactly the layout: 19 characters, nothing after.
+    if time.len() != 19 {
+        return None;
+    }
+    let at = DateTime::strptime(TIME_FORMAT, time).ok()?;
+    Some((at, revision))
+}
+
+/// Of `names` (every object under the backup's prefix), the periodic backups of `path` to
+/// delete so that the newest `keep` remain, newest by time and then revision. `keep` 0 keeps
+/// everything.
+pub fn to_delete<'a>(path: &str, names: &'a [String], keep: usize) -> Vec<&'a str> {
+    if keep == 0 {
+        return Vec::new();
+    }
+    let mut ours: Vec<((DateTime, i64), &str)> = names
+        .iter()
+        .filter_map(|n| parse(path, n).map(|k| (k, n.as_str())))
+        .collect();
+    ours.sort_by_key(|o| std::cmp::Reverse(o.0));
+    ours.into_iter().skip(keep).map(|(_, n)| n).collect()
+}
+
+/// How long until the next periodic backup is due: at once without a recorded success, else one
+/// interval after it (at once if that moment has passed; a missed slot is taken once, not
+/// once per interval missed).
+pub fn next_due(last_success: Option<Timestamp>, interval: Duration, now: Timestamp) -> Duration {
+    let Some(last) = last_success else {
+        return Duration::ZERO;
+    };
+    let elapsed = Duration::try_from(now.duration_since(last)).unwrap_or(Duration::ZERO);
+    interval.saturating_sub(elapsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn names_follow_the_coreos_layout_and_parse_back() {
+        let name = periodic_name("bucket/etcd/prod", 42, at("2026-01-02T15:04:05Z"));
+        assert_eq!(name, "bucket/etcd/prod_v42_2026-01-02-15:04:05");
+        let (time, revision) = parse("bucket/etcd/prod", &name).unwrap();
+        assert_eq!(revision, 42);
+        assert_eq!(time.to_string(), "2026-01-02T15:04:05");
+        // Other backups' names, the one-shot object, and near misses are not ours.
+        for other in [
+            "bucket/etcd/prod",
+            "bucket/etcd/prod-old_v1_2026-01-02-15:04:05",
+            "bucket/etcd/prod_v_2026-01-02-15:04:05",
+            "bucket/etcd/prod_vx1_2026-01-02-15:04:05",
+            "bucket/etcd/prod_v1_2026-01-02-15:04:05.tmp",
+            "bucket/etcd/prod_v1_2026-13-02-15:04:05",
+        ] {
+            assert_eq!(parse("bucket/etcd/prod", other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_by_time_and_revision_not_by_string_order() {
+        let names: Vec<String> = [
+            "p_v9_2026-01-01-00:00:09",
+            "p_v10_2026-01-01-00:00:10",
+            "p_v11_2026-01-01-00:00:11",
+            "p_v100_2026-01-01-00:01:40",
+            "p_v8_2026-01-01-00:00:08",
+            "p.pre-restore-2026",
+            "unrelated",
+        ]
+        .map(String::from)
+        .into();
+        let mut gone = to_delete("p", &names, 3);
+        gone.sort();
+        // String order would keep v9 (it sorts after v100, v10, v11) and delete v100.
+        assert_eq!(
+            gone,
+            ["p_v8_2026-01-01-00:00:08", "p_v9_2026-01-01-00:00:09"]
+        );
+        assert!(to_delete("p", &names, 0).is_empty());
+        assert!(to_delete("p", &names, 10).is_empty());
+    }
+
+    #[test]
+    fn the_schedule_is_anchored_on_the_last_success() {
+        let hour = Duration::from_secs(3600);
+        let last = at("2026-01-01T10:00:00Z");
+        assert_eq!(next_due(None, hour, last), Duration::ZERO);
+        assert_eq!(
+            next_due(Some(last), hour, at("2026-01-01T10:20:00Z")),
+            Duration::from_secs(40 * 60)
+        );
+        // The operator was down for three intervals: one backup now, not three.
+        assert_eq!(
+            next_due(Some(last), hour, at("2026-01-01T13:30:00Z")),
+            Duration::ZERO
+        );
+    }
+}

@@ -1,0 +1,340 @@
+//! Where snapshots go: an object store built from an EtcdBackup's (or EtcdRestore's) storage
+//! section and the Secret it names, in the coreos Secret formats, so that Secrets made for the
+//! coreos operator keep working:
+//!
+//! - S3 (`awsSecret`): `credentials` and `config`, the AWS shared files, profile `default`
+//!   (`aws_access_key_id`, `aws_secret_access_key`, optional `aws_session_token`; `region`);
+//! - ABS (`absSecret`): `storage-account`, `storage-key`; ours, optional: `storage-endpoint`
+//!   for an Azure-compatible server such as Azurite;
+//! - GCS (`gcpSecret`): `access-token` (an OAuth2 bearer token), or `credentials.json` (a
+//!   service account key).
+//!
+//! Pure except for [`build`], which only constructs the client (no request is made).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder};
+use object_store::path::Path;
+
+use crate::api::{AbsSource, GcsSource, S3Source, StorageType};
+
+/// What is wrong with a storage section or its Secret. Every message names the field or the
+/// Secret key, so a user can fix it from the status alone.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The storage type has no section, or is not supported.
+    #[error("{0}")]
+    Spec(String),
+    /// The Secret lacks a key, or a key holds something unreadable.
+    #[error("Secret {secret}: {problem}")]
+    Secret {
+        /// The Secret's name.
+        secret: String,
+        /// What is missing or wrong, naming the key.
+        problem: String,
+    },
+    /// object_store refused the settings.
+    #[error("configuring {kind} storage: {source}")]
+    Build {
+        /// S3, ABS or GCS.
+        kind: &'static str,
+        #[source]
+        source: object_store::Error,
+    },
+}
+
+/// Splits a coreos storage path, `<bucket or container>/<key>`, into its two parts.
+pub fn split_path(path: &str) -> Option<(&str, Path)> {
+    let (bucket, key) = path.split_once('/')?;
+    (!bucket.is_empty() && !key.is_empty()).then(|| (bucket, Path::from(key)))
+}
+
+/// One profile of an AWS shared file (`credentials` or `config`): its `key = value` pairs. In
+/// `config`, profiles other than `default` are written `[profile NAME]`.
+pub fn aws_profile(file: &str, profile: &str) -> BTreeMap<String, String> {
+    let mut current = None::<String>;
+    let mut values = BTreeMap::new();
+    for line in file.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let section = section.trim();
+            let name = section.strip_prefix("profile ").unwrap_or(section).trim();
+            current = Some(name.to_string());
+            continue;
+        }
+        if current.as_deref() == Some(profile)
+            && let Some((k, v)) = line.split_once('=')
+        {
+            values.insert(k.trim().to_string(), v.trim().to_string());
+        }
+    }
+    values
+}
+
+/// The Secret's data, as text.
+pub type SecretData = BTreeMap<String, String>;
+
+fn key<'a>(data: &'a SecretData, secret: &str, key: &str) -> Result<&'a str, Error> {
+    data.get(key)
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| Error::Secret {
+            secret: secret.into(),
+            problem: format!("has no key {key:?}"),
+        })
+}
+
+/// An object store and the location of the object inside it.
+pub struct Target {
+    /// The store, rooted at the bucket or container.
+    pub store: Arc<dyn ObjectStore>,
+    /// The object's key inside it.
+    pub location: Path,
+    /// `s3://bucket/key` and the like, for status and Events.
+    pub url: String,
+}
+
+/// The store for an S3 section; `data` is the Secret's data when `awsSecret` is set.
+pub fn s3(source: &S3Source, data: Option<&SecretData>) -> Result<Target, Error> {
+    let (bucket, location) = split_path(&source.path).ok_or_else(|| {
+        Error::Spec(format!(
+            "s3.path must be <bucket>/<key>, got {:?}",
+            source.path
+        ))
+    })?;
+    let mut builder = AmazonS3Builder::new().with_bucket_name(bucket);
+    if let (Some(data), Some(secret)) = (data, source.aws_secret.as_deref()) {
+        let credentials = key(data, secret, "credentials")?;
+        let profile = aws_profile(credentials, "default");
+        let field = |name: &str| {
+            profile.get(name).cloned().ok_or_else(|| Error::Secret {
+                secret: secret.into(),
+                problem: format!("its \"credentials\" file has no {name} in [default]"),
+            })
+        };
+        builder = builder
+            .with_access_key_id(field("aws_access_key_id")?)
+            .with_secret_access_key(field("aws_secret_access_key")?);
+        if let Some(token) = profile.get("aws_session_token") {
+            builder = builder.with_token(token);
+        }
+        if let Some(config) = data.get("config")
+            && let Some(region) = aws_profile(config, "default").get("region")
+        {
+            builder = builder.with_region(region);
+        }
+    }
+    if let Some(endpoint) = source.endpoint.as_deref().filter(|e| !e.is_empty()) {
+        builder = builder
+            .with_endpoint(endpoint)
+            .with_allow_http(endpoint.starts_with("http://"));
+    }
+    // coreos's forcePathStyle: bucket in the path, as S3-compatible servers need.
+    builder = builder.with_virtual_hosted_style_request(!source.force_path_style.unwrap_or(false));
+    let store = builder
+        .build()
+        .map_err(|source| Error::Build { kind: "S3", source })?;
+    Ok(Target {
+        url: format!("s3://{bucket}/{location}"),
+        store: Arc::new(store),
+        location,
+    })
+}
+
+/// The store for an ABS section.
+pub fn abs(source: &AbsSource, data: &SecretData) -> Result<Target, Error> {
+    let (container, location) = split_path(&source.path).ok_or_else(|| {
+        Error::Spec(format!(
+            "abs.path must be <container>/<blob>, got {:?}",
+            source.path
+        ))
+    })?;
+    let secret = source.abs_secret.as_str();
+    let mut builder = MicrosoftAzureBuilder::new()
+        .with_container_name(container)
+        .with_account(key(data, secret, "storage-account")?)
+        .with_access_key(key(data, secret, "storage-key")?);
+    if let Some(endpoint) = data.get("storage-endpoint").map(|e| e.trim()) {
+        builder = builder
+            .with_endpoint(endpoint.to_string())
+            .with_allow_http(endpoint.starts_with("http://"));
+    }
+    let store = builder.build().map_err(|source| Error::Build {
+        kind: "ABS",
+        source,
+    })?;
+    Ok(Target {
+        url: format!("abs://{container}/{location}"),
+        store: Arc::new(store),
+        location,
+    })
+}
+
+/// The store for a GCS section.
+pub fn gcs(source: &GcsSource, data: Option<&SecretData>) -> Result<Target, Error> {
+    let (bucket, location) = split_path(&source.path).ok_or_else(|| {
+        Error::Spec(format!(
+            "gcs.path must be <bucket>/<object>, got {:?}",
+            source.path
+        ))
+    })?;
+    let mut builder = GoogleCloudStorageBuilder::new().with_bucket_name(bucket);
+    if let (Some(data), Some(secret)) = (data, source.gcp_secret.as_deref()) {
+        if let Some(token) = data.get("access-token").filter(|t| !t.trim().is_empty()) {
+            builder = builder.with_credentials(Arc::new(
+                object_store::StaticCredentialProvider::new(GcpCredential {
+                    bearer: token.trim().to_string(),
+                }),
+            ));
+        } else if let Some(json) = data.get("credentials.json") {
+            builder = builder.with_service_account_key(json);
+        } else {
+            return Err(Error::Secret {
+                secret: secret.into(),
+                problem: "has neither \"access-token\" nor \"credentials.json\"".into(),
+            });
+        }
+    }
+    let store = builder.build().map_err(|source| Error::Build {
+        kind: "GCS",
+        source,
+    })?;
+    Ok(Target {
+        url: format!("gs://{bucket}/{location}"),
+        store: Arc::new(store),
+        location,
+    })
+}
+
+/// The name of the Secret a storage section names, if any, with the field it came from.
+pub fn secret_of(
+    storage: StorageType,
+    s3: Option<&S3Source>,
+    abs: Option<&AbsSource>,
+    gcs: Option<&GcsSource>,
+) -> Option<(&'static str, String)> {
+    match storage {
+        StorageType::S3 => s3
+            .and_then(|s| s.aws_secret.clone())
+            .map(|n| ("s3.awsSecret", n)),
+        StorageType::Abs => abs.map(|a| ("abs.absSecret", a.abs_secret.clone())),
+        StorageType::Gcs => gcs
+            .and_then(|g| g.gcp_secret.clone())
+            .map(|n| ("gcs.gcpSecret", n)),
+        StorageType::Oss => None,
+    }
+    .filter(|(_, n)| !n.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CREDENTIALS: &str = "\
+# written by `aws configure`
+[default]
+aws_access_key_id = AKIAEXAMPLE
+aws_secret_access_key=secret/with+chars
+
+[other]
+aws_access_key_id = NOT-THIS
+";
+    const CONFIG: &str = "[profile other]\nregion = eu-west-1\n[default]\nregion = us-west-2\n";
+
+    #[test]
+    fn aws_shared_files_are_read_by_profile() {
+        let p = aws_profile(CREDENTIALS, "default");
+        assert_eq!(p["aws_access_key_id"], "AKIAEXAMPLE");
+        assert_eq!(p["aws_secret_access_key"], "secret/with+chars");
+        assert_eq!(aws_profile(CONFIG, "default")["region"], "us-west-2");
+        assert_eq!(aws_profile(CONFIG, "other")["region"], "eu-west-1");
+    }
+
+    #[test]
+    fn paths_split_into_bucket_and_key() {
+        let (bucket, key) = split_path("my-bucket/etcd/prod.db").unwrap();
+        assert_eq!(bucket, "my-bucket");
+        assert_eq!(key.as_ref(), "etcd/prod.db");
+        assert!(split_path("no-key").is_none());
+        assert!(split_path("/key").is_none());
+        assert!(split_path("bucket/").is_none());
+    }
+
+    fn data(pairs: &[(&str, &str)]) -> SecretData {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_coreos_s3_secret_builds_a_store_and_a_missing_key_is_named() {
+        let source = S3Source {
+            path: "bucket/backups/etcd.db".into(),
+            aws_secret: Some("aws".into()),
+            endpoint: Some("http://10.0.0.1:9000".into()),
+            force_path_style: Some(true),
+        };
+        let target = s3(
+            &source,
+            Some(&data(&[("credentials", CREDENTIALS), ("config", CONFIG)])),
+        )
+        .unwrap();
+        assert_eq!(target.url, "s3://bucket/backups/etcd.db");
+        assert_eq!(target.location.as_ref(), "backups/etcd.db");
+
+        let err = s3(&source, Some(&data(&[("config", CONFIG)])))
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(err, "Secret aws: has no key \"credentials\"");
+        let err = s3(&source, Some(&data(&[("credentials", "[default]\n")])))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("no aws_access_key_id in [default]"), "{err}");
+    }
+
+    #[test]
+    fn abs_and_gcs_secrets_are_read_in_the_coreos_keys() {
+        let abs_source = AbsSource {
+            path: "container/etcd.db".into(),
+            abs_secret: "abs".into(),
+        };
+        let ok = data(&[
+            ("storage-account", "devstoreaccount1"),
+            ("storage-key", "Zm9vYmFy"),
+            ("storage-endpoint", "http://10.0.0.1:10000/devstoreaccount1"),
+        ]);
+        assert_eq!(
+            abs(&abs_source, &ok).unwrap().url,
+            "abs://container/etcd.db"
+        );
+        let err = abs(&abs_source, &data(&[("storage-account", "a")]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(err, "Secret abs: has no key \"storage-key\"");
+
+        let gcs_source = GcsSource {
+            path: "bucket/etcd.db".into(),
+            gcp_secret: Some("gcp".into()),
+        };
+        assert!(gcs(&gcs_source, Some(&data(&[("access-token", "ya29.token")]))).is_ok());
+        let err = gcs(&gcs_source, Some(&data(&[])))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("neither \"access-token\" nor \"credentials.json\""),
+            "{err}"
+        );
+    }
+}
