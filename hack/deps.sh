@@ -6,6 +6,7 @@
 #   containerd, runc, CNI plugins, conntrack, iptables, iproute2 - the local cluster's node
 #   gcc, libc6-dev - the static pause binary
 #   moto (PyPI)    - a real S3 API server for the snapshot tests
+#   ca-certificates - the operator image's CA bundle (object storage clients need one)
 set -euo pipefail
 missing=()
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
@@ -13,6 +14,7 @@ command -v openssl >/dev/null || missing+=(openssl)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 command -v curl >/dev/null || missing+=(curl)
+[ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 command -v containerd >/dev/null || missing+=(containerd)
 command -v runc >/dev/null || missing+=(runc)
 [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)

@@ -11,10 +11,12 @@ cargo build --release --bin etcd-operator --manifest-path "$root/Cargo.toml" >&2
 gate=$("$here/gate.sh")
 mkdir -p "$root/target/images"
 out=$root/target/images/etcd-operator.tar
-# The binary links glibc dynamically; its libraries go into the image, as in a distroless base.
+# The binary links glibc dynamically; its libraries go into the image, as in a distroless base,
+# and so do the CA certificates (object storage clients load them, and refuse to start without).
 "$here/oci-image.py" --out "$out" --tag "$tag" --with-libs \
   --file "$root/target/release/etcd-operator:/usr/local/bin/etcd-operator" \
   --file "$gate:/usr/local/bin/etcd-gate" \
+  --file /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt \
   --dir /tmp:1777 --user 65532:65532 --entrypoint /usr/local/bin/etcd-operator >/dev/null
 echo "$tag $(du -h "$out" | cut -f1) $out" >&2
 if "$here/cluster.sh" has-node; then "$here/cluster.sh" import "$out"; echo "imported $tag" >&2; fi

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::time::Duration;
 
-use etcd_operator::{api, cluster, http, leader, metrics};
+use etcd_operator::{api, backup, cluster, http, leader, metrics};
 
 /// A Kubernetes operator for etcd clusters (etcd.database.coreos.com/v1beta2).
 #[derive(Parser)]
@@ -171,6 +171,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance: Some(instance),
     };
     let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
+    let backups = std::sync::Arc::new(backup::controller::Context {
+        client: client.clone(),
+        recorder: recorder.clone(),
+        metrics: metrics.clone(),
+    });
     let ctx = std::sync::Arc::new(cluster::task::Context {
         client,
         recorder,
@@ -183,10 +188,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
+    let backup_controller = backup::controller::run(
+        backups,
+        watch_client.clone(),
+        args.namespace.clone(),
+        leadership.subscribe(),
+    );
     let supervisor =
         cluster::supervisor::run(ctx, watch_client, args.namespace, leadership.subscribe());
     let result = tokio::select! {
         _ = supervisor => Err(anyhow::anyhow!("the EtcdCluster watch ended")),
+        _ = backup_controller => Err(anyhow::anyhow!("the EtcdBackup controller ended")),
         _ = tokio::signal::ctrl_c() => Ok(()),
         _ = term.recv() => Ok(()),
     };

@@ -1,12 +1,13 @@
 //! Backups of etcd clusters to object storage.
 //!
-//! So far the layers the EtcdBackup controller (still to come) stands on:
+//! [`controller`] reconciles EtcdBackups; it stands on:
 //! - [`snapshot`]: one member's snapshot streamed into object storage, verified as it passes
 //!   and never held whole in memory;
 //! - [`storage`]: the object store of a storage section and its Secret, in coreos's formats;
 //! - [`naming`]: periodic names, retention that keeps the right ones, and a schedule anchored
 //!   on status.
 
+pub mod controller;
 pub mod naming;
 pub mod snapshot;
 pub mod storage;

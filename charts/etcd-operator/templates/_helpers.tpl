@@ -35,26 +35,37 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/*
-The rights the EtcdCluster controller uses, and nothing else. Where each comes from:
+The rights the controllers use, and nothing else. Where each comes from:
   etcdclusters          list, watch   src/cluster/supervisor.rs (the watcher over EtcdClusters)
+  etcdclusters          get           src/backup/controller.rs (a backup's clusterName)
   etcdclusters/status   patch         src/cluster/task.rs (server-side apply of status)
+  etcdbackups           list, watch   src/backup/controller.rs (the Controller's watcher)
+  etcdbackups/status    patch         backup/controller.rs (server-side apply of status)
   pods                  list, watch   supervisor.rs (watcher over member pods), observe.rs (list)
   pods                  create        act.rs (a member's pod)
   pods                  delete        act.rs (a removed member's pod)
-  pods                  get           act.rs (a new member's pod IP, before its member is added)
+  pods                  get           act.rs (a new member's pod IP, before its member is added);
+                                      backup/controller.rs (the IP of the member to snapshot)
   endpointslices        list          act.rs (whether cluster DNS answers for a new member yet)
   services              patch, create act.rs (server-side apply of the two Services; an apply that
                                       creates the object is also authorized as create)
   persistentvolumeclaims create       act.rs (a member's volume when the pod policy asks for one)
-  secrets               get           task.rs (checks that the Secrets the spec names exist)
+  secrets               get           task.rs (checks that the Secrets the spec names exist);
+                                      backup/controller.rs (storage credentials)
   events                create, patch kube's event Recorder (events.k8s.io/v1)
 */}}
 {{- define "etcd-operator.rules" -}}
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdclusters]
-  verbs: [list, watch]
+  verbs: [get, list, watch]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdclusters/status]
+  verbs: [patch]
+- apiGroups: [etcd.database.coreos.com]
+  resources: [etcdbackups]
+  verbs: [list, watch]
+- apiGroups: [etcd.database.coreos.com]
+  resources: [etcdbackups/status]
   verbs: [patch]
 - apiGroups: [""]
   resources: [pods]

@@ -1,0 +1,293 @@
+//! EtcdBackup end to end: the operator (installed by the chart, in a pod) snapshots a cluster
+//! into moto's S3 server, which the test starts on the local cluster's bridge address so that
+//! pods reach it (`$E2E_S3_HOST`, default 10.244.0.1, the bridge of hack/cluster.sh). The
+//! manifests are coreos-style; only the endpoint and the Secret are ours.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use e2e::{Kubectl, Operator, get, healthy_at_size, repo_root, until};
+use serde_json::{Value, json};
+
+const BUCKET: &str = "etcd-backups";
+
+/// moto's S3 server where pods reach it; killed on drop.
+struct Moto {
+    child: Child,
+    url: String,
+}
+
+impl Moto {
+    fn start() -> Self {
+        let host = std::env::var("E2E_S3_HOST").unwrap_or_else(|_| "10.244.0.1".into());
+        let port = std::net::TcpListener::bind((host.as_str(), 0))
+            .unwrap_or_else(|e| panic!("binding {host}: {e} (is the local cluster up?)"))
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("python3")
+            .args(["-m", "moto.server", "-H", &host, "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m moto.server (PyPI moto[server]; hack/deps.sh installs it)");
+        let moto = Moto {
+            child,
+            url: format!("http://{host}:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect((host.as_str(), port)).is_err() {
+            assert!(Instant::now() < deadline, "moto did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        moto
+    }
+
+    fn curl(&self, args: &[&str], path: &str) -> Vec<u8> {
+        let out = Command::new("curl")
+            .args(["-sf", "-H", "Expect:"])
+            .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "test:test"])
+            .args(args)
+            .arg(format!("{}{path}", self.url))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "curl {args:?} {path}: {out:?}");
+        out.stdout
+    }
+
+    /// Keys under `prefix` in the bucket.
+    fn keys(&self, prefix: &str) -> Vec<String> {
+        let xml = self.curl(&[], &format!("/{BUCKET}?list-type=2&prefix={prefix}"));
+        let xml = String::from_utf8_lossy(&xml);
+        xml.split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split_once("</Key>").map(|(k, _)| k.to_string()))
+            .collect()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn backup_manifest(name: &str, spec: Value) -> String {
+    json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": name}, "spec": spec})
+    .to_string()
+}
+
+fn s3_spec(moto: &Moto, path: &str, secret: &str) -> Value {
+    json!({"path": format!("{BUCKET}/{path}"), "awsSecret": secret,
+        "endpoint": moto.url, "forcePathStyle": true})
+}
+
+fn status(k: &Kubectl, ns: &str, name: &str) -> Value {
+    get(k, ns, &format!("etcdbackup/{name}"))["status"].clone()
+}
+
+/// Waits until the status of EtcdBackup `name` satisfies `check`; on a timeout the panic shows
+/// the last status, which names the cause of a failure.
+fn until_status(k: &Kubectl, ns: &str, name: &str, secs: u64, check: impl Fn(&Value) -> bool) {
+    let start = Instant::now();
+    loop {
+        let s = status(k, ns, name);
+        if check(&s) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "timed out after {secs}s waiting for EtcdBackup {name}; its status: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Puts `n` keys through a member's JSON gateway, from this host.
+fn put_keys(k: &Kubectl, ns: &str, cluster: &str, n: usize) {
+    let ip = k.ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("etcd_cluster={cluster}"),
+            "-o",
+            "jsonpath={.items[0].status.podIP}",
+        ],
+        None,
+    );
+    let writer = e2e::Writer::start(
+        &format!("http://{}:2379", ip.trim()),
+        Duration::from_secs(30),
+    );
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let written = writer.stop();
+    assert!(written >= n as u64, "only {written} keys written");
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let out = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(bytes)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// etcdutl (3.6, the build the local cluster uses) on a downloaded snapshot.
+fn snapshot_status(file: &std::path::Path) -> Value {
+    let dir = Command::new(repo_root().join("hack/build-tools.sh"))
+        .arg("etcd-3.6")
+        .output()
+        .unwrap();
+    let dir = String::from_utf8_lossy(&dir.stdout).trim().to_string();
+    let out = Command::new(format!("{dir}/etcdutl"))
+        .args(["snapshot", "status", "--write-out=json"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "etcdutl snapshot status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn backups_to_s3_one_shot_periodic_with_retention_and_failures_named() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let moto = Moto::start();
+    moto.curl(&["-X", "PUT"], &format!("/{BUCKET}"));
+    let ns = k.namespace("backup");
+    let ns = ns.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+
+    // The coreos S3 Secret: AWS shared files.
+    k.ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "aws",
+            "-n",
+            ns,
+            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
+            "--from-literal=config=[default]\nregion = us-east-1\n",
+        ],
+        None,
+    );
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "example"}, "spec": {"size": 3, "version": "3.6.16"}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+    until("3 healthy members", 240, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+    put_keys(&k, ns, "example", 200);
+
+    // 1. One-shot, by clusterName: the object is etcd's snapshot, its hash the status's.
+    let one = backup_manifest(
+        "one-shot",
+        json!({"clusterName": "example", "storageType": "S3",
+            "s3": s3_spec(&moto, "etcd/one-shot.db", "aws")}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&one));
+    until_status(&k, ns, "one-shot", 120, |s| s["succeeded"] == true);
+    let s = status(&k, ns, "one-shot");
+    assert_eq!(s["phase"], "Succeeded", "{s}");
+    assert_eq!(s["path"], format!("{BUCKET}/etcd/one-shot.db"));
+    let object = moto.curl(&[], &format!("/{BUCKET}/etcd/one-shot.db"));
+    assert_eq!(s["size"], json!(object.len()));
+    assert_eq!(s["sha256"], sha256_hex(&object), "{s}");
+    let file = std::env::temp_dir().join(format!("one-shot-{ns}.db"));
+    std::fs::write(&file, &object).unwrap();
+    let snap = snapshot_status(&file);
+    let _ = std::fs::remove_file(&file);
+    assert!(snap["totalKey"].as_u64().unwrap() >= 200, "{snap}");
+    assert_eq!(snap["revision"], s["etcdRevision"], "{snap} vs {s}");
+    assert!(
+        s["etcdVersion"].as_str().unwrap().starts_with("3.6."),
+        "{s}"
+    );
+
+    // 2. Periodic every 2 s keeping 3: at least 5 taken, exactly the newest 3 kept.
+    let periodic = backup_manifest(
+        "periodic",
+        json!({"clusterName": "example", "storageType": "S3",
+            "backupPolicy": {"backupIntervalInSecond": 2, "maxBackups": 3},
+            "s3": s3_spec(&moto, "etcd/periodic", "aws")}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&periodic));
+    let mut seen = std::collections::BTreeSet::new();
+    until("5 periodic backups", 120, || {
+        if let Some(d) = status(&k, ns, "periodic")["lastSuccessDate"].as_str() {
+            seen.insert(d.to_string());
+        }
+        seen.len() >= 5
+    });
+    let kept = until("exactly 3 kept", 30, || {
+        moto.keys("etcd/periodic").len() == 3
+    });
+    let keys = moto.keys("etcd/periodic");
+    for key in &keys {
+        let rest = key
+            .strip_prefix("etcd/periodic_v")
+            .unwrap_or_else(|| panic!("{key}"));
+        let (revision, time) = rest.split_once('_').unwrap_or_else(|| panic!("{key}"));
+        assert!(revision.parse::<u64>().is_ok() && time.len() == 19, "{key}");
+    }
+    eprintln!(
+        "periodic: {} successes seen, kept {keys:?} ({kept:?})",
+        seen.len()
+    );
+    // The one-shot object is not this backup's: never pruned.
+    assert_eq!(moto.keys("etcd/one-shot").len(), 1);
+
+    // 3. A missing Secret and an unknown cluster: Failed, with a Reason that names them.
+    let missing = backup_manifest(
+        "missing-secret",
+        json!({"clusterName": "example", "storageType": "S3",
+            "s3": s3_spec(&moto, "etcd/x.db", "nope")}),
+    );
+    let ghost = backup_manifest(
+        "unknown-cluster",
+        json!({"clusterName": "ghost", "storageType": "S3",
+            "s3": s3_spec(&moto, "etcd/y.db", "aws")}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&missing));
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&ghost));
+    until_status(&k, ns, "missing-secret", 60, |s| {
+        s["phase"] == "Failed"
+            && s["Reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("s3.awsSecret: Secret nope does not exist"))
+    });
+    until_status(&k, ns, "unknown-cluster", 60, |s| {
+        s["phase"] == "Failed"
+            && s["Reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("EtcdCluster ghost does not exist"))
+    });
+    assert!(moto.keys("etcd/x.db").is_empty() && moto.keys("etcd/y.db").is_empty());
+
+    // Deleting an EtcdBackup never deletes its snapshots.
+    k.ok(&["delete", "etcdbackup/one-shot", "-n", ns], None);
+    assert_eq!(moto.keys("etcd/one-shot").len(), 1);
+}

@@ -1,0 +1,693 @@
+//! The EtcdBackup controller.
+//!
+//! A kube-runtime `Controller`, unlike the EtcdCluster side's task per cluster: a backup has no
+//! long-lived state to watch over, only "is one due, and if so take it". The Controller
+//! dedups events, runs different backups concurrently and one backup never twice at once, and
+//! its `requeue_after` carries the periodic schedule. It runs only while this replica leads.
+//!
+//! Each pass: a one-shot backup that succeeded for this generation is done; a periodic one
+//! waits until one interval after the last success recorded in status (so a restart or a
+//! leader hand-over neither skips nor doubles a slot); otherwise a snapshot is taken from a
+//! healthy follower (the leader only when no follower is healthy), streamed and verified into
+//! the storage the spec names, recorded in status, and, for periodic backups with
+//! `maxBackups`, the oldest of this backup's own objects beyond that many are deleted. Failures
+//! set phase Failed, `Reason`, a Degraded condition and a Warning Event naming the cause, and
+//! are retried. Deleting an EtcdBackup never deletes stored snapshots.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMultipartOptions};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::naming;
+use super::snapshot::{self, Verified};
+use super::storage::{self, SecretData, Target};
+use crate::api::{
+    BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, EtcdCluster, MemberRole, StorageType,
+};
+use crate::etcd::{self, Etcd};
+
+/// The field manager of backup status writes.
+const MANAGER: &str = "etcd-operator-backup";
+/// Bounds each connection to etcd (the snapshot as a whole has `timeoutInSecond`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// coreos's default for `timeoutInSecond` 0.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Shared by every reconcile.
+pub struct Context {
+    /// API client for requests (bounded in time).
+    pub client: Client,
+    /// Publishes Events.
+    pub recorder: Recorder,
+    /// The process's metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// Why a backup could not be taken. Every message names its cause (field, Secret, cluster,
+/// endpoint), since it becomes the status `Reason`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `clusterName` names no EtcdCluster.
+    #[error("spec.clusterName: EtcdCluster {0} does not exist")]
+    ClusterNotFound(String),
+    /// The cluster has no member that can give a snapshot.
+    #[error("EtcdCluster {cluster} has no healthy member to take a snapshot from ({detail})")]
+    NoHealthyMember {
+        /// The cluster.
+        cluster: String,
+        /// Its phase and reason, as its status says.
+        detail: String,
+    },
+    /// None of the endpoints answers as a member that knows a leader.
+    #[error("no etcd endpoint answers as a member with a leader: {0}")]
+    Unreachable(String),
+    /// A field this operator does not implement yet.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A Secret the spec names does not exist.
+    #[error("{field}: Secret {name} does not exist")]
+    SecretNotFound {
+        /// The field naming it.
+        field: &'static str,
+        /// The Secret.
+        name: String,
+    },
+    /// The storage section or its Secret is unusable.
+    #[error(transparent)]
+    Storage(#[from] storage::Error),
+    /// The snapshot failed (etcd, the stream's hash, the store, the time limit).
+    #[error(transparent)]
+    Snapshot(#[from] snapshot::Error),
+    /// Reading from the API server failed.
+    #[error("reading {what}: {source}")]
+    Kube {
+        /// What was being read or written.
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The `error` label of `etcd_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::ClusterNotFound(_) => "cluster_not_found",
+            Error::NoHealthyMember { .. } => "no_healthy_member",
+            Error::Unreachable(_) => "etcd_unreachable",
+            Error::Unsupported(_) => "unsupported_field",
+            Error::SecretNotFound { .. } => "secret_not_found",
+            Error::Storage(_) => "storage_config",
+            Error::Snapshot(e) => e.metric_label(),
+            Error::Kube { .. } => "kube",
+        }
+    }
+
+    /// The Event reason.
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::ClusterNotFound(_) => "ClusterNotFound",
+            Error::NoHealthyMember { .. } => "NoHealthyMember",
+            Error::Unreachable(_) => "EtcdUnreachable",
+            Error::Unsupported(_) => "UnsupportedField",
+            Error::SecretNotFound { .. } => "SecretNotFound",
+            Error::Storage(_) => "InvalidStorage",
+            Error::Snapshot(_) => "SnapshotFailed",
+            Error::Kube { .. } => "ApiError",
+        }
+    }
+
+    /// How soon to try again: a spec or Secret problem waits for the user (a Secret created
+    /// later is not announced), anything else is retried sooner.
+    fn retry_after(&self) -> Duration {
+        match self {
+            Error::ClusterNotFound(_)
+            | Error::Unsupported(_)
+            | Error::SecretNotFound { .. }
+            | Error::Storage(_) => Duration::from_secs(20),
+            _ => Duration::from_secs(10),
+        }
+    }
+}
+
+/// A snapshot taken.
+struct Taken {
+    verified: Verified,
+    revision: i64,
+    version: String,
+    /// coreos-style `<bucket>/<key>` of the object written.
+    path: String,
+}
+
+fn interval_of(backup: &EtcdBackup) -> Option<Duration> {
+    let secs = backup
+        .spec
+        .backup_policy
+        .as_ref()
+        .and_then(|p| p.backup_interval_in_second)
+        .unwrap_or(0);
+    (secs > 0).then(|| Duration::from_secs(secs as u64))
+}
+
+fn timeout_of(backup: &EtcdBackup) -> Duration {
+    match backup
+        .spec
+        .backup_policy
+        .as_ref()
+        .and_then(|p| p.timeout_in_second)
+        .unwrap_or(0)
+    {
+        s if s > 0 => Duration::from_secs(s as u64),
+        _ => DEFAULT_TIMEOUT,
+    }
+}
+
+/// The client URL of a member to take the snapshot from: a healthy follower of the named
+/// EtcdCluster (so the leader is not loaded), else its leader.
+async fn cluster_endpoint(ctx: &Context, ns: &str, name: &str) -> Result<String, Error> {
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let cluster = clusters
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("EtcdCluster {name}"),
+            source,
+        })?
+        .ok_or_else(|| Error::ClusterNotFound(name.into()))?;
+    let status = cluster.status.unwrap_or_default();
+    let mut candidates: Vec<_> = status
+        .member_statuses
+        .iter()
+        .filter(|m| m.healthy && m.role != Some(MemberRole::Learner))
+        .collect();
+    candidates.sort_by_key(|m| m.role == Some(MemberRole::Leader));
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    for m in candidates {
+        let pod = pods.get_opt(&m.name).await.map_err(|source| Error::Kube {
+            what: format!("pod {}", m.name),
+            source,
+        })?;
+        if let Some(ip) = pod.and_then(|p| p.status?.pod_ip) {
+            let endpoint = format!("http://{ip}:{}", crate::cluster::members::CLIENT_PORT);
+            if etcd::status(&endpoint, CONNECT_TIMEOUT)
+                .await
+                .is_ok_and(|s| s.leader != 0)
+            {
+                return Ok(endpoint);
+            }
+        }
+    }
+    Err(Error::NoHealthyMember {
+        cluster: name.into(),
+        detail: format!(
+            "phase {:?}{}",
+            status.phase,
+            if status.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", status.reason)
+            }
+        ),
+    })
+}
+
+/// Of `endpoints`, one that answers as a member that knows a leader, a follower first.
+async fn any_endpoint(endpoints: &[String]) -> Result<String, Error> {
+    let mut leader = None;
+    for ep in endpoints {
+        match etcd::status(ep, CONNECT_TIMEOUT).await {
+            Ok(s) if s.leader != 0 && s.leader != s.member_id && !s.is_learner => {
+                return Ok(ep.clone());
+            }
+            Ok(s) if s.leader != 0 && !s.is_learner => leader = leader.or(Some(ep.clone())),
+            _ => {}
+        }
+    }
+    leader.ok_or_else(|| Error::Unreachable(endpoints.join(", ")))
+}
+
+/// The named Secret's data as text, or why not.
+async fn secret_data(
+    ctx: &Context,
+    ns: &str,
+    field: &'static str,
+    name: &str,
+) -> Result<SecretData, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("Secret {name}"),
+            source,
+        })?
+        .ok_or_else(|| Error::SecretNotFound {
+            field,
+            name: name.into(),
+        })?;
+    Ok(secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+        .chain(secret.string_data.unwrap_or_default())
+        .collect())
+}
+
+/// The store and object location the spec names.
+async fn target(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<(Target, String), Error> {
+    let spec = &backup.spec;
+    let secret = storage::secret_of(
+        spec.storage_type,
+        spec.s3.as_ref(),
+        spec.abs.as_ref(),
+        spec.gcs.as_ref(),
+    );
+    let data = match &secret {
+        Some((field, name)) => Some(secret_data(ctx, ns, field, name).await?),
+        None => None,
+    };
+    let missing = |section: &str| {
+        storage::Error::Spec(format!(
+            "spec.storageType is {:?} but spec.{section} is not set",
+            spec.storage_type
+        ))
+    };
+    let (target, path) = match spec.storage_type {
+        StorageType::S3 => {
+            let s3 = spec.s3.as_ref().ok_or_else(|| missing("s3"))?;
+            (storage::s3(s3, data.as_ref())?, s3.path.clone())
+        }
+        StorageType::Abs => {
+            let abs = spec.abs.as_ref().ok_or_else(|| missing("abs"))?;
+            let data = data.unwrap_or_default();
+            (storage::abs(abs, &data)?, abs.path.clone())
+        }
+        StorageType::Gcs => {
+            let gcs = spec.gcs.as_ref().ok_or_else(|| missing("gcs"))?;
+            (storage::gcs(gcs, data.as_ref())?, gcs.path.clone())
+        }
+        StorageType::Oss => {
+            return Err(Error::Unsupported(
+                "spec.storageType: OSS is not implemented by this operator".into(),
+            ));
+        }
+    };
+    Ok((target, path))
+}
+
+/// Takes one snapshot as the spec asks.
+async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Error> {
+    let spec = &backup.spec;
+    if spec
+        .client_tls_secret
+        .as_deref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Err(Error::Unsupported(
+            "spec.clientTLSSecret: TLS is not implemented by this operator yet".into(),
+        ));
+    }
+    let endpoint = match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
+        Some(cluster) => cluster_endpoint(ctx, ns, cluster).await?,
+        None => any_endpoint(&spec.etcd_endpoints).await?,
+    };
+    let (target, spec_path) = target(ctx, backup, ns).await?;
+    let status = etcd::status(&endpoint, CONNECT_TIMEOUT)
+        .await
+        .map_err(snapshot::Error::Etcd)?;
+    let (location, path) = match interval_of(backup) {
+        Some(_) => {
+            let name =
+                naming::periodic_name(target.location.as_ref(), status.revision, Timestamp::now());
+            let bucket = spec_path.split_once('/').map_or("", |(b, _)| b);
+            (Path::from(name.as_str()), format!("{bucket}/{name}"))
+        }
+        None => (target.location.clone(), spec_path),
+    };
+    let mut etcd = Etcd::connect_streaming(std::slice::from_ref(&endpoint), CONNECT_TIMEOUT)
+        .await
+        .map_err(snapshot::Error::Etcd)?;
+    let stream = etcd.snapshot().await.map_err(snapshot::Error::Etcd)?;
+    let verified = snapshot::upload(
+        stream,
+        target.store.as_ref(),
+        &location,
+        PutMultipartOptions::default(),
+        timeout_of(backup),
+    )
+    .await?;
+    if let Some(keep) = backup
+        .spec
+        .backup_policy
+        .as_ref()
+        .and_then(|p| p.max_backups)
+        .filter(|k| *k > 0 && interval_of(backup).is_some())
+    {
+        prune(
+            target.store.as_ref(),
+            target.location.as_ref(),
+            keep as usize,
+        )
+        .await;
+    }
+    Ok(Taken {
+        verified,
+        revision: status.revision,
+        version: status.version,
+        path,
+    })
+}
+
+/// Deletes this backup's oldest periodic objects beyond `keep`. A failure is only logged: the
+/// snapshot itself succeeded, and the next success tries again.
+async fn prune(store: &dyn ObjectStore, key: &str, keep: usize) {
+    let prefix = key.rsplit_once('/').map(|(dir, _)| Path::from(dir));
+    let mut names = Vec::new();
+    let mut listing = store.list(prefix.as_ref());
+    while let Some(item) = listing.next().await {
+        match item {
+            Ok(meta) => names.push(meta.location.to_string()),
+            Err(e) => {
+                warn!(key, "listing backups for retention: {e}");
+                return;
+            }
+        }
+    }
+    for name in naming::to_delete(key, &names, keep) {
+        match store.delete(&Path::from(name)).await {
+            Ok(()) => info!(name, "deleted an old backup (maxBackups {keep})"),
+            Err(e) => warn!(name, "deleting an old backup: {e}"),
+        }
+    }
+}
+
+fn condition(
+    previous: &[Condition],
+    generation: Option<i64>,
+    degraded: bool,
+    reason: &str,
+    message: String,
+) -> Condition {
+    let status = if degraded { "True" } else { "False" }.to_string();
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == "Degraded" && c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .or_else(|| Some(Timestamp::now().to_string()));
+    Condition {
+        type_: "Degraded".into(),
+        status,
+        observed_generation: generation,
+        last_transition_time,
+        reason: reason.into(),
+        message,
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    backup: &EtcdBackup,
+    status: &EtcdBackupStatus,
+) -> Result<(), Error> {
+    let api: Api<EtcdBackup> =
+        Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "apiVersion": EtcdBackup::api_version(&()),
+        "kind": EtcdBackup::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &backup.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| Error::Kube {
+        what: "writing status".into(),
+        source,
+    })
+}
+
+async fn publish(ctx: &Context, backup: &EtcdBackup, type_: EventType, reason: &str, note: String) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Backup".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &backup.object_ref(&())).await {
+        warn!("publishing an event: {e}");
+    }
+}
+
+/// Whether a backup is due now, and if not, how long until it is.
+fn due(backup: &EtcdBackup, now: Timestamp) -> Option<Duration> {
+    let status = backup.status.clone().unwrap_or_default();
+    match interval_of(backup) {
+        None => {
+            let done = status.phase == Some(BackupPhase::Succeeded)
+                && status.observed_generation == backup.metadata.generation;
+            // Done for good: Duration::MAX stands for "never again".
+            done.then_some(Duration::MAX)
+        }
+        Some(interval) => {
+            let last = status
+                .last_success_date
+                .as_deref()
+                .and_then(|d| d.parse::<Timestamp>().ok());
+            let wait = naming::next_due(last, interval, now);
+            (!wait.is_zero()).then_some(wait)
+        }
+    }
+}
+
+async fn reconcile(backup: Arc<EtcdBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile_inner(&backup, &ctx).await;
+    ctx.metrics.reconciled(
+        "etcdbackup",
+        started.elapsed(),
+        result.as_ref().err().map(Error::metric_label),
+    );
+    result
+}
+
+async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, Error> {
+    let ns = backup.namespace().unwrap_or_default();
+    match due(backup, Timestamp::now()) {
+        Some(Duration::MAX) => return Ok(Action::await_change()),
+        Some(wait) => return Ok(Action::requeue(wait)),
+        None => {}
+    }
+    let previous = backup.status.clone().unwrap_or_default();
+    let generation = backup.metadata.generation;
+    match take(ctx, backup, &ns).await {
+        Ok(taken) => {
+            let status = EtcdBackupStatus {
+                succeeded: true,
+                reason: String::new(),
+                etcd_version: taken.version.clone(),
+                etcd_revision: Some(taken.revision),
+                last_success_date: Some(Timestamp::now().to_string()),
+                phase: Some(BackupPhase::Succeeded),
+                conditions: vec![condition(
+                    &previous.conditions,
+                    generation,
+                    false,
+                    "BackupSucceeded",
+                    format!("{} ({} bytes)", taken.path, taken.verified.size),
+                )],
+                observed_generation: generation,
+                size: Some(taken.verified.size as i64),
+                sha256: taken.verified.sha256.clone(),
+                path: taken.path.clone(),
+            };
+            write_status(ctx, backup, &status).await?;
+            info!(
+                path = taken.path,
+                size = taken.verified.size,
+                "backup taken"
+            );
+            publish(
+                ctx,
+                backup,
+                EventType::Normal,
+                "BackupSucceeded",
+                format!(
+                    "saved {} ({} bytes, revision {}, sha256 {})",
+                    taken.path, taken.verified.size, taken.revision, taken.verified.sha256
+                ),
+            )
+            .await;
+            Ok(match interval_of(backup) {
+                Some(interval) => Action::requeue(interval),
+                None => Action::await_change(),
+            })
+        }
+        Err(e) => {
+            let message = e.to_string();
+            let reported = previous.reason == message;
+            let status = EtcdBackupStatus {
+                succeeded: false,
+                reason: message.clone(),
+                phase: Some(BackupPhase::Failed),
+                conditions: vec![condition(
+                    &previous.conditions,
+                    generation,
+                    true,
+                    e.reason(),
+                    message.clone(),
+                )],
+                observed_generation: generation,
+                ..previous
+            };
+            write_status(ctx, backup, &status).await?;
+            if !reported {
+                publish(ctx, backup, EventType::Warning, e.reason(), message).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+fn error_policy(_: Arc<EtcdBackup>, error: &Error, _: Arc<Context>) -> Action {
+    // A little jitter, so that backups failing together do not retry together.
+    let jitter = Duration::from_millis(u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 8);
+    Action::requeue(error.retry_after() + jitter)
+}
+
+/// Runs the controller while `leading` is true, over `namespaces` (empty: every namespace).
+pub async fn run(
+    ctx: Arc<Context>,
+    watch_client: Client,
+    namespaces: Vec<String>,
+    mut leading: watch::Receiver<bool>,
+) {
+    loop {
+        while !*leading.borrow_and_update() {
+            if leading.changed().await.is_err() {
+                return;
+            }
+        }
+        let apis: Vec<Api<EtcdBackup>> = if namespaces.is_empty() {
+            vec![Api::all(watch_client.clone())]
+        } else {
+            namespaces
+                .iter()
+                .map(|ns| Api::namespaced(watch_client.clone(), ns))
+                .collect()
+        };
+        let controllers = futures::future::join_all(apis.into_iter().map(|api| {
+            Controller::new(api, watcher::Config::default())
+                .run(reconcile, error_policy, ctx.clone())
+                .for_each(|_| futures::future::ready(()))
+        }));
+        let lost = async {
+            loop {
+                if leading.changed().await.is_err() || !*leading.borrow_and_update() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            _ = controllers => return,
+            _ = lost => info!("standing by: the backup controller stops"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{BackupPolicy, EtcdBackupSpec, S3Source};
+
+    fn backup(interval: i64, status: EtcdBackupStatus) -> EtcdBackup {
+        let mut b = EtcdBackup::new(
+            "b",
+            EtcdBackupSpec {
+                etcd_endpoints: vec![],
+                cluster_name: Some("c".into()),
+                storage_type: StorageType::S3,
+                backup_policy: Some(BackupPolicy {
+                    backup_interval_in_second: Some(interval),
+                    ..Default::default()
+                }),
+                s3: Some(S3Source {
+                    path: "bucket/key".into(),
+                    ..Default::default()
+                }),
+                abs: None,
+                gcs: None,
+                oss: None,
+                client_tls_secret: None,
+            },
+        );
+        b.metadata.generation = Some(1);
+        b.status = Some(status);
+        b
+    }
+
+    #[test]
+    fn a_one_shot_backup_is_taken_once_per_generation_and_retried_until_it_succeeds() {
+        let now = Timestamp::now();
+        assert_eq!(due(&backup(0, Default::default()), now), None);
+        let failed = EtcdBackupStatus {
+            phase: Some(BackupPhase::Failed),
+            observed_generation: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(due(&backup(0, failed), now), None);
+        let done = EtcdBackupStatus {
+            phase: Some(BackupPhase::Succeeded),
+            observed_generation: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(due(&backup(0, done.clone()), now), Some(Duration::MAX));
+        let mut changed = backup(0, done);
+        changed.metadata.generation = Some(2);
+        assert_eq!(due(&changed, now), None);
+    }
+
+    #[test]
+    fn a_periodic_backup_is_due_one_interval_after_its_last_success() {
+        let last: Timestamp = "2026-01-01T10:00:00Z".parse().unwrap();
+        let status = EtcdBackupStatus {
+            last_success_date: Some(last.to_string()),
+            ..Default::default()
+        };
+        let b = backup(60, status);
+        let soon: Timestamp = "2026-01-01T10:00:20Z".parse().unwrap();
+        assert_eq!(due(&b, soon), Some(Duration::from_secs(40)));
+        let late: Timestamp = "2026-01-01T11:00:00Z".parse().unwrap();
+        assert_eq!(due(&b, late), None);
+    }
+
+    #[test]
+    fn errors_name_their_cause() {
+        let e = Error::SecretNotFound {
+            field: "s3.awsSecret",
+            name: "aws".into(),
+        };
+        assert_eq!(e.to_string(), "s3.awsSecret: Secret aws does not exist");
+        assert_eq!(e.metric_label(), "secret_not_found");
+        assert_eq!(
+            Error::ClusterNotFound("prod".into()).to_string(),
+            "spec.clusterName: EtcdCluster prod does not exist"
+        );
+    }
+}
