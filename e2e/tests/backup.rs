@@ -291,3 +291,117 @@ fn backups_to_s3_one_shot_periodic_with_retention_and_failures_named() {
     k.ok(&["delete", "etcdbackup/one-shot", "-n", ns], None);
     assert_eq!(moto.keys("etcd/one-shot").len(), 1);
 }
+
+/// Times of this backup's periodic objects, parsed from their names, oldest first.
+fn periodic_times(moto: &Moto, prefix: &str) -> Vec<i64> {
+    let mut times: Vec<i64> = moto
+        .keys(prefix)
+        .iter()
+        .filter_map(|k| {
+            let time = k.rsplit_once('_')?.1;
+            // 2006-01-02-15:04:05 -> seconds since the epoch, by date(1).
+            let (day, clock) = time.split_at(10);
+            let out = Command::new("date")
+                .args(["-u", "-d", &format!("{day} {}", &clock[1..]), "+%s"])
+                .output()
+                .ok()?;
+            String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+        })
+        .collect();
+    times.sort();
+    times
+}
+
+#[test]
+fn the_schedule_survives_an_operator_restart_and_lost_quorum_fails_clearly() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let moto = Moto::start();
+    moto.curl(&["-X", "PUT"], &format!("/{BUCKET}"));
+    let ns = k.namespace("backup-restart");
+    let ns = ns.name.as_str();
+    let operator = Operator::install(&k, ns, &[]);
+    k.ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "aws",
+            "-n",
+            ns,
+            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
+        ],
+        None,
+    );
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "example"}, "spec": {"size": 3, "version": "3.6.16"}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+    until("3 healthy members", 240, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+
+    // 1. Every 10 s. The operator is killed (no grace) right after a success; its successor
+    //    takes the next slot one interval after the last success in status: none skipped,
+    //    none doubled.
+    let prefix = format!("{ns}/hourly");
+    let periodic = backup_manifest(
+        "periodic",
+        json!({"clusterName": "example", "storageType": "S3",
+            "backupPolicy": {"backupIntervalInSecond": 10},
+            "s3": s3_spec(&moto, &prefix, "aws")}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&periodic));
+    until("the first periodic backup", 60, || {
+        periodic_times(&moto, &prefix).len() == 1
+    });
+    operator.kill();
+    until("two more periodic backups", 90, || {
+        periodic_times(&moto, &prefix).len() >= 3
+    });
+    let times = periodic_times(&moto, &prefix);
+    let gaps: Vec<i64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    eprintln!("periodic backups across an operator restart, gaps in seconds: {gaps:?}");
+    assert!(
+        gaps.iter().all(|g| (9..=19).contains(g)),
+        "a slot was doubled or skipped across the restart: gaps {gaps:?}"
+    );
+
+    // 2. Without quorum: a one-shot backup fails at once with a Reason that says so, and
+    //    writes nothing.
+    let pods = e2e::pod_names(&k, ns, "example");
+    k.ok(
+        &[
+            "delete",
+            "pod",
+            "-n",
+            ns,
+            &pods[0],
+            &pods[1],
+            "--wait=false",
+        ],
+        None,
+    );
+    // Lost, and seen as lost: the deleted pods gone and no member reported healthy (right after
+    // the deletion the terminating members still serve, and a snapshot then is still a good one).
+    until("quorum to be reported lost", 120, || {
+        let c = get(&k, ns, "etcdcluster/example");
+        e2e::pod_names(&k, ns, "example").len() == 1
+            && c["status"]["phase"] == "Failed"
+            && c["status"]["memberStatuses"]
+                .as_array()
+                .is_some_and(|ms| ms.iter().all(|m| m["healthy"] != true))
+    });
+    let lost = backup_manifest(
+        "without-quorum",
+        json!({"clusterName": "example", "storageType": "S3",
+            "s3": s3_spec(&moto, &format!("{ns}/lost.db"), "aws")}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&lost));
+    until_status(&k, ns, "without-quorum", 60, |s| {
+        s["phase"] == "Failed"
+            && s["Reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("EtcdCluster example has no healthy member"))
+    });
+    assert!(moto.keys(&format!("{ns}/lost.db")).is_empty());
+}
