@@ -153,19 +153,8 @@ fn status_due(
 /// The first problem that keeps the spec from being acted on: a Secret it names that does not
 /// exist, or a field this operator does not implement yet.
 async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<(), Error> {
-    if cluster
-        .spec
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.static_.is_some())
-    {
-        return Err(Error::Invalid {
-            reason: "UnsupportedField",
-            message: "spec.TLS: TLS is not implemented by this operator yet, and members \
-                      without it would not be what the spec asks for; remove spec.TLS to run \
-                      the cluster in plain text"
-                .into(),
-        });
+    if let Some(e) = unsupported(cluster) {
+        return Err(e);
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     for (field, name) in resources::referenced_secrets(&cluster.spec) {
@@ -181,6 +170,22 @@ async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// A field the spec sets that this operator does not implement yet.
+fn unsupported(cluster: &EtcdCluster) -> Option<Error> {
+    cluster
+        .spec
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.static_.is_some())
+        .then(|| Error::Invalid {
+            reason: "UnsupportedField",
+            message: "spec.TLS: TLS is not implemented by this operator yet, and members \
+                      without it would not be what the spec asks for; remove spec.TLS to run \
+                      the cluster in plain text"
+                .into(),
+        })
 }
 
 /// The image the members run, when every live member pod runs the same one. Until upgrades
@@ -613,6 +618,27 @@ mod tests {
         let (fresh, none) = pinned(&cluster, None);
         assert_eq!(fresh.spec.image(), "quay.io/coreos/etcd:v3.6.16");
         assert!(none.is_none());
+    }
+
+    #[test]
+    fn tls_is_refused_by_field_until_it_is_implemented() {
+        let plain = EtcdCluster::new(
+            "example",
+            EtcdClusterSpec {
+                size: 3,
+                ..Default::default()
+            },
+        );
+        assert!(unsupported(&plain).is_none());
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/cluster-tls.yaml"
+        ))
+        .unwrap();
+        let tls: EtcdCluster = serde_saphyr::from_str(&example).unwrap();
+        let e = unsupported(&tls).expect("spec.TLS is refused");
+        assert!(e.is_invalid());
+        assert!(e.to_string().starts_with("spec.TLS:"), "{e}");
     }
 
     #[test]
