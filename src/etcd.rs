@@ -206,7 +206,11 @@ pub struct Etcd {
 impl Etcd {
     /// Connects to `endpoints`; every request is bounded by `timeout`.
     pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Self> {
-        let client = Client::connect(endpoints, Some(options(timeout)))
+        Self::connect_with(endpoints, options(timeout)).await
+    }
+
+    async fn connect_with(endpoints: &[String], options: ConnectOptions) -> Result<Self> {
+        let client = Client::connect(endpoints, Some(options))
             .await
             .map_err(|source| Error::Connect {
                 endpoints: endpoints.to_vec(),
@@ -221,14 +225,11 @@ impl Etcd {
         endpoints: &[String],
         connect_timeout: Duration,
     ) -> Result<Self> {
-        let options = ConnectOptions::new().with_connect_timeout(connect_timeout);
-        let client = Client::connect(endpoints, Some(options))
-            .await
-            .map_err(|source| Error::Connect {
-                endpoints: endpoints.to_vec(),
-                source,
-            })?;
-        Ok(Etcd { client })
+        Self::connect_with(
+            endpoints,
+            ConnectOptions::new().with_connect_timeout(connect_timeout),
+        )
+        .await
     }
 
     /// The snapshot of the member behind this connection, as etcd streams it: the database in

@@ -20,52 +20,42 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const CONNECT: Duration = Duration::from_secs(5);
 const KEYS: usize = 2000;
 
-/// `etcdutl snapshot status` (3.5 and later), or 3.4's `etcdctl snapshot status`, as JSON.
-fn snapshot_status(minor: &str, file: &std::path::Path) -> serde_json::Value {
-    let etcd = etcd_binary(minor);
+/// etcd's snapshot tool for `minor`: `etcdutl` (3.5 and later) or 3.4's `etcdctl`, with
+/// `args` and `file` appended; panics with its stderr unless it succeeds. Returns stdout.
+fn snapshot_tool(minor: &str, args: &[&str], file: &std::path::Path) -> Vec<u8> {
+    let dir = etcd_binary(minor).parent().unwrap().to_path_buf();
     let mut cmd = if minor == "3.4" {
-        let mut c = Command::new(etcd.parent().unwrap().join("etcdctl"));
+        let mut c = Command::new(dir.join("etcdctl"));
         c.env("ETCDCTL_API", "3");
         c
     } else {
-        Command::new(etcd.parent().unwrap().join("etcdutl"))
+        Command::new(dir.join("etcdutl"))
     };
     let out = cmd
-        .args(["snapshot", "status", "--write-out=json"])
+        .arg("snapshot")
+        .arg(args[0])
         .arg(file)
+        .args(&args[1..])
         .output()
         .expect("running etcd's snapshot tool");
     assert!(
         out.status.success(),
-        "snapshot status: {}",
+        "snapshot {}: {}",
+        args[0],
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
 }
 
-/// `etcdutl snapshot restore` (3.5 and later), or 3.4's `etcdctl snapshot restore`: it refuses
-/// a file whose appended hash does not match.
+/// `snapshot status` as JSON.
+fn snapshot_status(minor: &str, file: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&snapshot_tool(minor, &["status", "--write-out=json"], file)).unwrap()
+}
+
+/// `snapshot restore`: it refuses a file whose appended hash does not match.
 fn restore(minor: &str, file: &std::path::Path, data_dir: &std::path::Path) {
-    let etcd = etcd_binary(minor);
-    let mut cmd = if minor == "3.4" {
-        let mut c = Command::new(etcd.parent().unwrap().join("etcdctl"));
-        c.env("ETCDCTL_API", "3");
-        c
-    } else {
-        Command::new(etcd.parent().unwrap().join("etcdutl"))
-    };
-    let out = cmd
-        .args(["snapshot", "restore"])
-        .arg(file)
-        .arg(format!("--data-dir={}", data_dir.display()))
-        .output()
-        .expect("running etcd's snapshot tool");
-    assert!(
-        out.status.success(),
-        "snapshot restore: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(data_dir.join("member").is_dir());
+    let data_dir = format!("--data-dir={}", data_dir.display());
+    snapshot_tool(minor, &["restore", &data_dir], file);
 }
 
 fn names_in(dir: &std::path::Path) -> Vec<String> {
@@ -142,6 +132,7 @@ async fn scenario(minor: &str) {
         "{status}"
     );
     restore(minor, &file, &root.join("restored"));
+    assert!(root.join("restored/member").is_dir());
     eprintln!(
         "etcd {minor}: {} bytes, revision {}, sha256 {}",
         saved.verified.size, saved.revision, saved.verified.sha256
@@ -157,28 +148,25 @@ async fn scenario(minor: &str) {
         )
         .boxed()
     };
+    let refused = |stream, name: &'static str| {
+        let store = &store;
+        async move {
+            snapshot::upload(
+                stream,
+                store,
+                &Path::from(format!("backups/{name}")),
+                PutMultipartOptions::default(),
+                TIMEOUT,
+            )
+            .await
+            .unwrap_err()
+        }
+    };
     let mut corrupted = bytes.clone();
     corrupted[4096] ^= 0xff;
-    let err = snapshot::upload(
-        chunks(corrupted),
-        &store,
-        &Path::from("backups/corrupted.db"),
-        PutMultipartOptions::default(),
-        TIMEOUT,
-    )
-    .await
-    .unwrap_err();
+    let err = refused(chunks(corrupted), "corrupted.db").await;
     assert!(matches!(err, Error::HashMismatch { .. }), "{err}");
-    let cut = bytes[..bytes.len() / 2].to_vec();
-    let err = snapshot::upload(
-        chunks(cut),
-        &store,
-        &Path::from("backups/cut.db"),
-        PutMultipartOptions::default(),
-        TIMEOUT,
-    )
-    .await
-    .unwrap_err();
+    let err = refused(chunks(bytes[..bytes.len() / 2].to_vec()), "cut.db").await;
     assert!(matches!(err, Error::HashMismatch { .. }), "{err}");
     assert_eq!(names_in(&root.join("backups")), ["one.db"]);
 
@@ -190,15 +178,7 @@ async fn scenario(minor: &str) {
         )),
     ])
     .boxed();
-    let err = snapshot::upload(
-        broken,
-        &store,
-        &Path::from("backups/broken.db"),
-        PutMultipartOptions::default(),
-        TIMEOUT,
-    )
-    .await
-    .unwrap_err();
+    let err = refused(broken, "broken.db").await;
     assert!(matches!(err, Error::Etcd(_)), "{err}");
     assert_eq!(names_in(&root.join("backups")), ["one.db"]);
     let _ = std::fs::remove_dir_all(&root);

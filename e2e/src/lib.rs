@@ -806,18 +806,47 @@ fn base64(data: &[u8]) -> String {
 /// The host PID of the operator process running in pod `pod`, when this machine runs it (the
 /// local cluster's node is this host): found by its `POD_NAME` environment variable.
 pub fn host_pid(pod: &str) -> Option<u32> {
-    let needle = format!("POD_NAME={pod}\0");
+    host_process(
+        b"/usr/local/bin/etcd-operator\0run",
+        &format!("POD_NAME={pod}"),
+    )
+}
+
+/// The host PID of a process whose command line starts with `cmdline` and whose environment
+/// holds `env` (`NAME=value`): how tests find a container's process on the local cluster's
+/// node, which is this host.
+pub fn host_process(cmdline: &[u8], env: &str) -> Option<u32> {
+    let needle = format!("{env}\0");
     std::fs::read_dir("/proc").ok()?.find_map(|e| {
         let e = e.ok()?;
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let own = std::fs::read(e.path().join("cmdline")).ok()?;
         let environ = std::fs::read(e.path().join("environ")).ok()?;
-        (cmdline.starts_with(b"/usr/local/bin/etcd-operator\0run")
+        (own.starts_with(cmdline)
             && environ
                 .windows(needle.len())
                 .any(|w| w == needle.as_bytes()))
         .then_some(pid)
     })
+}
+
+/// The pod IP of one member of `cluster`.
+pub fn member_ip(k: &Kubectl, ns: &str, cluster: &str) -> String {
+    k.ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("app=etcd,etcd_cluster={cluster}"),
+            "-o",
+            "jsonpath={.items[0].status.podIP}",
+        ],
+        None,
+    )
+    .trim()
+    .to_string()
 }
 
 /// `kubectl get -n NS WHAT -o json`.

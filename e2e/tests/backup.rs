@@ -107,29 +107,43 @@ fn until_status(k: &Kubectl, ns: &str, name: &str, secs: u64, check: impl Fn(&Va
 
 /// Puts `n` keys through a member's JSON gateway, from this host.
 fn put_keys(k: &Kubectl, ns: &str, cluster: &str, n: usize) {
-    let ip = k.ok(
+    let endpoint = format!("http://{}:2379", e2e::member_ip(k, ns, cluster));
+    let writer = e2e::Writer::start(&endpoint, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    let written = writer.stop();
+    assert!(written >= n as u64, "only {written} keys written");
+}
+
+/// What both tests start from: moto with the bucket, a namespace with the operator installed by
+/// the chart, the coreos S3 Secret `aws` (AWS shared files), and a healthy 3-member cluster
+/// `example`.
+fn setup<'k>(k: &'k Kubectl, prefix: &str) -> (Moto, e2e::Namespace<'k>, Operator<'k>) {
+    k.apply_crds();
+    let moto = Moto::start();
+    moto.curl(&["-X", "PUT"], &format!("/{BUCKET}"));
+    let namespace = k.namespace(prefix);
+    let ns = namespace.name.clone();
+    let operator = Operator::install(k, &ns, &[]);
+    k.ok(
         &[
-            "get",
-            "pods",
+            "create",
+            "secret",
+            "generic",
+            "aws",
             "-n",
-            ns,
-            "-l",
-            &format!("etcd_cluster={cluster}"),
-            "-o",
-            "jsonpath={.items[0].status.podIP}",
+            &ns,
+            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
+            "--from-literal=config=[default]\nregion = us-east-1\n",
         ],
         None,
     );
-    let writer = e2e::Writer::start(
-        &format!("http://{}:2379", ip.trim()),
-        Duration::from_secs(30),
-    );
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let written = writer.stop();
-    assert!(written >= n as u64, "only {written} keys written");
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "example"}, "spec": {"size": 3, "version": "3.6.16"}});
+    k.ok(&["apply", "-n", &ns, "-f", "-"], Some(&cluster.to_string()));
+    until("3 healthy members", 240, || {
+        healthy_at_size(k, &ns, "example", 3)
+    });
+    (moto, namespace, operator)
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -173,33 +187,8 @@ fn snapshot_status(file: &std::path::Path) -> Value {
 #[test]
 fn backups_to_s3_one_shot_periodic_with_retention_and_failures_named() {
     let k = Kubectl::from_env();
-    k.apply_crds();
-    let moto = Moto::start();
-    moto.curl(&["-X", "PUT"], &format!("/{BUCKET}"));
-    let ns = k.namespace("backup");
-    let ns = ns.name.as_str();
-    let _operator = Operator::install(&k, ns, &[]);
-
-    // The coreos S3 Secret: AWS shared files.
-    k.ok(
-        &[
-            "create",
-            "secret",
-            "generic",
-            "aws",
-            "-n",
-            ns,
-            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
-            "--from-literal=config=[default]\nregion = us-east-1\n",
-        ],
-        None,
-    );
-    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-        "metadata": {"name": "example"}, "spec": {"size": 3, "version": "3.6.16"}});
-    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
-    until("3 healthy members", 240, || {
-        healthy_at_size(&k, ns, "example", 3)
-    });
+    let (moto, namespace, _operator) = setup(&k, "backup");
+    let ns = namespace.name.as_str();
     put_keys(&k, ns, "example", 200);
 
     // 1. One-shot, by clusterName: the object is etcd's snapshot, its hash the status's.
@@ -315,30 +304,8 @@ fn periodic_times(moto: &Moto, prefix: &str) -> Vec<i64> {
 #[test]
 fn the_schedule_survives_an_operator_restart_and_lost_quorum_fails_clearly() {
     let k = Kubectl::from_env();
-    k.apply_crds();
-    let moto = Moto::start();
-    moto.curl(&["-X", "PUT"], &format!("/{BUCKET}"));
-    let ns = k.namespace("backup-restart");
-    let ns = ns.name.as_str();
-    let operator = Operator::install(&k, ns, &[]);
-    k.ok(
-        &[
-            "create",
-            "secret",
-            "generic",
-            "aws",
-            "-n",
-            ns,
-            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
-        ],
-        None,
-    );
-    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-        "metadata": {"name": "example"}, "spec": {"size": 3, "version": "3.6.16"}});
-    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
-    until("3 healthy members", 240, || {
-        healthy_at_size(&k, ns, "example", 3)
-    });
+    let (moto, namespace, operator) = setup(&k, "backup-restart");
+    let ns = namespace.name.as_str();
 
     // 1. Every 10 s. The operator is killed (no grace) right after a success; its successor
     //    takes the next slot one interval after the last success in status: none skipped,

@@ -8,18 +8,7 @@ use serde_json::Value;
 
 /// Host PID of the etcd process of member pod `pod` (its HOSTNAME is the member name).
 fn etcd_pid(pod: &str) -> Option<u32> {
-    let needle = format!("HOSTNAME={pod}\0");
-    std::fs::read_dir("/proc").ok()?.find_map(|e| {
-        let e = e.ok()?;
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        let environ = std::fs::read(e.path().join("environ")).ok()?;
-        (cmdline.starts_with(b"/usr/local/bin/etcd\0")
-            && environ
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes()))
-        .then_some(pid)
-    })
+    e2e::host_process(b"/usr/local/bin/etcd\0", &format!("HOSTNAME={pod}"))
 }
 
 /// Seconds since an RFC 3339 time (the node's clock is this host's).

@@ -177,20 +177,7 @@ fn main() {
     until("load Available", 600, || healthy_at_size(&k, ns, "load", 3));
     std::thread::sleep(Duration::from_secs(10));
     let idle = activity(&operator, || std::thread::sleep(WINDOW));
-    let ip = k.ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            "app=etcd,etcd_cluster=load",
-            "-o",
-            "jsonpath={.items[0].status.podIP}",
-        ],
-        None,
-    );
-    let endpoint = format!("http://{}:2379", ip.trim());
+    let endpoint = format!("http://{}:2379", e2e::member_ip(&k, ns, "load"));
     let mut writes = 0;
     let loaded = activity(&operator, || {
         let writer = Writer::start(&endpoint, WINDOW + Duration::from_secs(30));
