@@ -7,6 +7,7 @@
 #   gcc, libc6-dev - the static pause binary
 #   moto (PyPI)    - a real S3 API server for the snapshot tests
 #   ca-certificates - the operator image's CA bundle (object storage clients need one)
+#   Azurite (npm)  - a real Azure Blob API server, and Azure's JS client to prepare and read it
 set -euo pipefail
 missing=()
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
@@ -31,5 +32,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # moto's S3 server: the real S3 API the snapshot tests write to (tests/snapshot_s3.rs).
 python3 -c 'import moto.server, flask' 2>/dev/null || python3 -m pip install -q 'moto[server]'
+# Azurite: the real Azure Blob API the ABS tests write to (e2e/tests/backup.rs), with Azure's
+# own client for what the tests do besides the operator (create a container, read a blob back).
+azurite_dir="${ETCD_OPERATOR_CACHE:-$HOME/.cache/etcd-operator}/azurite"
+if [ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ] || [ ! -d "$azurite_dir/node_modules/@azure/storage-blob" ]; then
+  command -v npm >/dev/null || { echo "[deps] npm is required for Azurite" >&2; exit 1; }
+  mkdir -p "$azurite_dir"
+  (cd "$azurite_dir" && npm install -q --no-audit --no-fund azurite@3 @azure/storage-blob@12 >/dev/null)
+fi
 command -v go >/dev/null || { echo "[deps] Go is required to build Kubernetes (hack/build-k8s.sh)" >&2; exit 1; }
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt

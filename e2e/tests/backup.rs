@@ -1,9 +1,10 @@
 //! EtcdBackup end to end: the operator (installed by the chart, in a pod) snapshots a cluster
-//! into moto's S3 server, which the test starts on the local cluster's bridge address so that
-//! pods reach it (`$E2E_S3_HOST`, default 10.244.0.1, the bridge of hack/cluster.sh). The
-//! manifests are coreos-style; only the endpoint and the Secret are ours.
+//! into moto's S3 server and Azurite's Azure Blob server, which the test starts on the local
+//! cluster's bridge address so that pods reach them (`$E2E_S3_HOST`, default 10.244.0.1, the
+//! bridge of hack/cluster.sh). The manifests are coreos-style; only the endpoint and the Secret
+//! are ours.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::{Kubectl, Operator, get, healthy_at_size, repo_root, until};
@@ -11,66 +12,14 @@ use serde_json::{Value, json};
 
 const BUCKET: &str = "etcd-backups";
 
-/// moto's S3 server where pods reach it; killed on drop.
-struct Moto {
-    child: Child,
-    url: String,
-}
+#[path = "../../tests/support/stores.rs"]
+mod stores;
 
-impl Moto {
-    fn start() -> Self {
-        let host = std::env::var("E2E_S3_HOST").unwrap_or_else(|_| "10.244.0.1".into());
-        let port = std::net::TcpListener::bind((host.as_str(), 0))
-            .unwrap_or_else(|e| panic!("binding {host}: {e} (is the local cluster up?)"))
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("python3")
-            .args(["-m", "moto.server", "-H", &host, "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 -m moto.server (PyPI moto[server]; hack/deps.sh installs it)");
-        let moto = Moto {
-            child,
-            url: format!("http://{host}:{port}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect((host.as_str(), port)).is_err() {
-            assert!(Instant::now() < deadline, "moto did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        moto
-    }
+use stores::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, Moto};
 
-    fn curl(&self, args: &[&str], path: &str) -> Vec<u8> {
-        let out = Command::new("curl")
-            .args(["-sf", "-H", "Expect:"])
-            .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "test:test"])
-            .args(args)
-            .arg(format!("{}{path}", self.url))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "curl {args:?} {path}: {out:?}");
-        out.stdout
-    }
-
-    /// Keys under `prefix` in the bucket.
-    fn keys(&self, prefix: &str) -> Vec<String> {
-        let xml = self.curl(&[], &format!("/{BUCKET}?list-type=2&prefix={prefix}"));
-        let xml = String::from_utf8_lossy(&xml);
-        xml.split("<Key>")
-            .skip(1)
-            .filter_map(|s| s.split_once("</Key>").map(|(k, _)| k.to_string()))
-            .collect()
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Where pods reach servers this test starts: the local cluster's bridge.
+fn store_host() -> String {
+    std::env::var("E2E_S3_HOST").unwrap_or_else(|_| "10.244.0.1".into())
 }
 
 fn backup_manifest(name: &str, spec: Value) -> String {
@@ -119,8 +68,8 @@ fn put_keys(k: &Kubectl, ns: &str, cluster: &str, n: usize) {
 /// `example`.
 fn setup<'k>(k: &'k Kubectl, prefix: &str) -> (Moto, e2e::Namespace<'k>, Operator<'k>) {
     k.apply_crds();
-    let moto = Moto::start();
-    moto.curl(&["-X", "PUT"], &format!("/{BUCKET}"));
+    let moto = Moto::start(&store_host());
+    moto.create_bucket(BUCKET);
     let namespace = k.namespace(prefix);
     let ns = namespace.name.clone();
     let operator = Operator::install(k, &ns, &[]);
@@ -185,9 +134,9 @@ fn snapshot_status(file: &std::path::Path) -> Value {
 }
 
 #[test]
-fn backups_to_s3_one_shot_periodic_with_retention_and_failures_named() {
+fn backups_to_s3_and_abs_one_shot_periodic_with_retention_and_failures_named() {
     let k = Kubectl::from_env();
-    let (moto, namespace, _operator) = setup(&k, "backup");
+    let (moto, namespace, operator) = setup(&k, "backup");
     let ns = namespace.name.as_str();
     put_keys(&k, ns, "example", 200);
 
@@ -205,6 +154,12 @@ fn backups_to_s3_one_shot_periodic_with_retention_and_failures_named() {
     let object = moto.curl(&[], &format!("/{BUCKET}/etcd/one-shot.db"));
     assert_eq!(s["size"], json!(object.len()));
     assert_eq!(s["sha256"], sha256_hex(&object), "{s}");
+    assert_eq!(
+        moto.metadata(BUCKET, "etcd/one-shot.db", "sha256")
+            .as_deref(),
+        s["sha256"].as_str(),
+        "the object's sha256 metadata"
+    );
     let file = std::env::temp_dir().join(format!("one-shot-{ns}.db"));
     std::fs::write(&file, &object).unwrap();
     let snap = snapshot_status(&file);
@@ -215,6 +170,46 @@ fn backups_to_s3_one_shot_periodic_with_retention_and_failures_named() {
         s["etcdVersion"].as_str().unwrap().starts_with("3.6."),
         "{s}"
     );
+
+    // The same to Azure Blob: a coreos ABS manifest and Secret, plus our storage-endpoint.
+    let azurite = Azurite::start(&store_host());
+    azurite.create_container("etcd-backups");
+    k.ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "abs",
+            "-n",
+            ns,
+            &format!("--from-literal=storage-account={AZURITE_ACCOUNT}"),
+            &format!("--from-literal=storage-key={AZURITE_KEY}"),
+            &format!("--from-literal=storage-endpoint={}", azurite.url),
+        ],
+        None,
+    );
+    let abs = backup_manifest(
+        "to-abs",
+        json!({"clusterName": "example", "storageType": "ABS",
+            "abs": {"path": "etcd-backups/etcd/one-shot.db", "absSecret": "abs"}}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&abs));
+    until_status(&k, ns, "to-abs", 120, |s| s["succeeded"] == true);
+    let s = status(&k, ns, "to-abs");
+    let file = std::env::temp_dir().join(format!("to-abs-{ns}.db"));
+    let blob = azurite.get("etcd-backups", "etcd/one-shot.db", &file);
+    let object = std::fs::read(&file).unwrap();
+    let snap = snapshot_status(&file);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(s["sha256"], sha256_hex(&object), "{s}");
+    assert_eq!(
+        blob["metadata"]["sha256"],
+        s["sha256"],
+        "{blob}; the operator:\n{}",
+        operator.logs()
+    );
+    assert_eq!(blob["size"], s["size"], "{blob}");
+    assert_eq!(snap["revision"], s["etcdRevision"], "{snap} vs {s}");
 
     // 2. Periodic every 2 s keeping 3: at least 5 taken, exactly the newest 3 kept.
     let periodic = backup_manifest(
@@ -232,9 +227,9 @@ fn backups_to_s3_one_shot_periodic_with_retention_and_failures_named() {
         seen.len() >= 5
     });
     let kept = until("exactly 3 kept", 30, || {
-        moto.keys("etcd/periodic").len() == 3
+        moto.keys(BUCKET, "etcd/periodic").len() == 3
     });
-    let keys = moto.keys("etcd/periodic");
+    let keys = moto.keys(BUCKET, "etcd/periodic");
     for key in &keys {
         let rest = key
             .strip_prefix("etcd/periodic_v")
@@ -247,7 +242,7 @@ fn backups_to_s3_one_shot_periodic_with_retention_and_failures_named() {
         seen.len()
     );
     // The one-shot object is not this backup's: never pruned.
-    assert_eq!(moto.keys("etcd/one-shot").len(), 1);
+    assert_eq!(moto.keys(BUCKET, "etcd/one-shot").len(), 1);
 
     // 3. A missing Secret and an unknown cluster: Failed, with a Reason that names them.
     let missing = backup_manifest(
@@ -274,17 +269,17 @@ fn backups_to_s3_one_shot_periodic_with_retention_and_failures_named() {
                 .as_str()
                 .is_some_and(|r| r.contains("EtcdCluster ghost does not exist"))
     });
-    assert!(moto.keys("etcd/x.db").is_empty() && moto.keys("etcd/y.db").is_empty());
+    assert!(moto.keys(BUCKET, "etcd/x.db").is_empty() && moto.keys(BUCKET, "etcd/y.db").is_empty());
 
     // Deleting an EtcdBackup never deletes its snapshots.
     k.ok(&["delete", "etcdbackup/one-shot", "-n", ns], None);
-    assert_eq!(moto.keys("etcd/one-shot").len(), 1);
+    assert_eq!(moto.keys(BUCKET, "etcd/one-shot").len(), 1);
 }
 
 /// Times of this backup's periodic objects, parsed from their names, oldest first.
 fn periodic_times(moto: &Moto, prefix: &str) -> Vec<i64> {
     let mut times: Vec<i64> = moto
-        .keys(prefix)
+        .keys(BUCKET, prefix)
         .iter()
         .filter_map(|k| {
             let time = k.rsplit_once('_')?.1;
@@ -370,5 +365,5 @@ fn the_schedule_survives_an_operator_restart_and_lost_quorum_fails_clearly() {
                 .as_str()
                 .is_some_and(|r| r.contains("EtcdCluster example has no healthy member"))
     });
-    assert!(moto.keys(&format!("{ns}/lost.db")).is_empty());
+    assert!(moto.keys(BUCKET, &format!("{ns}/lost.db")).is_empty());
 }

@@ -149,6 +149,9 @@ struct Taken {
     version: String,
     /// coreos-style `<bucket>/<key>` of the object written.
     path: String,
+    /// Why the object's sha256 metadata could not be set, if it could not (the snapshot
+    /// itself is good, and status has the hash).
+    metadata_error: Option<String>,
 }
 
 fn interval_of(backup: &EtcdBackup) -> Option<Duration> {
@@ -349,6 +352,18 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         timeout_of(backup),
     )
     .await?;
+    let revision = status.revision.to_string();
+    let metadata_error = match target.metadata {
+        storage::Metadata::Unsupported => None,
+        ref how => snapshot::set_metadata(
+            how,
+            &location,
+            verified.size,
+            &[("sha256", &verified.sha256), ("etcd_revision", &revision)],
+        )
+        .await
+        .err(),
+    };
     if let Some(keep) = backup
         .spec
         .backup_policy
@@ -368,6 +383,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         revision: status.revision,
         version: status.version,
         path,
+        metadata_error,
     })
 }
 
@@ -534,6 +550,20 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
                 ),
             )
             .await;
+            if let Some(why) = &taken.metadata_error {
+                warn!(path = taken.path, "sha256 metadata not set: {why}");
+                publish(
+                    ctx,
+                    backup,
+                    EventType::Warning,
+                    "MetadataNotSet",
+                    format!(
+                        "{} is saved and verified, but its sha256 metadata could not be set: {why}",
+                        taken.path
+                    ),
+                )
+                .await;
+            }
             Ok(match interval_of(backup) {
                 Some(interval) => Action::requeue(interval),
                 None => Action::await_change(),

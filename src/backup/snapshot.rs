@@ -14,8 +14,10 @@ use std::time::Duration;
 use aws_lc_rs::digest::{Context, SHA256};
 use futures::{Stream, StreamExt};
 use object_store::path::Path;
+use object_store::signer::{SignedUrlOptions, Signer};
 use object_store::{ObjectStore, PutMultipartOptions, WriteMultipart};
 
+use super::storage::Metadata;
 use crate::etcd::Etcd;
 
 /// Length of the hash etcd appends.
@@ -212,6 +214,100 @@ where
         writer.write(&chunk);
     }
     Ok(verifier)
+}
+
+/// S3 copies an object in place in one request only up to this size.
+const S3_COPY_LIMIT: u64 = 5 << 30;
+/// How long a presigned metadata request stays valid.
+const PRESIGNED_FOR: Duration = Duration::from_secs(300);
+
+/// Percent-encodes an object key for a header, keeping `/`.
+fn encode_key(key: &str) -> String {
+    key.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Attaches `metadata` (user metadata: `x-amz-meta-*` on S3, `x-ms-meta-*` on Azure) to the
+/// finished object at `location` of `size` bytes. Names must suit both: Azure takes only
+/// identifiers (`etcd_revision`, not `etcd-revision`). What the store answered, on failure.
+pub async fn set_metadata(
+    how: &Metadata,
+    location: &Path,
+    size: u64,
+    metadata: &[(&str, &str)],
+) -> Result<(), String> {
+    use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+    let header =
+        |prefix: &str, name: &str, value: &str| -> Result<(HeaderName, HeaderValue), String> {
+            Ok((
+                HeaderName::try_from(format!("{prefix}{name}")).map_err(|e| e.to_string())?,
+                HeaderValue::try_from(value).map_err(|e| e.to_string())?,
+            ))
+        };
+    let mut headers = HeaderMap::new();
+    let url = match how {
+        Metadata::S3 { store, bucket } => {
+            if size > S3_COPY_LIMIT {
+                return Err(format!(
+                    "S3 copies objects in place only up to 5 GiB, this one has {size} bytes"
+                ));
+            }
+            let copy_source = format!("/{bucket}/{}", encode_key(location.as_ref()));
+            for (k, v) in [
+                header("x-amz-", "copy-source", &copy_source)?,
+                header("x-amz-", "metadata-directive", "REPLACE")?,
+            ] {
+                headers.insert(k, v);
+            }
+            for (k, v) in metadata {
+                let (k, v) = header("x-amz-meta-", k, v)?;
+                headers.insert(k, v);
+            }
+            let options = SignedUrlOptions::new();
+            let options = headers.iter().fold(options, |o, (k, v)| {
+                o.with_signed_header(k.clone(), v.clone())
+            });
+            store
+                .signed_url_opts(reqwest::Method::PUT, location, PRESIGNED_FOR, &options)
+                .await
+                .map_err(|e| e.to_string())?
+        }
+        Metadata::Abs(store) => {
+            for (k, v) in metadata {
+                let (k, v) = header("x-ms-meta-", k, v)?;
+                headers.insert(k, v);
+            }
+            let mut url = store
+                .signed_url(reqwest::Method::PUT, location, PRESIGNED_FOR)
+                .await
+                .map_err(|e| e.to_string())?;
+            // A SAS authorizes by permission and resource; the operation is unsigned.
+            url.query_pairs_mut().append_pair("comp", "metadata");
+            url
+        }
+        Metadata::Unsupported => return Err("this store's metadata is not set".into()),
+    };
+    let response = reqwest::Client::new()
+        .put(url)
+        .headers(headers)
+        .header(reqwest::header::CONTENT_LENGTH, 0)
+        .timeout(PRESIGNED_FOR)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    // S3 can answer a copy with 200 and an error in the body.
+    if !status.is_success() || body.contains("<Error>") {
+        return Err(format!("{status}: {}", body.trim()));
+    }
+    Ok(())
 }
 
 /// A snapshot saved, and where it came from.

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use object_store::ObjectStore;
-use object_store::aws::AmazonS3Builder;
-use object_store::azure::MicrosoftAzureBuilder;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::azure::{MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder};
 use object_store::path::Path;
 
@@ -99,6 +99,28 @@ pub struct Target {
     pub location: Path,
     /// `s3://bucket/key` and the like, for status and Events.
     pub url: String,
+    /// How metadata is attached to a finished object.
+    pub metadata: Metadata,
+}
+
+/// How metadata reaches an object after its upload. The sha256 of a snapshot is known only
+/// once the stream has ended, after the multipart upload (which carries the object's metadata)
+/// was created, and object_store has no call that changes metadata later; so the one request
+/// each store has for it is presigned by object_store's own signer (see
+/// [`crate::backup::snapshot::set_metadata`]).
+#[derive(Clone)]
+pub enum Metadata {
+    /// S3 copies the object onto itself with `x-amz-metadata-directive: REPLACE`.
+    S3 {
+        /// The store, as a signer.
+        store: Arc<AmazonS3>,
+        /// Its bucket (the copy source names it).
+        bucket: String,
+    },
+    /// Azure's Set Blob Metadata.
+    Abs(Arc<MicrosoftAzure>),
+    /// GCS: a token alone cannot presign, and an object's metadata is not changed here.
+    Unsupported,
 }
 
 /// The store for an S3 section; `data` is the Secret's data when `awsSecret` is set.
@@ -138,12 +160,18 @@ pub fn s3(source: &S3Source, data: Option<&SecretData>) -> Result<Target, Error>
     }
     // coreos's forcePathStyle: bucket in the path, as S3-compatible servers need.
     builder = builder.with_virtual_hosted_style_request(!source.force_path_style.unwrap_or(false));
-    let store = builder
-        .build()
-        .map_err(|source| Error::Build { kind: "S3", source })?;
+    let store = Arc::new(
+        builder
+            .build()
+            .map_err(|source| Error::Build { kind: "S3", source })?,
+    );
     Ok(Target {
         url: format!("s3://{bucket}/{location}"),
-        store: Arc::new(store),
+        metadata: Metadata::S3 {
+            store: store.clone(),
+            bucket: bucket.to_string(),
+        },
+        store,
         location,
     })
 }
@@ -166,13 +194,14 @@ pub fn abs(source: &AbsSource, data: &SecretData) -> Result<Target, Error> {
             .with_endpoint(endpoint.to_string())
             .with_allow_http(endpoint.starts_with("http://"));
     }
-    let store = builder.build().map_err(|source| Error::Build {
+    let store = Arc::new(builder.build().map_err(|source| Error::Build {
         kind: "ABS",
         source,
-    })?;
+    })?);
     Ok(Target {
         url: format!("abs://{container}/{location}"),
-        store: Arc::new(store),
+        metadata: Metadata::Abs(store.clone()),
+        store,
         location,
     })
 }
@@ -210,6 +239,7 @@ pub fn gcs(source: &GcsSource, data: Option<&SecretData>) -> Result<Target, Erro
         url: format!("gs://{bucket}/{location}"),
         store: Arc::new(store),
         location,
+        metadata: Metadata::Unsupported,
     })
 }
 

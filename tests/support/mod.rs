@@ -185,3 +185,4 @@ impl Drop for EtcdProcess {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+pub mod stores;

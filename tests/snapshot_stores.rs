@@ -1,0 +1,208 @@
+//! A snapshot of real etcd streamed, in several parts, into real object-store APIs on 127.0.0.1
+//! (moto's S3, Azurite's Azure Blob; tests/support/stores.rs), through stores built from
+//! coreos-format Secrets: the object is what etcd sent, its sha256 then becomes its metadata,
+//! and a refused stream leaves neither an object nor (S3) an unfinished multipart upload.
+
+mod support;
+
+use std::time::Duration;
+
+use etcd_operator::api::{AbsSource, S3Source};
+use etcd_operator::backup::snapshot::{self, Error, hex};
+use etcd_operator::backup::storage;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{Attribute, ObjectStoreExt, PutMultipartOptions};
+use support::stores::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, Moto};
+use support::{EtcdProcess, etcd_binary};
+
+const BUCKET: &str = "backups";
+
+/// A single etcd 3.6 member holding about 20 MiB: three parts of an upload.
+async fn etcd_with_20_mib(token: &str) -> EtcdProcess {
+    let binary = etcd_binary("3.6");
+    let mut m = EtcdProcess::plan("m0");
+    let cluster = m.initial_cluster_entry();
+    m.start(
+        &binary,
+        &cluster,
+        "new",
+        &format!("{token}-{}", std::process::id()),
+    );
+    let mut client = etcd_client::Client::connect([m.client_url.as_str()], None)
+        .await
+        .unwrap();
+    for i in 0..2000 {
+        client
+            .put(format!("key-{i:05}"), vec![b'x'; 10 * 1024], None)
+            .await
+            .unwrap();
+    }
+    m
+}
+
+/// `object` with one byte flipped, as a snapshot stream.
+fn corrupted(
+    object: &[u8],
+) -> futures::stream::BoxStream<'static, Result<Vec<u8>, etcd_operator::etcd::Error>> {
+    let mut corrupted = object.to_vec();
+    corrupted[1 << 20] ^= 0xff;
+    futures::stream::iter(
+        corrupted
+            .chunks(32 * 1024)
+            .map(|c| Ok(c.to_vec()))
+            .collect::<Vec<_>>(),
+    )
+    .boxed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_streams_into_s3_in_parts_and_a_refused_one_leaves_nothing() {
+    let moto = Moto::start("127.0.0.1");
+    moto.create_bucket(BUCKET);
+    // Built the way an EtcdBackup's S3 section and its coreos-format Secret are.
+    let source = S3Source {
+        path: format!("{BUCKET}/cluster/snapshot.db"),
+        aws_secret: Some("aws".into()),
+        endpoint: Some(moto.url.clone()),
+        force_path_style: Some(true),
+    };
+    let secret: storage::SecretData = [
+        (
+            "credentials",
+            "[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
+        ),
+        ("config", "[default]\nregion = us-east-1\n"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    let target = storage::s3(&source, Some(&secret)).unwrap();
+    let store = target.store.as_ref();
+    assert_eq!(target.url, format!("s3://{BUCKET}/cluster/snapshot.db"));
+
+    let m = etcd_with_20_mib("s3").await;
+    let location = target.location.clone();
+    let saved = snapshot::save(
+        &m.client_url,
+        store,
+        &location,
+        PutMultipartOptions::default(),
+        Duration::from_secs(120),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert!(saved.verified.size > 16 << 20, "{}", saved.verified.size);
+    // The hash, known only at the stream's end, becomes the object's metadata afterwards.
+    snapshot::set_metadata(
+        &target.metadata,
+        &location,
+        saved.verified.size,
+        &[("sha256", &saved.verified.sha256), ("etcd_revision", "1")],
+    )
+    .await
+    .unwrap();
+    let got = store.get(&location).await.unwrap();
+    assert_eq!(
+        got.attributes
+            .get(&Attribute::Metadata("sha256".into()))
+            .map(|v| v.as_ref()),
+        Some(saved.verified.sha256.as_str()),
+        "{:?}",
+        got.attributes
+    );
+    let object = got.bytes().await.unwrap();
+    assert_eq!(object.len() as u64, saved.verified.size);
+    assert_eq!(
+        saved.verified.sha256,
+        hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &object).as_ref())
+    );
+
+    // The same bytes with one flipped: refused after the parts were sent, and aborted.
+    let chunks = corrupted(&object);
+    let refused = Path::from("cluster/corrupted.db");
+    let err = snapshot::upload(
+        chunks,
+        store,
+        &refused,
+        PutMultipartOptions::default(),
+        Duration::from_secs(120),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::HashMismatch { .. }), "{err}");
+    assert!(matches!(
+        store.head(&refused).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+    let uploads = moto.curl(&[], &format!("/{BUCKET}?uploads"));
+    let uploads = String::from_utf8_lossy(&uploads);
+    assert!(!uploads.contains("<Upload>"), "{uploads}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_streams_into_azure_blob_and_a_refused_one_leaves_nothing() {
+    let azurite = Azurite::start("127.0.0.1");
+    azurite.create_container("backups");
+    // A coreos ABS Secret, plus our storage-endpoint for an Azure-compatible server.
+    let source = AbsSource {
+        path: "backups/cluster/snapshot.db".into(),
+        abs_secret: "abs".into(),
+    };
+    let secret: storage::SecretData = [
+        ("storage-account", AZURITE_ACCOUNT),
+        ("storage-key", AZURITE_KEY),
+        ("storage-endpoint", azurite.url.as_str()),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    let target = storage::abs(&source, &secret).unwrap();
+    assert_eq!(target.url, "abs://backups/cluster/snapshot.db");
+    let m = etcd_with_20_mib("abs").await;
+
+    let saved = snapshot::save(
+        &m.client_url,
+        target.store.as_ref(),
+        &target.location,
+        PutMultipartOptions::default(),
+        Duration::from_secs(120),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    snapshot::set_metadata(
+        &target.metadata,
+        &target.location,
+        saved.verified.size,
+        &[("sha256", &saved.verified.sha256), ("etcd_revision", "1")],
+    )
+    .await
+    .unwrap();
+    // Read back by Azure's own client: the bytes, the size and the metadata.
+    let file = std::env::temp_dir().join(format!("abs-{}.db", std::process::id()));
+    let got = azurite.get("backups", "cluster/snapshot.db", &file);
+    let object = std::fs::read(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(got["size"], saved.verified.size, "{got}");
+    assert_eq!(got["metadata"]["sha256"], saved.verified.sha256, "{got}");
+    assert_eq!(
+        saved.verified.sha256,
+        hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &object).as_ref())
+    );
+
+    let refused = Path::from("cluster/corrupted.db");
+    let err = snapshot::upload(
+        corrupted(&object),
+        target.store.as_ref(),
+        &refused,
+        PutMultipartOptions::default(),
+        Duration::from_secs(120),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::HashMismatch { .. }), "{err}");
+    assert_eq!(
+        azurite.blobs("backups", "cluster/"),
+        ["cluster/snapshot.db"]
+    );
+}

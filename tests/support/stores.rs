@@ -1,0 +1,183 @@
+//! Real object-store servers for the snapshot tests: moto (S3, PyPI `moto[server]`) and Azurite
+//! (Azure Blob, npm), both installed by hack/deps.sh. Each listens on the host it is given
+//! (127.0.0.1 for the unit tier, the local cluster's bridge for e2e, so that pods reach it) on
+//! a free port, and is killed on drop. Shared by tests/ and e2e/tests/ (included by path).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port(host: &str) -> u16 {
+    std::net::TcpListener::bind((host, 0))
+        .unwrap_or_else(|e| panic!("binding {host}: {e} (is the local cluster up?)"))
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for(name: &str, host: &str, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect((host, port)).is_err() {
+        assert!(Instant::now() < deadline, "{name} did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// moto's S3 server. It takes any key; the tests sign with `test`/`test`.
+pub struct Moto {
+    child: Child,
+    /// `http://host:port`.
+    pub url: String,
+}
+
+impl Moto {
+    pub fn start(host: &str) -> Self {
+        let port = free_port(host);
+        // As a module of the Python that has it, so no console-script shim needs refreshing.
+        let child = Command::new("python3")
+            .args(["-m", "moto.server", "-H", host, "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m moto.server (PyPI moto[server]; hack/deps.sh installs it)");
+        let moto = Moto {
+            child,
+            url: format!("http://{host}:{port}"),
+        };
+        wait_for("moto", host, port);
+        moto
+    }
+
+    /// `curl` signed for moto, with extra `args`; the response body.
+    pub fn curl(&self, args: &[&str], path: &str) -> Vec<u8> {
+        let out = Command::new("curl")
+            .args(["-sf", "-H", "Expect:"])
+            .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "test:test"])
+            .args(args)
+            .arg(format!("{}{path}", self.url))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "curl {args:?} {path}: {out:?}");
+        out.stdout
+    }
+
+    pub fn create_bucket(&self, bucket: &str) {
+        self.curl(&["-X", "PUT"], &format!("/{bucket}"));
+    }
+
+    /// Keys under `prefix` in `bucket`.
+    pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let xml = self.curl(&[], &format!("/{bucket}?list-type=2&prefix={prefix}"));
+        String::from_utf8_lossy(&xml)
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split_once("</Key>").map(|(k, _)| k.to_string()))
+            .collect()
+    }
+
+    /// The `x-amz-meta-<name>` of an object.
+    pub fn metadata(&self, bucket: &str, key: &str, name: &str) -> Option<String> {
+        let headers = self.curl(&["-I"], &format!("/{bucket}/{key}"));
+        String::from_utf8_lossy(&headers).lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(&format!("x-amz-meta-{name}"))
+                .then(|| v.trim().to_string())
+        })
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Azurite's Blob server, with its well-known development account.
+pub struct Azurite {
+    child: Child,
+    data: PathBuf,
+    /// `http://host:port/devstoreaccount1`, the account's endpoint.
+    pub url: String,
+}
+
+/// Azurite's development account and key (public, documented by Microsoft).
+pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+pub const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+fn azurite_modules() -> PathBuf {
+    let cache = std::env::var("ETCD_OPERATOR_CACHE")
+        .unwrap_or_else(|_| format!("{}/.cache/etcd-operator", std::env::var("HOME").unwrap()));
+    Path::new(&cache).join("azurite/node_modules")
+}
+
+impl Azurite {
+    pub fn start(host: &str) -> Self {
+        let port = free_port(host);
+        let data = std::env::temp_dir().join(format!("azurite-{}-{port}", std::process::id()));
+        let child = Command::new(azurite_modules().join(".bin/azurite-blob"))
+            .args(["--blobHost", host, "--blobPort", &port.to_string()])
+            .arg("--location")
+            .arg(&data)
+            .args(["--skipApiVersionCheck", "--disableTelemetry", "--silent"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("azurite-blob (npm azurite; hack/deps.sh installs it)");
+        let azurite = Azurite {
+            child,
+            data,
+            url: format!("http://{host}:{port}/{AZURITE_ACCOUNT}"),
+        };
+        wait_for("Azurite", host, port);
+        azurite
+    }
+
+    /// hack/azurite-client.cjs (Azure's own JS client) with `args`; its output.
+    fn client(&self, args: &[&str]) -> String {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .find(|d| d.join("hack/azurite-client.cjs").is_file())
+            .expect("hack/azurite-client.cjs")
+            .join("hack/azurite-client.cjs");
+        let out = Command::new("node")
+            .arg(script)
+            .args(args)
+            .env("AZURITE_URL", &self.url)
+            .env("NODE_PATH", azurite_modules())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "azurite-client {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn create_container(&self, container: &str) {
+        self.client(&["container", container]);
+    }
+
+    /// Blob names under `prefix` in `container`.
+    pub fn blobs(&self, container: &str, prefix: &str) -> Vec<String> {
+        self.client(&["list", container, prefix])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Downloads a blob into `file`; its size and metadata as Azure reports them.
+    pub fn get(&self, container: &str, blob: &str, file: &Path) -> serde_json::Value {
+        let out = self.client(&["get", container, blob, file.to_str().unwrap()]);
+        serde_json::from_str(out.trim()).unwrap()
+    }
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
