@@ -1,13 +1,16 @@
 //! `/metrics`, `/healthz` and `/readyz`, served over plain HTTP/1.1 for Prometheus and the
-//! kubelet's probes.
+//! kubelet's probes; and `/restores/<namespace>/<cluster>/snapshot`, the snapshot a restore's
+//! seed member fetches (see [`crate::restore::serve`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::header::CONTENT_TYPE;
+use futures::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame, Incoming};
+use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -15,6 +18,9 @@ use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
+use crate::restore::serve::{Snapshots, parse_path};
+
+type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 
 /// Errors of the HTTP endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +40,7 @@ pub enum Error {
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
+    snapshots: Option<Arc<Snapshots>>,
 ) -> Result<(SocketAddr, impl Future<Output = ()>), Error> {
     let listener = TcpListener::bind(addr)
         .await
@@ -52,10 +59,20 @@ pub async fn serve(
                 }
             };
             let metrics = metrics.clone();
+            let snapshots = snapshots.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
                     let metrics = metrics.clone();
-                    async move { Ok::<_, Infallible>(respond(&req, &metrics)) }
+                    let snapshots = snapshots.clone();
+                    async move {
+                        Ok::<_, Infallible>(match (parse_path(req.uri().path()), snapshots) {
+                            (Some((ns, cluster)), Some(snapshots)) => {
+                                snapshot(&req, &snapshots, ns, cluster).await
+                            }
+                            _ => respond(&req, &metrics)
+                                .map(|b| b.map_err(|n| match n {}).boxed_unsync()),
+                        })
+                    }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -63,6 +80,46 @@ pub async fn serve(
             });
         }
     }))
+}
+
+/// The snapshot of the restore pending on `ns`/`cluster`, streamed, to the holder of its token.
+async fn snapshot(
+    req: &Request<Incoming>,
+    snapshots: &Snapshots,
+    ns: &str,
+    cluster: &str,
+) -> Response<Body> {
+    let bearer = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match snapshots.open(ns, cluster, bearer).await {
+        Ok(opened) => {
+            info!(
+                ns,
+                cluster,
+                size = opened.size,
+                "serving a restore's snapshot"
+            );
+            let body = StreamBody::new(opened.body.map(|chunk| chunk.map(Frame::data)));
+            let mut response = Response::new(BodyExt::boxed_unsync(body));
+            response
+                .headers_mut()
+                .insert(CONTENT_LENGTH, opened.size.into());
+            response
+        }
+        Err((status, message)) => {
+            warn!(ns, cluster, %status, "refused a snapshot request: {message}");
+            let mut response = Response::new(
+                Full::new(Bytes::from(format!("{message}\n")))
+                    .map_err(|n| match n {})
+                    .boxed_unsync(),
+            );
+            *response.status_mut() = status;
+            response
+        }
+    }
 }
 
 fn respond(req: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes>> {
@@ -113,7 +170,7 @@ mod tests {
     #[tokio::test]
     async fn readyz_waits_for_the_caches_and_tells_the_role() {
         let metrics = Arc::new(Metrics::new());
-        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), metrics.clone())
+        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), metrics.clone(), None)
             .await
             .unwrap();
         let server = tokio::spawn(server);

@@ -152,3 +152,31 @@ async fn still_holds(
         age.as_secs_f64() < valid_for.as_secs_f64()
     })
 }
+
+/// Runs the future `work` makes while this replica leads: started on gaining leadership,
+/// dropped on losing it, made again on regaining it. Returns when `work` ends on its own or
+/// `leading` closes.
+pub async fn while_leading<F, Fut>(mut leading: watch::Receiver<bool>, what: &str, mut work: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    loop {
+        while !*leading.borrow_and_update() {
+            if leading.changed().await.is_err() {
+                return;
+            }
+        }
+        let lost = async {
+            loop {
+                if leading.changed().await.is_err() || !*leading.borrow_and_update() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            _ = work() => return,
+            _ = lost => info!("standing by: the {what} stops"),
+        }
+    }
+}

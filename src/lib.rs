@@ -8,3 +8,4 @@ pub mod etcd;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod restore;

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::time::Duration;
 
-use etcd_operator::{api, backup, cluster, http, leader, metrics};
+use etcd_operator::{api, backup, cluster, http, leader, metrics, restore};
 
 /// A Kubernetes operator for etcd clusters (etcd.database.coreos.com/v1beta2).
 #[derive(Parser)]
@@ -17,7 +17,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controllers.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions of EtcdCluster, EtcdBackup and EtcdRestore as YAML.
     Crd {
         /// Write one file per kind into this directory instead of printing them.
@@ -71,6 +71,11 @@ struct RunArgs {
     /// reported as having lost quorum.
     #[arg(long, env = "QUORUM_LOSS_GRACE", default_value_t = 30)]
     quorum_loss_grace: u64,
+    /// Where etcd pods reach this operator's HTTP server (`http://IP:port`), from which a
+    /// restore's seed member fetches its snapshot. The chart sets it to the pod's IP; without
+    /// it, restores wait with a condition that says so.
+    #[arg(long, env = "SNAPSHOT_URL")]
+    snapshot_url: Option<String>,
     /// Seconds any single request to the Kubernetes API may take (watches excepted).
     #[arg(long, default_value_t = 20)]
     request_timeout: u64,
@@ -86,7 +91,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(run(args))?;
+            runtime.block_on(run(*args))?;
         }
         Command::Crd { out_dir: None } => {
             let yaml = api::crds_yaml().context("serializing the CRDs")?;
@@ -125,9 +130,6 @@ fn init_logs(level: &str, format: LogFormat) -> anyhow::Result<()> {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(&args.log_level, args.log_format)?;
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
-    let (_, serve) = http::serve(args.metrics_bind_address, metrics.clone()).await?;
-    tokio::spawn(serve);
-
     // Two clients: watches stay open for minutes and are guarded by the watcher's own idle
     // timeout; every other request is bounded, so a hung API server connection never holds a
     // cluster's task.
@@ -143,6 +145,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     bounded.connect_timeout = Some(timeout);
     bounded.reset_reader_on_write = true;
     let client = kube::Client::try_from(bounded).context("connecting to Kubernetes")?;
+    let snapshots = std::sync::Arc::new(restore::serve::Snapshots {
+        client: client.clone(),
+    });
+    let (_, serve) =
+        http::serve(args.metrics_bind_address, metrics.clone(), Some(snapshots)).await?;
+    tokio::spawn(serve);
     // The pod name names the replica in Events; the Lease gets a fresh suffix per process, so a
     // container restarted after a crash never mistakes its predecessor's lock for its own.
     let instance = args
@@ -176,11 +184,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         recorder: recorder.clone(),
         metrics: metrics.clone(),
     });
+    let restores = std::sync::Arc::new(restore::controller::Context {
+        client: client.clone(),
+        recorder: recorder.clone(),
+    });
     let ctx = std::sync::Arc::new(cluster::task::Context {
         client,
         recorder,
         metrics,
         gate_image: args.member_gate_image.clone().filter(|i| !i.is_empty()),
+        snapshot_url: args.snapshot_url.clone().filter(|u| !u.is_empty()),
         timings: cluster::task::Timings {
             replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
             quorum_grace: Duration::from_secs(args.quorum_loss_grace),
@@ -194,11 +207,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.namespace.clone(),
         leadership.subscribe(),
     );
+    let restore_controller = restore::controller::run(
+        restores,
+        watch_client.clone(),
+        args.namespace.clone(),
+        leadership.subscribe(),
+    );
     let supervisor =
         cluster::supervisor::run(ctx, watch_client, args.namespace, leadership.subscribe());
     let result = tokio::select! {
         _ = supervisor => Err(anyhow::anyhow!("the EtcdCluster watch ended")),
         _ = backup_controller => Err(anyhow::anyhow!("the EtcdBackup controller ended")),
+        _ = restore_controller => Err(anyhow::anyhow!("the EtcdRestore controller ended")),
         _ = tokio::signal::ctrl_c() => Ok(()),
         _ = term.recv() => Ok(()),
     };

@@ -10,8 +10,11 @@
 //! pause between an init container's exit and the next container's start (up to a second,
 //! its PLEG relist period) on every member added.
 //!
+//! `etcd-gate restore ... -- etcd ...` is the first process of a restore's seed member: it
+//! fetches the snapshot from the operator and restores it before etcd starts (`restore.rs`).
+//!
 //! It must run in any etcd image (no libc, no shell), so it is linked statically and uses
-//! only std, serde_json and libc. It speaks HTTP/1.0 to etcd's JSON gateway
+//! only std, serde_json, libc and sha2. It speaks HTTP/1.0 to etcd's JSON gateway
 //! (`POST /v3/cluster/member/list`), present in etcd 3.4 to 3.6.
 
 use std::io::{Read, Write};
@@ -21,6 +24,8 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
+
+mod restore;
 
 const USAGE: &str = "\
 etcd-gate install DEST
@@ -41,7 +46,8 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("install") => install(&args[1..]),
         Some("wait") => parse_wait(&args[1..]).and_then(|w| w.run()),
-        _ => Err(format!("usage:\n{USAGE}")),
+        Some("restore") => restore::parse(&args[1..]).and_then(|r| r.run()),
+        _ => Err(format!("usage:\n{USAGE}\n{}", restore::USAGE)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -306,6 +306,76 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub member_statuses: Vec<MemberStatus>,
+    /// The last restore from a snapshot that this cluster's members went through (ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreRecord>,
+}
+
+/// A restore the cluster went through, as its own task records it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreRecord {
+    /// The EtcdRestore.
+    pub name: String,
+    /// Its UID (a restore of the same name made again is another restore).
+    pub uid: String,
+    /// The seed member, bootstrapped from the snapshot.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub seed: String,
+    /// Whether the seed serves the snapshot's data: the restore's part of the cluster's task
+    /// is over, and the cluster grows back to its size by the usual path.
+    #[serde(default)]
+    pub completed: bool,
+}
+
+/// The annotation on an EtcdCluster through which the restore controller hands a restore to
+/// the cluster's task, the only writer of the cluster's membership. Its value is a
+/// [`RestoreHandoff`] in JSON.
+pub const RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/restore";
+
+/// What the cluster's task needs to carry out a restore.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreHandoff {
+    /// The EtcdRestore.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
+    /// The bearer token with which the seed fetches the snapshot from the operator (it keeps
+    /// the snapshot from anyone who cannot read this EtcdCluster).
+    pub token: String,
+    /// sha256 of the snapshot object, verified by the restore controller, checked again by the
+    /// seed before it uses a byte of it.
+    pub sha256: String,
+    /// How much the restored revision is raised (etcdutl `--bump-revision`), so that watchers
+    /// never see the revision go back; 0 for none.
+    #[serde(default)]
+    pub bump_revision: u64,
+    /// The safety snapshot of the cluster being replaced, if it answered (coreos path).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pre_restore_path: String,
+}
+
+impl EtcdCluster {
+    /// The restore handed to this cluster and not yet carried out, if any; an annotation
+    /// that cannot be read is reported as such.
+    pub fn pending_restore(&self) -> Option<Result<RestoreHandoff, String>> {
+        let value = self
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(RESTORE_ANNOTATION)?;
+        let handoff = match serde_json::from_str::<RestoreHandoff>(value) {
+            Ok(h) => h,
+            Err(e) => return Some(Err(format!("annotation {RESTORE_ANNOTATION}: {e}"))),
+        };
+        let done = self
+            .status
+            .as_ref()
+            .and_then(|s| s.restore.as_ref())
+            .is_some_and(|r| r.uid == handoff.uid && r.completed);
+        (!done).then_some(Ok(handoff))
+    }
 }
 
 /// Names of ready and unready members (coreos shape).

@@ -14,7 +14,8 @@ pub mod validation;
 pub use backup::{BackupPhase, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
 pub use cluster::{
     ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, MemberRole, MemberSecret,
-    MemberStatus, MembersStatus, PodPolicy, StaticTls, TlsPolicy,
+    MemberStatus, MembersStatus, PodPolicy, RESTORE_ANNOTATION, RestoreHandoff, RestoreRecord,
+    StaticTls, TlsPolicy,
 };
 pub use common::{AbsSource, Condition, GcsSource, OssSource, S3Source, StorageType};
 pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase};

@@ -69,12 +69,14 @@ pub struct EtcdClusterRef {
 /// Progress of a restore.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum RestorePhase {
-    /// Accepted, not started.
+    /// Accepted, waiting (for the EtcdCluster to exist, say).
     Pending,
-    /// Fetching and verifying the snapshot, replacing the members.
+    /// Reading the snapshot through and checking its hashes; taking the safety snapshot.
+    Verifying,
+    /// Handed to the cluster: its members are replaced by a seed restored from the snapshot.
     Restoring,
-    /// The cluster runs from the snapshot.
-    Succeeded,
+    /// The cluster runs from the snapshot, at its full size.
+    Completed,
     /// The restore failed; see `reason`.
     Failed,
 }
@@ -102,4 +104,18 @@ pub struct EtcdRestoreStatus {
     /// SHA-256 of the snapshot, verified before it was restored, hex.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
+    /// Size of the snapshot in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+    /// The safety snapshot of the cluster as it was before the restore, `<path>.pre-restore-<time>`
+    /// in the same storage; empty when the cluster did not answer.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pre_restore_path: String,
+    /// The restored cluster's revision when it came back (raised above the replaced cluster's
+    /// where etcd supports it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_revision: Option<i64>,
+    /// The seed member, bootstrapped from the snapshot.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub seed: String,
 }

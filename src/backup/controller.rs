@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -179,8 +179,12 @@ fn timeout_of(backup: &EtcdBackup) -> Duration {
 
 /// The client URL of a member to take the snapshot from: a healthy follower of the named
 /// EtcdCluster (so the leader is not loaded), else its leader.
-async fn cluster_endpoint(ctx: &Context, ns: &str, name: &str) -> Result<String, Error> {
-    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), ns);
+pub(crate) async fn cluster_endpoint(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<String, Error> {
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), ns);
     let cluster = clusters
         .get_opt(name)
         .await
@@ -196,7 +200,7 @@ async fn cluster_endpoint(ctx: &Context, ns: &str, name: &str) -> Result<String,
         .filter(|m| m.healthy && m.role != Some(MemberRole::Learner))
         .collect();
     candidates.sort_by_key(|m| m.role == Some(MemberRole::Leader));
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     for m in candidates {
         let pod = pods.get_opt(&m.name).await.map_err(|source| Error::Kube {
             what: format!("pod {}", m.name),
@@ -243,12 +247,12 @@ async fn any_endpoint(endpoints: &[String]) -> Result<String, Error> {
 
 /// The named Secret's data as text, or why not.
 async fn secret_data(
-    ctx: &Context,
+    client: &Client,
     ns: &str,
     field: &'static str,
     name: &str,
 ) -> Result<SecretData, Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let secret = secrets
         .get_opt(name)
         .await
@@ -269,42 +273,74 @@ async fn secret_data(
         .collect())
 }
 
-/// The store and object location the spec names.
-async fn target(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<(Target, String), Error> {
-    let spec = &backup.spec;
-    let secret = storage::secret_of(
-        spec.storage_type,
-        spec.s3.as_ref(),
-        spec.abs.as_ref(),
-        spec.gcs.as_ref(),
-    );
+/// Where a snapshot is (an EtcdBackup's or an EtcdRestore's storage section).
+pub(crate) struct Storage<'a> {
+    /// `storageType` (EtcdBackup) or `backupStorageType` (EtcdRestore).
+    pub kind: StorageType,
+    /// The S3 section.
+    pub s3: Option<&'a crate::api::S3Source>,
+    /// The ABS section.
+    pub abs: Option<&'a crate::api::AbsSource>,
+    /// The GCS section.
+    pub gcs: Option<&'a crate::api::GcsSource>,
+}
+
+impl<'a> From<&'a crate::api::EtcdBackupSpec> for Storage<'a> {
+    fn from(spec: &'a crate::api::EtcdBackupSpec) -> Self {
+        Storage {
+            kind: spec.storage_type,
+            s3: spec.s3.as_ref(),
+            abs: spec.abs.as_ref(),
+            gcs: spec.gcs.as_ref(),
+        }
+    }
+}
+
+impl<'a> From<&'a crate::api::EtcdRestoreSpec> for Storage<'a> {
+    fn from(spec: &'a crate::api::EtcdRestoreSpec) -> Self {
+        Storage {
+            kind: spec.backup_storage_type,
+            s3: spec.s3.as_ref(),
+            abs: spec.abs.as_ref(),
+            gcs: spec.gcs.as_ref(),
+        }
+    }
+}
+
+/// The store and object location a storage section names, with its coreos-style path.
+pub(crate) async fn target(
+    client: &Client,
+    ns: &str,
+    spec: Storage<'_>,
+) -> Result<(Target, String), Error> {
+    let secret = storage::secret_of(spec.kind, spec.s3, spec.abs, spec.gcs);
     let data = match &secret {
-        Some((field, name)) => Some(secret_data(ctx, ns, field, name).await?),
+        Some((field, name)) => Some(secret_data(client, ns, field, name).await?),
         None => None,
     };
     let missing = |section: &str| {
         storage::Error::Spec(format!(
-            "spec.storageType is {:?} but spec.{section} is not set",
-            spec.storage_type
+            "the storage type is {:?} but spec.{section} is not set",
+            spec.kind
         ))
     };
-    let (target, path) = match spec.storage_type {
+    let (target, path) = match spec.kind {
         StorageType::S3 => {
-            let s3 = spec.s3.as_ref().ok_or_else(|| missing("s3"))?;
+            let s3 = spec.s3.ok_or_else(|| missing("s3"))?;
             (storage::s3(s3, data.as_ref())?, s3.path.clone())
         }
         StorageType::Abs => {
-            let abs = spec.abs.as_ref().ok_or_else(|| missing("abs"))?;
+            let abs = spec.abs.ok_or_else(|| missing("abs"))?;
             let data = data.unwrap_or_default();
             (storage::abs(abs, &data)?, abs.path.clone())
         }
         StorageType::Gcs => {
-            let gcs = spec.gcs.as_ref().ok_or_else(|| missing("gcs"))?;
+            let gcs = spec.gcs.ok_or_else(|| missing("gcs"))?;
             (storage::gcs(gcs, data.as_ref())?, gcs.path.clone())
         }
         StorageType::Oss => {
             return Err(Error::Unsupported(
-                "spec.storageType: OSS is not implemented by this operator".into(),
+                "OSS storage is not implemented by this operator".into(),
             ));
         }
     };
@@ -324,10 +360,10 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         ));
     }
     let endpoint = match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
-        Some(cluster) => cluster_endpoint(ctx, ns, cluster).await?,
+        Some(cluster) => cluster_endpoint(&ctx.client, ns, cluster).await?,
         None => any_endpoint(&spec.etcd_endpoints).await?,
     };
-    let (target, spec_path) = target(ctx, backup, ns).await?;
+    let (target, spec_path) = target(&ctx.client, ns, spec.into()).await?;
     let status = etcd::status(&endpoint, CONNECT_TIMEOUT)
         .await
         .map_err(snapshot::Error::Etcd)?;
@@ -606,38 +642,34 @@ pub async fn run(
     ctx: Arc<Context>,
     watch_client: Client,
     namespaces: Vec<String>,
-    mut leading: watch::Receiver<bool>,
+    leading: watch::Receiver<bool>,
 ) {
-    loop {
-        while !*leading.borrow_and_update() {
-            if leading.changed().await.is_err() {
-                return;
-            }
-        }
-        let apis: Vec<Api<EtcdBackup>> = if namespaces.is_empty() {
-            vec![Api::all(watch_client.clone())]
-        } else {
-            namespaces
-                .iter()
-                .map(|ns| Api::namespaced(watch_client.clone(), ns))
-                .collect()
-        };
-        let controllers = futures::future::join_all(apis.into_iter().map(|api| {
-            Controller::new(api, watcher::Config::default())
-                .run(reconcile, error_policy, ctx.clone())
-                .for_each(|_| futures::future::ready(()))
-        }));
-        let lost = async {
-            loop {
-                if leading.changed().await.is_err() || !*leading.borrow_and_update() {
-                    return;
-                }
-            }
-        };
-        tokio::select! {
-            _ = controllers => return,
-            _ = lost => info!("standing by: the backup controller stops"),
-        }
+    crate::leader::while_leading(leading, "backup controller", || {
+        let controllers = namespaced_apis::<EtcdBackup>(&watch_client, &namespaces)
+            .into_iter()
+            .map(|api| {
+                Controller::new(api, watcher::Config::default())
+                    .run(reconcile, error_policy, ctx.clone())
+                    .for_each(|_| futures::future::ready(()))
+            });
+        futures::future::join_all(controllers).map(|_| ())
+    })
+    .await
+}
+
+/// One Api per namespace in `namespaces`, or one over all namespaces when it is empty.
+pub(crate) fn namespaced_apis<K>(client: &Client, namespaces: &[String]) -> Vec<Api<K>>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    if namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
     }
 }
 

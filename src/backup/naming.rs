@@ -24,6 +24,14 @@ pub fn periodic_name(path: &str, revision: i64, at: Timestamp) -> String {
     format!("{path}_v{revision}_{time}")
 }
 
+/// The name of the safety snapshot a restore takes of the cluster it replaces, beside the
+/// snapshot it restores: `<path>.pre-restore-<UTC time as 2006-01-02-15:04:05>`. Retention
+/// never matches it.
+pub fn pre_restore_name(path: &str, at: Timestamp) -> String {
+    let time = at.to_zoned(TimeZone::UTC).strftime(TIME_FORMAT);
+    format!("{path}.pre-restore-{time}")
+}
+
 /// The revision and time of `name` if it is a periodic backup of `path`; `None` for any other
 /// name, which retention then never touches.
 pub fn parse(path: &str, name: &str) -> Option<(DateTime, i64)> {
@@ -79,6 +87,10 @@ mod tests {
     fn names_follow_the_coreos_layout_and_parse_back() {
         let name = periodic_name("bucket/etcd/prod", 42, at("2026-01-02T15:04:05Z"));
         assert_eq!(name, "bucket/etcd/prod_v42_2026-01-02-15:04:05");
+        assert_eq!(
+            pre_restore_name("bucket/etcd/prod", at("2026-01-02T15:04:05Z")),
+            "bucket/etcd/prod.pre-restore-2026-01-02-15:04:05"
+        );
         let (time, revision) = parse("bucket/etcd/prod", &name).unwrap();
         assert_eq!(revision, 42);
         assert_eq!(time.to_string(), "2026-01-02T15:04:05");
@@ -90,6 +102,7 @@ mod tests {
             "bucket/etcd/prod_vx1_2026-01-02-15:04:05",
             "bucket/etcd/prod_v1_2026-01-02-15:04:05.tmp",
             "bucket/etcd/prod_v1_2026-13-02-15:04:05",
+            "bucket/etcd/prod.pre-restore-2026-01-02-15:04:05",
         ] {
             assert_eq!(parse("bucket/etcd/prod", other), None, "{other}");
         }

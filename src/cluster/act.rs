@@ -12,7 +12,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::members::{self, Addressing, CLIENT_PORT, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::{Action, DeleteReason};
-use super::resources::{self, Gate, MANAGER};
+use super::resources::{self, Gate, MANAGER, SeedRestore};
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
 
@@ -92,6 +92,33 @@ pub struct Apis {
     /// The operator's image, whose `etcd-gate` holds a new member back until it is added;
     /// without it, the member is added first and its pod created after.
     pub gate_image: Option<String>,
+    /// Where etcd pods reach this operator's HTTP server (`--snapshot-url`), from which a
+    /// restore's seed fetches its snapshot.
+    pub snapshot_url: Option<String>,
+}
+
+impl Apis {
+    /// The URL a restore's seed of `cluster` fetches the snapshot from.
+    pub fn snapshot_url_of(&self, cluster: &EtcdCluster) -> Option<String> {
+        let base = self.snapshot_url.as_deref()?.trim_end_matches('/');
+        Some(format!(
+            "{base}/restores/{}/{}/snapshot",
+            cluster.namespace().unwrap_or_default(),
+            cluster.name_any()
+        ))
+    }
+}
+
+/// Whether the etcdutl of `version` has `--bump-revision` and `--mark-compacted` (3.5.10 and
+/// later).
+pub fn bumps_revision(version: &str) -> bool {
+    let parts: Vec<u64> = version
+        .trim_start_matches('v')
+        .split(['.', '-'])
+        .take(3)
+        .map(|p| p.parse().unwrap_or(0))
+        .collect();
+    parts.as_slice() >= [3, 5, 10].as_slice()
 }
 
 /// The cluster's addressing (names, URLs, TLS).
@@ -236,6 +263,7 @@ async fn create_gated_pod(
         endpoints,
         peer_url: addr.peer_url(&name),
         peers,
+        restore: None,
     };
     let args = members::etcd_args(&addr, &name, &ic, &ClusterState::Existing);
     create_pod(apis, cluster, &name, args, Some(&gate)).await?;
@@ -435,10 +463,66 @@ pub async fn act(
                 DeleteReason::Ended => {
                     format!("deleted the ended pod of member {name}; it is recreated on its volume")
                 }
+                DeleteReason::Restore => {
+                    format!("deleted pod {name}: a restore replaces the cluster's members")
+                }
             })))
         }
-        Action::Wait { .. } | Action::QuorumLost { .. } | Action::Paused | Action::Steady => {
-            Ok(Outcome::Done(None))
+        Action::RestoreSeed => {
+            let handoff = match cluster.pending_restore() {
+                Some(Ok(h)) => h,
+                _ => return Ok(Outcome::Retry("the restore is no longer asked for".into())),
+            };
+            let (Some(image), Some(url)) = (&apis.gate_image, apis.snapshot_url_of(cluster)) else {
+                return Ok(Outcome::Retry(
+                    "no gate image or snapshot URL to make the seed with".into(),
+                ));
+            };
+            let name = members::new_member_name(&cluster.name_any());
+            let ic = addr.initial_cluster([name.as_str()]);
+            // A new cluster token: nothing of the replaced cluster may ever talk to this one.
+            let cluster_token = handoff.uid.clone();
+            let args = members::etcd_args(
+                &addr,
+                &name,
+                &ic,
+                &ClusterState::New {
+                    token: cluster_token.clone(),
+                },
+            );
+            let gate = Gate {
+                image: image.clone(),
+                endpoints: vec![],
+                peer_url: addr.peer_url(&name),
+                peers: vec![],
+                restore: Some(SeedRestore {
+                    uid: handoff.uid.clone(),
+                    url,
+                    token: handoff.token.clone(),
+                    sha256: handoff.sha256.clone(),
+                    name: name.clone(),
+                    initial_cluster: ic,
+                    cluster_token,
+                    bump_revision: if bumps_revision(cluster.spec.version()) {
+                        handoff.bump_revision
+                    } else {
+                        0
+                    },
+                }),
+            };
+            create_pod(apis, cluster, &name, args, Some(&gate)).await?;
+            Ok(Outcome::Done(Some(format!(
+                "created seed member {name}, which restores EtcdRestore {}'s snapshot",
+                handoff.name
+            ))))
         }
+        Action::RestoreDone { seed } => Ok(Outcome::Done(Some(format!(
+            "seed member {seed} serves the restored data; the cluster grows back to its size"
+        )))),
+        Action::Wait { .. }
+        | Action::Restoring { .. }
+        | Action::QuorumLost { .. }
+        | Action::Paused
+        | Action::Steady => Ok(Outcome::Done(None)),
     }
 }

@@ -12,7 +12,9 @@ use kube::{Api, ResourceExt};
 
 use super::members::CLIENT_PORT;
 use super::plan::{MemberView, Observation, PodState, PodView};
-use super::resources::{JOIN_PEERS_ANNOTATION, selector};
+use super::resources::{
+    JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION, selector,
+};
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd, Member, Status};
 
@@ -173,11 +175,16 @@ pub async fn observe(
                 .map(String::from)
                 .collect()
         });
+        let restore = pod.annotations().get(RESTORE_UID_ANNOTATION).map(|uid| {
+            let from = pod.annotations().get(RESTORE_FROM_ANNOTATION);
+            (uid.clone(), from.cloned().unwrap_or_default())
+        });
         obs.plan.pods.push(PodView {
             name: pod.name_any(),
             state: pod_state(&pod),
             age,
             joining,
+            restore,
         });
         obs.pods.insert(pod.name_any(), pod);
     }
@@ -387,6 +394,7 @@ mod tests {
             state: PodState::Running,
             age: Duration::from_secs(600),
             joining: None,
+            restore: None,
         };
         let mut obs = Observation {
             members: Some(vec![

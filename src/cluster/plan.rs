@@ -46,6 +46,9 @@ pub struct PodView {
     /// For a pod created ahead of its member (its etcd waits behind `etcd-gate` until the
     /// member is added): the other members its `--initial-cluster` names.
     pub joining: Option<BTreeSet<String>>,
+    /// For a seed restored from a snapshot: the restore's UID and the URL its gate fetches
+    /// the snapshot from.
+    pub restore: Option<(String, String)>,
 }
 
 /// One member from etcd's member list, with its status if it answered.
@@ -136,6 +139,9 @@ pub enum DeleteReason {
     /// It ended (evicted, or its node rebooted) and its member keeps its data on a volume: the
     /// pod is recreated on the same claim once this one is gone.
     Ended,
+    /// A restore replaces the cluster's members: a member of the cluster being replaced, or a
+    /// seed that cannot finish (it ended, or fetches from an operator that no longer leads).
+    Restore,
 }
 
 /// The next step.
@@ -165,6 +171,13 @@ pub enum Action {
     QuorumLost { reason: String },
     /// `spec.paused`: change nothing.
     Paused,
+    /// Restore: create the seed, which fetches the snapshot and restores it before etcd starts.
+    RestoreSeed,
+    /// Restore: the seed serves the snapshot's data; the restore's part is over, and the
+    /// cluster grows back to its size by the usual path.
+    RestoreDone { seed: String },
+    /// Restore: something is in flight (or missing); look again later.
+    Restoring { reason: String },
     /// The cluster is as asked.
     Steady,
 }
@@ -357,6 +370,91 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
     Action::Steady
 }
 
+/// What a restore needs besides the observation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreTarget {
+    /// The EtcdRestore's UID: pods that carry it belong to the restored cluster.
+    pub uid: String,
+    /// Where this operator serves the snapshot to the seed, if it can.
+    pub url: Option<String>,
+    /// Whether new member pods can run `etcd-gate` (the operator knows its own image).
+    pub gate: bool,
+}
+
+/// The next step of a restore: the members being replaced go first (all of them: a restored
+/// cluster starts from one seed with a new cluster token, and no old member may ever talk to
+/// it), then the seed is created; once it serves, the restore is done. Nothing is deleted
+/// while the seed could not be made.
+pub fn restore(obs: &Observation, target: &Target, restore: &RestoreTarget) -> Action {
+    if target.paused {
+        return Action::Paused;
+    }
+    let Some(url) = restore.url.as_deref() else {
+        return Action::Restoring {
+            reason: "the operator has no --snapshot-url, so the seed cannot fetch the snapshot"
+                .into(),
+        };
+    };
+    if !restore.gate {
+        return Action::Restoring {
+            reason: "the operator does not know its own image (--member-gate-image), whose \
+                     etcd-gate fetches the snapshot"
+                .into(),
+        };
+    }
+    let ours = |p: &PodView| {
+        p.restore
+            .as_ref()
+            .is_some_and(|(uid, _)| *uid == restore.uid)
+    };
+    if let Some(old) = obs
+        .pods
+        .iter()
+        .find(|p| !ours(p) && p.state != PodState::Terminating)
+    {
+        return Action::DeletePod {
+            name: old.name.clone(),
+            reason: DeleteReason::Restore,
+        };
+    }
+    if obs.pods.iter().any(|p| !ours(p)) {
+        return Action::Restoring {
+            reason: "the replaced members' pods are stopping".into(),
+        };
+    }
+    let Some(seed) = obs.pods.iter().find(|p| ours(p)) else {
+        return Action::RestoreSeed;
+    };
+    let serving = obs
+        .members
+        .as_ref()
+        .is_some_and(|ms| ms.iter().any(|m| m.name == seed.name && m.healthy));
+    if serving {
+        return Action::RestoreDone {
+            seed: seed.name.clone(),
+        };
+    }
+    let fetches_from_us = seed.restore.as_ref().is_some_and(|(_, u)| u == url);
+    match seed.state {
+        PodState::Terminating => Action::Restoring {
+            reason: format!("seed {} is stopping", seed.name),
+        },
+        PodState::Gone => Action::DeletePod {
+            name: seed.name.clone(),
+            reason: DeleteReason::Restore,
+        },
+        // Made by an operator that no longer leads: it fetches from an address that no longer
+        // serves the snapshot.
+        _ if !fetches_from_us => Action::DeletePod {
+            name: seed.name.clone(),
+            reason: DeleteReason::Restore,
+        },
+        _ => Action::Restoring {
+            reason: format!("seed {} is fetching and restoring the snapshot", seed.name),
+        },
+    }
+}
+
 fn without_member_list(obs: &Observation, target: &Target) -> Action {
     if !obs.bootstrapped && obs.pods.is_empty() {
         return Action::Bootstrap;
@@ -450,6 +548,7 @@ mod tests {
             state: PodState::Running,
             age: MINUTE,
             joining: None,
+            restore: None,
         }
     }
 
@@ -465,6 +564,92 @@ mod tests {
             bootstrapped: true,
             silent_for: Duration::ZERO,
         }
+    }
+
+    fn restore_target(url: Option<&str>) -> RestoreTarget {
+        RestoreTarget {
+            uid: "r1".into(),
+            url: url.map(String::from),
+            gate: true,
+        }
+    }
+
+    fn seed(state: PodState, url: &str) -> PodView {
+        PodView {
+            state,
+            restore: Some(("r1".into(), url.into())),
+            ..running("seed")
+        }
+    }
+
+    #[test]
+    fn a_restore_replaces_every_member_by_one_seed_and_ends_when_it_serves() {
+        let t = target(3);
+        let r = restore_target(Some("http://op/s"));
+        // Nothing is touched while the seed could not be made.
+        let mut obs = steady(3);
+        for blocked in [
+            restore_target(None),
+            RestoreTarget {
+                gate: false,
+                ..r.clone()
+            },
+        ] {
+            assert!(matches!(
+                restore(&obs, &t, &blocked),
+                Action::Restoring { .. }
+            ));
+        }
+        // The old members' pods go first, one per step, then are waited out.
+        assert_eq!(
+            restore(&obs, &t, &r),
+            Action::DeletePod {
+                name: "m1".into(),
+                reason: DeleteReason::Restore
+            }
+        );
+        for p in &mut obs.pods {
+            p.state = PodState::Terminating;
+        }
+        assert!(matches!(restore(&obs, &t, &r), Action::Restoring { .. }));
+        obs.pods.clear();
+        obs.members = None;
+        assert_eq!(restore(&obs, &t, &r), Action::RestoreSeed);
+        // The seed restores, then serves.
+        obs.pods.push(seed(PodState::Running, "http://op/s"));
+        assert!(matches!(restore(&obs, &t, &r), Action::Restoring { .. }));
+        obs.members = Some(vec![member("seed", 9, false, true)]);
+        assert_eq!(
+            restore(&obs, &t, &r),
+            Action::RestoreDone {
+                seed: "seed".into()
+            }
+        );
+        assert_eq!(
+            restore(&obs, &Target { paused: true, ..t }, &r),
+            Action::Paused
+        );
+    }
+
+    #[test]
+    fn a_seed_that_ended_or_fetches_from_a_former_leader_is_made_again() {
+        let t = target(3);
+        let r = restore_target(Some("http://new-leader/s"));
+        let mut obs = Observation {
+            pods: vec![seed(PodState::Running, "http://old-leader/s")],
+            ..Observation::default()
+        };
+        let delete = Action::DeletePod {
+            name: "seed".into(),
+            reason: DeleteReason::Restore,
+        };
+        assert_eq!(restore(&obs, &t, &r), delete);
+        obs.pods = vec![seed(PodState::Gone, "http://new-leader/s")];
+        assert_eq!(restore(&obs, &t, &r), delete);
+        // Serving, it stays whoever made it.
+        obs.pods = vec![seed(PodState::Running, "http://old-leader/s")];
+        obs.members = Some(vec![member("seed", 9, false, true)]);
+        assert!(matches!(restore(&obs, &t, &r), Action::RestoreDone { .. }));
     }
 
     #[test]
@@ -837,6 +1022,7 @@ mod tests {
                         state: *s,
                         age: MINUTE,
                         joining: j.clone(),
+                        restore: None,
                     })
                     .collect(),
                 bootstrapped: true,

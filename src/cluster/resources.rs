@@ -197,6 +197,39 @@ pub struct Gate {
     pub peer_url: String,
     /// The other members its `--initial-cluster` names.
     pub peers: Vec<String>,
+    /// For the seed of a restore: instead of waiting to be added, the gate fetches the
+    /// snapshot and restores it into the data directory before etcd starts.
+    pub restore: Option<SeedRestore>,
+}
+
+/// Marks a restore's seed with the restore's UID; pods without it are the replaced cluster's.
+pub const RESTORE_UID_ANNOTATION: &str = "etcd.database.coreos.com/restore-uid";
+/// The URL a restore's seed fetches the snapshot from (so that a new leader knows a seed made
+/// by its predecessor, which fetches from an address that may no longer serve).
+pub const RESTORE_FROM_ANNOTATION: &str = "etcd.database.coreos.com/restore-from";
+
+/// How a restore's seed gets its data: `etcd-gate restore` fetches the snapshot from the
+/// operator (never from object storage: etcd pods hold no cloud credentials), checks its
+/// sha256 first, runs the image's `etcdutl snapshot restore` (`etcdctl` for 3.4), then becomes
+/// etcd on the restored data. A restarted container finds the data and starts etcd at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeedRestore {
+    /// The EtcdRestore's UID.
+    pub uid: String,
+    /// Where the operator serves the snapshot.
+    pub url: String,
+    /// Bearer token for it.
+    pub token: String,
+    /// sha256 the fetched file must have.
+    pub sha256: String,
+    /// The seed's member name.
+    pub name: String,
+    /// Its `--initial-cluster` (itself alone).
+    pub initial_cluster: String,
+    /// The new cluster's `--initial-cluster-token`.
+    pub cluster_token: String,
+    /// `--bump-revision` (with `--mark-compacted`); 0 for none (etcdutl before 3.5.10).
+    pub bump_revision: u64,
 }
 
 /// Where the gate's volume is mounted, in both containers.
@@ -216,6 +249,25 @@ fn gate_mount(read_only: bool) -> VolumeMount {
 
 /// The etcd container's command through the gate; etcd's own arguments follow unchanged.
 fn gated_command(gate: &Gate) -> Vec<String> {
+    if let Some(r) = &gate.restore {
+        let mut command = vec![
+            format!("{GATE_DIR}/etcd-gate"),
+            "restore".into(),
+            format!("--url={}", r.url),
+            format!("--token={}", r.token),
+            format!("--sha256={}", r.sha256),
+            format!("--data-dir={DATA_DIR}"),
+            format!("--name={}", r.name),
+            format!("--initial-cluster={}", r.initial_cluster),
+            format!("--initial-advertise-peer-urls={}", gate.peer_url),
+            format!("--initial-cluster-token={}", r.cluster_token),
+        ];
+        if r.bump_revision > 0 {
+            command.push(format!("--bump-revision={}", r.bump_revision));
+        }
+        command.extend(["--".into(), ETCD_BINARY.into()]);
+        return command;
+    }
     vec![
         format!("{GATE_DIR}/etcd-gate"),
         "wait".into(),
@@ -277,8 +329,17 @@ pub fn member_pod(
     pod_labels.extend(labels(&name, "member"));
     metadata.labels = Some(pod_labels);
     let mut annotations = policy.annotations.clone();
-    if let Some(gate) = gate {
-        annotations.insert(JOIN_PEERS_ANNOTATION.into(), gate.peers.join(","));
+    match gate {
+        Some(Gate {
+            restore: Some(r), ..
+        }) => {
+            annotations.insert(RESTORE_UID_ANNOTATION.into(), r.uid.clone());
+            annotations.insert(RESTORE_FROM_ANNOTATION.into(), r.url.clone());
+        }
+        Some(gate) => {
+            annotations.insert(JOIN_PEERS_ANNOTATION.into(), gate.peers.join(","));
+        }
+        None => {}
     }
     if !annotations.is_empty() {
         metadata.annotations = Some(annotations);
@@ -575,6 +636,57 @@ mod tests {
     }
 
     #[test]
+    fn a_restore_seed_fetches_verifies_and_restores_before_etcd_starts() {
+        let c = cluster(EtcdClusterSpec {
+            size: 3,
+            ..Default::default()
+        });
+        let gate = Gate {
+            image: "op:v1".into(),
+            endpoints: vec![],
+            peer_url: "http://example-s.example.ns.svc:2380".into(),
+            peers: vec![],
+            restore: Some(SeedRestore {
+                uid: "uid-1".into(),
+                url: "http://10.0.0.9:8080/restores/ns/example/snapshot".into(),
+                token: "t0k".into(),
+                sha256: "ab".repeat(32),
+                name: "example-s".into(),
+                initial_cluster: "example-s=http://example-s.example.ns.svc:2380".into(),
+                cluster_token: "uid-1".into(),
+                bump_revision: 1000,
+            }),
+        };
+        let pod = member_pod(
+            &c,
+            "example-s",
+            vec!["--name=example-s".into()],
+            Some(&gate),
+        );
+        let annotations = pod.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations[RESTORE_UID_ANNOTATION], "uid-1");
+        assert_eq!(
+            annotations[RESTORE_FROM_ANNOTATION],
+            "http://10.0.0.9:8080/restores/ns/example/snapshot"
+        );
+        assert!(!annotations.contains_key(JOIN_PEERS_ANNOTATION));
+        let etcd = &pod.spec.as_ref().unwrap().containers[0];
+        let command = etcd.command.as_deref().unwrap();
+        assert_eq!(&command[..2], ["/gate/etcd-gate", "restore"]);
+        for flag in [
+            "--token=t0k",
+            "--data-dir=/var/etcd/data",
+            "--initial-cluster-token=uid-1",
+            "--initial-advertise-peer-urls=http://example-s.example.ns.svc:2380",
+            "--bump-revision=1000",
+        ] {
+            assert!(command.iter().any(|c| c == flag), "{flag} in {command:?}");
+        }
+        assert_eq!(&command[command.len() - 2..], ["--", "/usr/local/bin/etcd"]);
+        assert_eq!(etcd.args.as_deref().unwrap(), ["--name=example-s"]);
+    }
+
+    #[test]
     fn a_gated_pod_waits_for_its_membership_and_names_its_peers() {
         let c = cluster(EtcdClusterSpec {
             size: 3,
@@ -585,6 +697,7 @@ mod tests {
             endpoints: vec!["http://10.0.0.1:2379".into(), "http://10.0.0.2:2379".into()],
             peer_url: "http://example-x.example.ns.svc:2380".into(),
             peers: vec!["example-a".into(), "example-b".into()],
+            restore: None,
         };
         let pod = member_pod(&c, "example-x", vec![], Some(&gate));
         assert_eq!(

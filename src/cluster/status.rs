@@ -5,7 +5,7 @@ use kube::ResourceExt;
 
 use super::members::CLIENT_PORT;
 use super::observe::Observed;
-use super::plan::{Action, RemoveReason, quorum};
+use super::plan::{Action, DeleteReason, RemoveReason, quorum};
 use crate::api::{
     ClusterPhase, Condition, EtcdCluster, EtcdClusterStatus, MemberRole, MemberStatus,
     MembersStatus, common::find_condition,
@@ -106,6 +106,13 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         Action::QuorumLost { reason } => (ClusterPhase::Failed, reason.clone()),
         // Silent for a moment (a restarting member): the phase stays what it was; only lost
         // quorum past its grace makes it Failed.
+        Action::RestoreSeed | Action::Restoring { .. } => {
+            (ClusterPhase::Creating, "restoring from a snapshot".into())
+        }
+        Action::DeletePod {
+            reason: DeleteReason::Restore,
+            ..
+        } => (ClusterPhase::Creating, "restoring from a snapshot".into()),
         _ if obs.plan.members.is_none() && ever_ran => (
             previous
                 .phase
@@ -117,6 +124,13 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         _ => (ClusterPhase::Running, String::new()),
     };
     let progressing = match action {
+        Action::RestoreSeed
+        | Action::RestoreDone { .. }
+        | Action::Restoring { .. }
+        | Action::DeletePod {
+            reason: DeleteReason::Restore,
+            ..
+        } => Some("Restoring"),
         Action::Bootstrap
         | Action::AddMember
         | Action::JoinMember { .. }
@@ -153,7 +167,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             progressing.is_some(),
             progressing.unwrap_or("Stable"),
             match action {
-                Action::Wait { reason } => reason.clone(),
+                Action::Wait { reason } | Action::Restoring { reason } => reason.clone(),
                 _ => format!("{voters} of {size} members"),
             },
         ),
@@ -195,6 +209,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         observed_generation: generation,
         cluster_id,
         member_statuses,
+        restore: previous.restore.clone(),
     }
 }
 
@@ -232,6 +247,7 @@ mod tests {
                         state,
                         age: Duration::from_secs(60),
                         joining: None,
+                        restore: None,
                     })
                     .collect(),
                 bootstrapped: true,

@@ -19,7 +19,7 @@ use super::observe::{self, HealthMemory, Observed};
 use super::plan::{self, Action, Target};
 use super::resources::{self, MANAGER};
 use super::status;
-use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus};
+use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreRecord};
 
 /// Shared by every cluster task.
 pub struct Context {
@@ -34,6 +34,8 @@ pub struct Context {
     pub gate_image: Option<String>,
     /// Timings of the planner that users may tune.
     pub timings: Timings,
+    /// Where etcd pods reach this operator's HTTP server, for a restore's seed.
+    pub snapshot_url: Option<String>,
 }
 
 /// How long the planner gives members before it acts on their silence.
@@ -247,6 +249,7 @@ async fn reconcile(
         pvcs: Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns),
         slices: Api::namespaced(ctx.client.clone(), &ns),
         gate_image: ctx.gate_image.clone(),
+        snapshot_url: ctx.snapshot_url.clone(),
     };
     let paused = cluster.spec.is_paused();
     if let Err(e) = validate(ctx, cluster, &ns).await {
@@ -273,7 +276,31 @@ async fn reconcile(
         replace_after: ctx.timings.replace_unhealthy_after,
         quorum_grace: ctx.timings.quorum_grace,
     };
-    let mut action = plan::plan(&obs.plan, &target);
+    // A restore handed over by the restore controller replaces the normal plan until its seed
+    // serves; the cluster then grows back by the normal plan.
+    let restore = match cluster.pending_restore() {
+        Some(Ok(handoff)) => Some(handoff),
+        Some(Err(message)) => {
+            report_invalid(ctx, cluster, &apis, memory, "InvalidRestore", &message).await?;
+            return Err(Error::Invalid {
+                reason: "InvalidRestore",
+                message,
+            });
+        }
+        None => None,
+    };
+    let mut action = match &restore {
+        Some(handoff) => plan::restore(
+            &obs.plan,
+            &target,
+            &plan::RestoreTarget {
+                uid: handoff.uid.clone(),
+                url: apis.snapshot_url_of(cluster),
+                gate: apis.gate_image.is_some(),
+            },
+        ),
+        None => plan::plan(&obs.plan, &target),
+    };
     if matches!(action, Action::RemoveMember { .. }) {
         // Immediately before a removal, the pods are listed again: one deleted since the
         // observation must not count as a healthy voter's.
@@ -289,6 +316,21 @@ async fn reconcile(
     let outcome = act::act(&apis, &effective, &obs, &action).await;
 
     let mut new_status = status::compute(cluster, &obs, &action);
+    if let Some(handoff) = &restore {
+        let completed = matches!(
+            (&action, &outcome),
+            (Action::RestoreDone { .. }, Ok(Outcome::Done(_)))
+        );
+        new_status.restore = Some(RestoreRecord {
+            name: handoff.name.clone(),
+            uid: handoff.uid.clone(),
+            seed: match &action {
+                Action::RestoreDone { seed } => seed.clone(),
+                _ => String::new(),
+            },
+            completed,
+        });
+    }
     if let Some(message) = &pin {
         mark_degraded(&mut new_status, "UnsupportedChange", message);
     }
@@ -476,7 +518,13 @@ fn reason_of(action: &Action) -> &'static str {
         } => "MemberReplaced",
         Action::RemoveMember { .. } => "MemberRemoved",
         Action::RecreatePod { .. } => "PodRecreated",
+        Action::DeletePod {
+            reason: plan::DeleteReason::Restore,
+            ..
+        } => "RestoreReplacingMembers",
         Action::DeletePod { .. } => "PodDeleted",
+        Action::RestoreSeed => "RestoreSeedCreated",
+        Action::RestoreDone { .. } => "RestoreSeedServing",
         _ => "Reconciled",
     }
 }

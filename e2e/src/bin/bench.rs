@@ -9,7 +9,13 @@ use std::time::{Duration, Instant};
 use e2e::{
     CLK_TCK, Kubectl, OperatorProcess, Writer, cpu_ticks, healthy_at_size, pod_names, until,
 };
+use futures::StreamExt;
 use serde_json::json;
+
+#[path = "../../../tests/support/stores.rs"]
+mod stores;
+
+use stores::Moto;
 
 const IMAGE: &str = "quay.io/coreos/etcd:v3.6.16";
 
@@ -98,6 +104,234 @@ fn activity(operator: &OperatorProcess, during: impl FnOnce()) -> Activity {
 
 fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
+}
+
+/// Peak RSS of `pid`, sampled every 20 ms while `during` runs.
+fn peak_rss_kib(pid: u32, during: impl FnOnce()) -> u64 {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(rss_kib(pid));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        })
+    };
+    during();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap()
+}
+
+/// Fills the single member at `endpoint` with `mib` keys of 1 MiB each, four writers at once.
+fn fill(endpoint: &str, mib: usize) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = etcd_client::Client::connect([endpoint], None)
+            .await
+            .unwrap();
+        let writers = (0..4).map(|w| {
+            let mut kv = client.kv_client();
+            async move {
+                for i in (w..mib).step_by(4) {
+                    // Distinct values, so that nothing along the way can shrink them.
+                    let value: Vec<u8> = (0..1 << 20).map(|j: u32| (j ^ i as u32) as u8).collect();
+                    kv.put(format!("bench/{i:05}"), value, None).await.unwrap();
+                }
+            }
+        });
+        futures::future::join_all(writers).await;
+    });
+}
+
+fn mib_per_s(bytes: u64, took: Duration) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / took.as_secs_f64()
+}
+
+/// A backup of a 1 GiB database from its one member: the operator's EtcdBackup into moto's S3
+/// (streamed and verified, from apply to Succeeded) beside the floor, `etcdctl snapshot save`
+/// of the same member to a local file. Best of two each. Rows: measure, value, floor, target.
+fn backup_rows(
+    k: &Kubectl,
+    ns: &str,
+    operator: &OperatorProcess,
+) -> Vec<(String, String, String, String)> {
+    const MIB: usize = 1024;
+    apply_cluster(k, ns, "big", 1);
+    until("big Available", 600, || healthy_at_size(k, ns, "big", 1));
+    let endpoint = format!("http://{}:2379", e2e::member_ip(k, ns, "big"));
+    fill(&endpoint, MIB);
+
+    let etcdctl = format!(
+        "{}/etcdctl",
+        String::from_utf8_lossy(
+            &std::process::Command::new(e2e::repo_root().join("hack/build-tools.sh"))
+                .arg("etcd-3.6")
+                .output()
+                .unwrap()
+                .stdout
+        )
+        .trim()
+    );
+    let file = std::env::temp_dir().join(format!("bench-{ns}.db"));
+    let mut floor = Duration::MAX;
+    let mut size = 0;
+    for _ in 0..2 {
+        let start = Instant::now();
+        let out = std::process::Command::new(&etcdctl)
+            .args(["--endpoints", &endpoint, "snapshot", "save"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "etcdctl snapshot save: {out:?}");
+        floor = floor.min(start.elapsed());
+        size = std::fs::metadata(&file).unwrap().len();
+        let _ = std::fs::remove_file(&file);
+    }
+
+    let moto = Moto::start("127.0.0.1");
+    moto.create_bucket("bench");
+    k.ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "bench-aws",
+            "-n",
+            ns,
+            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
+        ],
+        None,
+    );
+    let idle = rss_kib(operator.pid());
+    let mut best = Duration::MAX;
+    let mut peak = 0;
+    let mut saved = 0;
+    for i in 0..2 {
+        let name = format!("big-{i}");
+        let backup = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+            "metadata": {"name": name}, "spec": {"clusterName": "big", "storageType": "S3",
+            "backupPolicy": {"timeoutInSecond": 600},
+            "s3": {"path": format!("bench/{name}.db"), "awsSecret": "bench-aws",
+                   "endpoint": moto.url, "forcePathStyle": true}}});
+        let start = Instant::now();
+        let mut took = Duration::ZERO;
+        peak = peak.max(peak_rss_kib(operator.pid(), || {
+            k.ok(&["apply", "-n", ns, "-f", "-"], Some(&backup.to_string()));
+            until(&format!("EtcdBackup {name}"), 600, || {
+                let s = e2e::get(k, ns, &format!("etcdbackup/{name}"))["status"].clone();
+                assert_ne!(s["phase"], "Failed", "{s}");
+                if s["succeeded"] == true {
+                    saved = s["size"].as_u64().unwrap();
+                    return true;
+                }
+                false
+            });
+            took = start.elapsed();
+        }));
+        best = best.min(took);
+    }
+    let (floor_rate, rate) = (mib_per_s(size, floor), mib_per_s(saved, best));
+    let (pipeline, intake) = pipeline_and_store(&endpoint, &moto.url);
+    vec![
+        (
+            format!(
+                "backup of a {:.2} GiB database to S3 (moto), throughput",
+                saved as f64 / (1u64 << 30) as f64
+            ),
+            format!("{rate:.0} MiB/s ({})", secs(best)),
+            format!(
+                "{floor_rate:.0} MiB/s ({}; `etcdctl snapshot save` of the same member to a local file)",
+                secs(floor)
+            ),
+            format!("ratio {:.2}, target >= 0.9", rate / floor_rate),
+        ),
+        (
+            "the operator's snapshot code alone (etcd stream, both hashes, multipart writer) into a \
+             local file store, same member"
+                .into(),
+            format!("{:.0} MiB/s ({})", mib_per_s(size, pipeline), secs(pipeline)),
+            format!("{floor_rate:.0} MiB/s (etcdctl, as above)"),
+            format!("ratio {:.2}, target >= 0.9", mib_per_s(size, pipeline) / floor_rate),
+        ),
+        (
+            "moto's own multipart intake: the same snapshot file uploaded by the same client, \
+             no etcd (the ceiling of the S3 row)"
+                .into(),
+            format!("{:.0} MiB/s ({})", mib_per_s(size, intake), secs(intake)),
+            "-".into(),
+            "".into(),
+        ),
+        (
+            "operator peak RSS during the backup".into(),
+            format!("{:.1} MiB", peak as f64 / 1024.0),
+            format!("{:.1} MiB (idle, before it)", idle as f64 / 1024.0),
+            "< 64 MiB".into(),
+        ),
+    ]
+}
+
+/// Where the time of a backup to moto goes: the operator's own snapshot path (the same code,
+/// `snapshot::save`) into a local file store, and moto's multipart intake of the resulting
+/// file through the same client without etcd. Best of two each.
+fn pipeline_and_store(endpoint: &str, moto: &str) -> (Duration, Duration) {
+    use etcd_operator::backup::snapshot;
+    use object_store::PutMultipartOptions;
+    use object_store::path::Path;
+    let dir = std::env::temp_dir().join(format!("bench-pipeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (pipeline, intake) = rt.block_on(async {
+        let local = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
+        let mut pipeline = Duration::MAX;
+        for _ in 0..2 {
+            let start = Instant::now();
+            snapshot::save(
+                endpoint,
+                &local,
+                &Path::from("pipeline.db"),
+                PutMultipartOptions::default(),
+                Duration::from_secs(600),
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+            pipeline = pipeline.min(start.elapsed());
+        }
+        let s3 = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name("bench")
+            .with_endpoint(moto)
+            .with_allow_http(true)
+            .with_access_key_id("test")
+            .with_secret_access_key("test")
+            .with_region("us-east-1")
+            .build()
+            .unwrap();
+        let mut intake = Duration::MAX;
+        for i in 0..2 {
+            let file = tokio::fs::File::open(dir.join("pipeline.db"))
+                .await
+                .unwrap();
+            let chunks = tokio_util::io::ReaderStream::with_capacity(file, 64 << 10)
+                .map(|c| Ok(c.unwrap().to_vec()));
+            let start = Instant::now();
+            snapshot::upload(
+                Box::pin(chunks),
+                &s3,
+                &Path::from(format!("intake-{i}.db")),
+                PutMultipartOptions::default(),
+                Duration::from_secs(600),
+            )
+            .await
+            .unwrap();
+            intake = intake.min(start.elapsed());
+        }
+        (pipeline, intake)
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    (pipeline, intake)
 }
 
 fn main() {
@@ -210,15 +444,21 @@ fn main() {
         "within 2x of idle",
     ));
 
-    println!("| measure | value | floor: one etcd pod started directly | target |");
+    let backup = backup_rows(&k, ns, &operator);
+
+    println!("| measure | value | floor | target |");
     println!("| --- | --- | --- | --- |");
     for (m, v, t) in rows {
-        // Durations only ("12.3 s"; not "40 ms" nor counts).
+        // The floor of durations ("12.3 s"; not "40 ms" nor counts): one etcd pod started
+        // directly.
         let f = if v.ends_with(" s") {
-            secs(floor)
+            format!("{} (one etcd pod started directly)", secs(floor))
         } else {
             "-".into()
         };
+        println!("| {m} | {v} | {f} | {t} |");
+    }
+    for (m, v, f, t) in backup {
         println!("| {m} | {v} | {f} | {t} |");
     }
 }

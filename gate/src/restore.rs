@@ -1,0 +1,334 @@
+//! `etcd-gate restore`: the seed member of a restore gets its data before etcd starts.
+//!
+//! It fetches the snapshot from the operator (never from object storage: etcd pods hold no
+//! cloud credentials), checks its sha256 before using a byte of it, runs the image's own
+//! `etcdutl snapshot restore` (`etcdctl snapshot restore` in 3.4 images, which have no
+//! etcdutl) into a directory beside the data directory, renames it into place, and then
+//! becomes etcd. A container restarted at any point starts over cleanly: a data directory
+//! appears only whole (by rename), and once it is there etcd starts at once.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::{endpoint, exit_on_termination, log};
+
+pub const USAGE: &str = "\
+etcd-gate restore --url http://IP:port/PATH --token T --sha256 HEX --data-dir DIR --name NAME
+        --initial-cluster NAME=URL --initial-advertise-peer-urls URL --initial-cluster-token T
+        [--bump-revision N] -- PROGRAM [ARG...]
+    fetch the snapshot at URL (Authorization: Bearer T), check its sha256, restore it into DIR
+    with the etcdutl (or etcdctl) beside PROGRAM, then run PROGRAM; at once if DIR holds data";
+
+/// How long the fetch is tried before the gate gives up (the container restarts).
+const FETCH_DEADLINE: Duration = Duration::from_secs(1800);
+/// Between two attempts.
+const RETRY_EVERY: Duration = Duration::from_secs(2);
+/// A read that makes no progress for this long fails the attempt.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, PartialEq)]
+pub struct Restore {
+    addr: SocketAddr,
+    path: String,
+    token: String,
+    sha256: String,
+    data_dir: PathBuf,
+    name: String,
+    initial_cluster: String,
+    peer_urls: String,
+    cluster_token: String,
+    bump_revision: u64,
+    program: String,
+    program_args: Vec<String>,
+}
+
+pub fn parse(args: &[String]) -> Result<Restore, String> {
+    let (opts, command) = match args.iter().position(|a| a == "--") {
+        Some(i) => (&args[..i], &args[i + 1..]),
+        None => return Err(format!("restore needs `-- PROGRAM`\nusage:\n{USAGE}")),
+    };
+    let mut values = std::collections::BTreeMap::new();
+    let mut it = opts.iter();
+    while let Some(opt) = it.next() {
+        let (key, value) = match opt.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (
+                opt.clone(),
+                it.next()
+                    .ok_or_else(|| format!("{opt} needs a value"))?
+                    .clone(),
+            ),
+        };
+        const KNOWN: [&str; 10] = [
+            "--url",
+            "--token",
+            "--sha256",
+            "--data-dir",
+            "--name",
+            "--initial-cluster",
+            "--initial-advertise-peer-urls",
+            "--initial-cluster-token",
+            "--bump-revision",
+            "--poll-ms",
+        ];
+        if !KNOWN.contains(&key.as_str()) {
+            return Err(format!("unknown option {key}\nusage:\n{USAGE}"));
+        }
+        values.insert(key, value);
+    }
+    let mut take = |k: &str| values.remove(k).ok_or_else(|| format!("{k} is required"));
+    let url = take("--url")?;
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("--url {url}: only http://IP:port/PATH is supported"))?;
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let sha256 = take("--sha256")?.to_ascii_lowercase();
+    if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("--sha256 {sha256}: not a sha256 in hex"));
+    }
+    let bump_revision = match values.remove("--bump-revision") {
+        Some(v) => v
+            .parse()
+            .map_err(|_| format!("--bump-revision {v}: not a number"))?,
+        None => 0,
+    };
+    let mut take = |k: &str| values.remove(k).ok_or_else(|| format!("{k} is required"));
+    let (program, program_args) = command.split_first().ok_or("nothing to run after `--`")?;
+    Ok(Restore {
+        addr: endpoint(&format!("http://{host}"))?,
+        path: if path.is_empty() {
+            "/".into()
+        } else {
+            path.into()
+        },
+        token: take("--token")?,
+        sha256,
+        data_dir: PathBuf::from(take("--data-dir")?),
+        name: take("--name")?,
+        initial_cluster: take("--initial-cluster")?,
+        peer_urls: take("--initial-advertise-peer-urls")?,
+        cluster_token: take("--initial-cluster-token")?,
+        bump_revision,
+        program: program.clone(),
+        program_args: program_args.to_vec(),
+    })
+}
+
+/// `dir` with `suffix` appended to its last component.
+fn beside(dir: &Path, suffix: &str) -> PathBuf {
+    let mut s = dir.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+impl Restore {
+    pub fn run(self) -> Result<(), String> {
+        exit_on_termination();
+        if self.data_dir.join("member").is_dir() {
+            log(&format!(
+                "{} holds restored data; starting",
+                self.data_dir.display()
+            ));
+        } else {
+            let file = beside(&self.data_dir, ".snapshot");
+            self.fetch(&file)?;
+            self.restore(&file)?;
+            let _ = std::fs::remove_file(&file);
+        }
+        let err = Command::new(&self.program).args(&self.program_args).exec();
+        Err(format!("running {}: {err}", self.program))
+    }
+
+    /// Fetches the snapshot into `file`, tried until it arrives whole with the right hash.
+    fn fetch(&self, file: &Path) -> Result<(), String> {
+        let started = Instant::now();
+        let part = beside(file, ".part");
+        loop {
+            match self.fetch_once(&part) {
+                Ok(size) => {
+                    std::fs::rename(&part, file)
+                        .map_err(|e| format!("renaming {}: {e}", part.display()))?;
+                    log(&format!(
+                        "fetched the snapshot ({size} bytes, sha256 {}) in {} ms",
+                        self.sha256,
+                        started.elapsed().as_millis()
+                    ));
+                    return Ok(());
+                }
+                Err(e) if started.elapsed() < FETCH_DEADLINE => {
+                    log(&format!("fetching the snapshot: {e}; trying again"));
+                    std::thread::sleep(RETRY_EVERY);
+                }
+                Err(e) => return Err(format!("fetching the snapshot: {e}; giving up")),
+            }
+        }
+    }
+
+    /// One attempt: the answer's body into `part`, hashed on the way. Returns its size.
+    fn fetch_once(&self, part: &Path) -> Result<u64, String> {
+        let err = |e: std::io::Error| e.to_string();
+        let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).map_err(err)?;
+        conn.set_read_timeout(Some(READ_TIMEOUT)).map_err(err)?;
+        let request = format!(
+            "GET {} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+            self.path, self.addr, self.token
+        );
+        (&conn).write_all(request.as_bytes()).map_err(err)?;
+        let mut reader = BufReader::with_capacity(1 << 16, conn);
+        let mut status = String::new();
+        reader.read_line(&mut status).map_err(err)?;
+        let mut length = None;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).map_err(err)?;
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse::<u64>().ok();
+            }
+        }
+        if status.split_whitespace().nth(1) != Some("200") {
+            let mut body = String::new();
+            let _ = reader.take(1024).read_to_string(&mut body);
+            return Err(format!("{}: {}", status.trim(), body.trim()));
+        }
+        let mut out =
+            std::fs::File::create(part).map_err(|e| format!("creating {}: {e}", part.display()))?;
+        let mut hash = Sha256::new();
+        let mut size = 0u64;
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = reader.read(&mut buf).map_err(err)?;
+            if n == 0 {
+                break;
+            }
+            hash.update(&buf[..n]);
+            out.write_all(&buf[..n])
+                .map_err(|e| format!("writing {}: {e}", part.display()))?;
+            size += n as u64;
+        }
+        out.sync_all().map_err(err)?;
+        if let Some(expected) = length
+            && expected != size
+        {
+            return Err(format!("the answer ended after {size} of {expected} bytes"));
+        }
+        let got: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        if got != self.sha256 {
+            return Err(format!(
+                "the snapshot has sha256 {got}, not {}; it is not used",
+                self.sha256
+            ));
+        }
+        Ok(size)
+    }
+
+    /// The image's own restore tool: etcdutl beside etcd, or etcdctl (3.4).
+    fn tool(&self) -> (PathBuf, bool) {
+        let dir = Path::new(&self.program)
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .to_path_buf();
+        let etcdutl = dir.join("etcdutl");
+        if etcdutl.is_file() {
+            (etcdutl, true)
+        } else {
+            (dir.join("etcdctl"), false)
+        }
+    }
+
+    /// Restores `file` into a directory beside the data directory, then renames it into place.
+    fn restore(&self, file: &Path) -> Result<(), String> {
+        let staging = beside(&self.data_dir, ".restoring");
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)
+                .map_err(|e| format!("removing {}: {e}", staging.display()))?;
+        }
+        let (tool, is_etcdutl) = self.tool();
+        let mut command = Command::new(&tool);
+        command
+            .args(["snapshot", "restore"])
+            .arg(file)
+            .arg("--data-dir")
+            .arg(&staging)
+            .args(["--name", &self.name])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(["--initial-cluster-token", &self.cluster_token])
+            .args(["--initial-advertise-peer-urls", &self.peer_urls]);
+        if is_etcdutl && self.bump_revision > 0 {
+            command
+                .arg(format!("--bump-revision={}", self.bump_revision))
+                .arg("--mark-compacted");
+        }
+        if !is_etcdutl {
+            command.env("ETCDCTL_API", "3");
+        }
+        let out = command
+            .output()
+            .map_err(|e| format!("running {}: {e}", tool.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} snapshot restore: {}: {}",
+                tool.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        std::fs::rename(&staging, &self.data_dir).map_err(|e| {
+            format!(
+                "renaming {} to {}: {e}",
+                staging.display(),
+                self.data_dir.display()
+            )
+        })?;
+        log(&format!(
+            "restored the snapshot into {} with {}",
+            self.data_dir.display(),
+            tool.display()
+        ));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_a_restore_command() {
+        let sha = "ab".repeat(32);
+        let r = parse(&args(&format!(
+            "--url=http://10.0.0.9:8080/restores/ns/c/snapshot --token t --sha256={sha} \
+             --data-dir=/var/etcd/data --name=c-x --initial-cluster=c-x=http://c-x.c.ns.svc:2380 \
+             --initial-advertise-peer-urls=http://c-x.c.ns.svc:2380 --initial-cluster-token=u1 \
+             --bump-revision=100 -- /usr/local/bin/etcd --name=c-x"
+        )))
+        .unwrap();
+        assert_eq!(r.addr, "10.0.0.9:8080".parse::<SocketAddr>().unwrap());
+        assert_eq!(r.path, "/restores/ns/c/snapshot");
+        assert_eq!(r.bump_revision, 100);
+        assert_eq!(r.program_args, vec!["--name=c-x"]);
+        for bad in [
+            "--url=http://10.0.0.9:8080/x -- etcd",
+            &format!("--url=https://h/x --token t --sha256={sha} -- etcd"),
+            "--url=http://10.0.0.9:8080/x --token t --sha256=abc --data-dir=d --name=n \
+             --initial-cluster=i --initial-advertise-peer-urls=p --initial-cluster-token=t -- etcd",
+        ] {
+            assert!(parse(&args(bad)).is_err(), "{bad}");
+        }
+    }
+}

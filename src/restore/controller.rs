@@ -1,0 +1,680 @@
+//! The EtcdRestore controller: checks a snapshot, keeps what it replaces, and hands the restore
+//! to the cluster's task, which stays the only writer of the cluster's membership.
+//!
+//! A kube-runtime `Controller`, leader-only, like the backup controller. One pass:
+//!
+//! 1. The EtcdCluster must exist (else phase Pending, condition `ClusterNotFound`, looked at
+//!    again), and no other restore may be pending on it (else Failed: `RestoreInProgress`).
+//! 2. **Verifying**: the snapshot is read through once: etcd's own hash (its last 32 bytes)
+//!    must match the rest, and the sha256 of the whole object must match what is known of it
+//!    (the object's `sha256` metadata, or the status of the EtcdBackup that wrote that path).
+//!    A missing, corrupt or mismatching snapshot fails the restore; the cluster is untouched.
+//! 3. **Nothing lost**: if the cluster still answers, a snapshot of it is taken to
+//!    `<path>.pre-restore-<time>` in the same storage; its revision sets how far the restored
+//!    revision is raised, so that watchers never see it go back.
+//! 4. **Hand-off**: the EtcdCluster gets the annotation [`RESTORE_ANNOTATION`] (the restore,
+//!    a fresh token, the sha256, the revision bump). Its spec is never changed. Its task deletes
+//!    the members, creates a seed that fetches the snapshot from this operator
+//!    ([`super::serve`]), and records in its status when the seed serves.
+//! 5. **Restoring**, until the cluster is Available at its full size: then Completed, the
+//!    restored revision recorded, and the annotation removed.
+//!
+//! Every step can be cut short (the operator killed) and done again: before the hand-off the
+//! cluster is untouched (a second pass takes another safety snapshot); after it, the annotation
+//! is the record, and the task finishes the restore.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use object_store::path::Path;
+use object_store::{Attribute, GetOptions, ObjectStore, ObjectStoreExt, PutMultipartOptions};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::api::{
+    Condition, EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RESTORE_ANNOTATION,
+    RestoreHandoff, RestorePhase, common::find_condition,
+};
+use crate::backup::controller::{self as backup, Storage, namespaced_apis, target};
+use crate::backup::naming;
+use crate::backup::snapshot::{self, Verifier};
+use crate::backup::storage;
+
+/// The field manager of restore status writes.
+const MANAGER: &str = "etcd-operator-restore";
+/// Bounds each connection to etcd.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bounds the safety snapshot.
+const SAFETY_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often a restore in progress is looked at.
+const POLL: Duration = Duration::from_secs(2);
+/// The revision bump when the replaced cluster's revision is unknown (it did not answer): far
+/// above any revision a cluster reaches, as etcd's own documentation suggests.
+const UNKNOWN_BUMP: u64 = 1_000_000_000;
+/// Added to the replaced cluster's revision, for the writes it took after the safety snapshot
+/// was asked for.
+const BUMP_MARGIN: u64 = 100_000;
+
+/// Shared by every reconcile.
+pub struct Context {
+    /// API client for requests (bounded in time).
+    pub client: Client,
+    /// Publishes Events.
+    pub recorder: Recorder,
+}
+
+/// Why a restore cannot go on. Every message names its cause.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The storage section, its Secret, or the cluster to snapshot.
+    #[error(transparent)]
+    Source(#[from] backup::Error),
+    /// The snapshot object does not exist.
+    #[error("the snapshot {0} does not exist")]
+    Missing(String),
+    /// Reading the snapshot failed.
+    #[error("reading the snapshot {url}: {source}")]
+    Read {
+        /// Where.
+        url: String,
+        #[source]
+        source: object_store::Error,
+    },
+    /// The snapshot is not whole: etcd's own hash does not match its contents.
+    #[error("the snapshot {url} is corrupt: {source}")]
+    Corrupt {
+        /// Where.
+        url: String,
+        #[source]
+        source: snapshot::Error,
+    },
+    /// The snapshot's sha256 is not the one recorded when it was written.
+    #[error("the snapshot {url} has sha256 {computed}, but {known_from} says {known}")]
+    Mismatch {
+        /// Where.
+        url: String,
+        /// What it hashes to.
+        computed: String,
+        /// What was recorded.
+        known: String,
+        /// Where that was recorded.
+        known_from: String,
+    },
+    /// Another restore is pending on the cluster.
+    #[error("EtcdCluster {cluster} is being restored by EtcdRestore {other}")]
+    Busy {
+        /// The cluster.
+        cluster: String,
+        /// The other restore.
+        other: String,
+    },
+    /// The cluster answered but its safety snapshot failed: nothing is replaced without one.
+    #[error("taking the safety snapshot of EtcdCluster {cluster}: {source}")]
+    Safety {
+        /// The cluster.
+        cluster: String,
+        #[source]
+        source: snapshot::Error,
+    },
+    /// The API server.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was read or written.
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Source(_) => "InvalidSource",
+            Error::Missing(_) => "SnapshotMissing",
+            Error::Read { .. } => "SnapshotUnreadable",
+            Error::Corrupt { .. } => "SnapshotCorrupt",
+            Error::Mismatch { .. } => "SnapshotHashMismatch",
+            Error::Busy { .. } => "RestoreInProgress",
+            Error::Safety { .. } => "SafetySnapshotFailed",
+            Error::Kube { .. } => "ApiError",
+        }
+    }
+
+    /// Whether trying again cannot help until the spec changes: the snapshot itself is wrong,
+    /// or another restore holds the cluster.
+    fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Error::Missing(_) | Error::Corrupt { .. } | Error::Mismatch { .. } | Error::Busy { .. }
+        )
+    }
+}
+
+fn condition(
+    previous: &[Condition],
+    generation: Option<i64>,
+    done: bool,
+    reason: &str,
+    message: String,
+) -> Condition {
+    let status = if done { "True" } else { "False" }.to_string();
+    let last_transition_time = find_condition(previous, "Completed")
+        .filter(|c| c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .or_else(|| Some(Timestamp::now().to_string()));
+    Condition {
+        type_: "Completed".into(),
+        status,
+        observed_generation: generation,
+        last_transition_time,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// The status with `phase`, and the condition's reason and message.
+fn with_phase(
+    restore: &EtcdRestore,
+    phase: RestorePhase,
+    reason: &str,
+    message: String,
+) -> EtcdRestoreStatus {
+    let previous = restore.status.clone().unwrap_or_default();
+    let generation = restore.metadata.generation;
+    EtcdRestoreStatus {
+        succeeded: phase == RestorePhase::Completed,
+        reason: if phase == RestorePhase::Failed {
+            message.clone()
+        } else {
+            String::new()
+        },
+        phase: Some(phase),
+        conditions: vec![condition(
+            &previous.conditions,
+            generation,
+            phase == RestorePhase::Completed,
+            reason,
+            message,
+        )],
+        observed_generation: generation,
+        ..previous
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    restore: &EtcdRestore,
+    status: &EtcdRestoreStatus,
+) -> Result<(), Error> {
+    if restore.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let api: Api<EtcdRestore> =
+        Api::namespaced(ctx.client.clone(), &restore.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "apiVersion": EtcdRestore::api_version(&()),
+        "kind": EtcdRestore::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &restore.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| Error::Kube {
+        what: "writing status".into(),
+        source,
+    })
+}
+
+async fn publish<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    on: &K,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Restore".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &on.object_ref(&())).await {
+        warn!("publishing an event: {e}");
+    }
+}
+
+/// The handoff on `cluster`, whether or not the cluster has carried it out.
+fn handoff_of(cluster: &EtcdCluster) -> Option<RestoreHandoff> {
+    let value = cluster.annotations().get(RESTORE_ANNOTATION)?;
+    serde_json::from_str(value).ok()
+}
+
+/// How much to raise the restored revision so that it passes `replaced` (the replaced
+/// cluster's revision, when it answered). Only etcdutl 3.5.10 and later can; the cluster's
+/// task drops it for older versions.
+pub fn bump_for(replaced: Option<i64>) -> u64 {
+    match replaced {
+        Some(r) => r.max(0) as u64 + BUMP_MARGIN,
+        None => UNKNOWN_BUMP,
+    }
+}
+
+/// What is known of a snapshot's sha256 before it is read: its object metadata, or the status
+/// of the EtcdBackup that wrote that path; with where it was found.
+async fn known_sha256(
+    client: &Client,
+    ns: &str,
+    store: &dyn ObjectStore,
+    location: &Path,
+    path: &str,
+) -> Result<Option<(String, String)>, Error> {
+    let head = store
+        .get_opts(
+            location,
+            GetOptions {
+                head: true,
+                ..GetOptions::default()
+            },
+        )
+        .await;
+    if let Ok(head) = head
+        && let Some(sha) = head.attributes.get(&Attribute::Metadata("sha256".into()))
+    {
+        return Ok(Some((sha.to_string(), "its sha256 metadata".into())));
+    }
+    let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), ns);
+    let list = backups
+        .list(&Default::default())
+        .await
+        .map_err(|source| Error::Kube {
+            what: "listing EtcdBackups".into(),
+            source,
+        })?;
+    Ok(list.items.into_iter().find_map(|b| {
+        let s = b.status?;
+        (s.path == path && !s.sha256.is_empty()).then(|| {
+            (
+                s.sha256,
+                format!("EtcdBackup {}", b.metadata.name.unwrap_or_default()),
+            )
+        })
+    }))
+}
+
+/// Reads the snapshot through: etcd's own hash must match, and so must what is known.
+async fn verify(
+    client: &Client,
+    ns: &str,
+    target: &storage::Target,
+    path: &str,
+) -> Result<snapshot::Verified, Error> {
+    let url = target.url.clone();
+    let got = match target.store.get(&target.location).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Err(Error::Missing(url)),
+        Err(source) => return Err(Error::Read { url, source }),
+    };
+    let mut stream = got.into_stream();
+    let mut verifier = Verifier::default();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|source| Error::Read {
+            url: url.clone(),
+            source,
+        })?;
+        verifier.update(&chunk);
+    }
+    let verified = verifier.finish().map_err(|source| Error::Corrupt {
+        url: url.clone(),
+        source,
+    })?;
+    if let Some((known, known_from)) =
+        known_sha256(client, ns, target.store.as_ref(), &target.location, path).await?
+        && known != verified.sha256
+    {
+        return Err(Error::Mismatch {
+            url,
+            computed: verified.sha256,
+            known,
+            known_from,
+        });
+    }
+    Ok(verified)
+}
+
+/// A snapshot of the cluster being replaced, beside the one restored; `None` when the cluster
+/// does not answer (then there is nothing to keep). Returns its coreos-style path and the
+/// revision it holds.
+async fn safety_snapshot(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    target: &storage::Target,
+    path: &str,
+) -> Result<Option<(String, i64)>, Error> {
+    let endpoint = match backup::cluster_endpoint(client, ns, cluster).await {
+        Ok(e) => e,
+        Err(backup::Error::NoHealthyMember { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let name = naming::pre_restore_name(target.location.as_ref(), Timestamp::now());
+    let location = Path::from(name.as_str());
+    let saved = snapshot::save(
+        &endpoint,
+        target.store.as_ref(),
+        &location,
+        PutMultipartOptions::default(),
+        SAFETY_TIMEOUT,
+        CONNECT_TIMEOUT,
+    )
+    .await
+    .map_err(|source| Error::Safety {
+        cluster: cluster.into(),
+        source,
+    })?;
+    if let Err(why) = snapshot::set_metadata(
+        &target.metadata,
+        &location,
+        saved.verified.size,
+        &[("sha256", &saved.verified.sha256)],
+    )
+    .await
+    {
+        warn!(name, "sha256 metadata not set: {why}");
+    }
+    let bucket = path.split_once('/').map_or("", |(b, _)| b);
+    Ok(Some((format!("{bucket}/{name}"), saved.revision)))
+}
+
+async fn patch_annotation(
+    ctx: &Context,
+    ns: &str,
+    cluster: &str,
+    value: Option<String>,
+) -> Result<(), Error> {
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let patch = serde_json::json!({"metadata": {"annotations": {RESTORE_ANNOTATION: value}}});
+    api.patch(cluster, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Kube {
+            what: format!("annotating EtcdCluster {cluster}"),
+            source,
+        })
+}
+
+/// The restore is handed over: follows the cluster until it is whole again.
+async fn follow(
+    ctx: &Context,
+    restore: &EtcdRestore,
+    cluster: &EtcdCluster,
+    handoff: &RestoreHandoff,
+) -> Result<Action, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let status = cluster.status.clone().unwrap_or_default();
+    let seeded = status
+        .restore
+        .as_ref()
+        .filter(|r| r.uid == handoff.uid && r.completed);
+    let available =
+        find_condition(&status.conditions, "Available").is_some_and(|c| c.status == "True");
+    let whole = available
+        && status.ready_members == Some(cluster.spec.size)
+        && status.size == cluster.spec.size;
+    let mut next = with_phase(
+        restore,
+        RestorePhase::Restoring,
+        "Restoring",
+        match seeded {
+            Some(r) => format!(
+                "seed {} serves the snapshot's data; the cluster grows back to {} members",
+                r.seed, cluster.spec.size
+            ),
+            None => find_condition(&status.conditions, "Progressing")
+                .map(|c| c.message.clone())
+                .unwrap_or_else(|| "the cluster's members are being replaced".into()),
+        },
+    );
+    next.sha256 = handoff.sha256.clone();
+    next.pre_restore_path = handoff.pre_restore_path.clone();
+    if let Some(r) = seeded {
+        next.seed = r.seed.clone();
+    }
+    if seeded.is_none() || !whole {
+        write_status(ctx, restore, &next).await?;
+        return Ok(Action::requeue(POLL));
+    }
+    let revision = match backup::cluster_endpoint(&ctx.client, &ns, &cluster.name_any()).await {
+        Ok(endpoint) => crate::etcd::status(&endpoint, CONNECT_TIMEOUT)
+            .await
+            .ok()
+            .map(|s| s.revision),
+        Err(_) => None,
+    };
+    let message = format!(
+        "EtcdCluster {} runs from the snapshot at {} members{}",
+        cluster.name_any(),
+        cluster.spec.size,
+        revision
+            .map(|r| format!(", revision {r}"))
+            .unwrap_or_default()
+    );
+    let mut done = with_phase(
+        restore,
+        RestorePhase::Completed,
+        "Completed",
+        message.clone(),
+    );
+    done.sha256 = next.sha256;
+    done.pre_restore_path = next.pre_restore_path;
+    done.seed = next.seed;
+    done.restored_revision = revision;
+    write_status(ctx, restore, &done).await?;
+    patch_annotation(ctx, &ns, &cluster.name_any(), None).await?;
+    info!(restore = restore.name_any(), "{message}");
+    publish(
+        ctx,
+        restore,
+        EventType::Normal,
+        "RestoreCompleted",
+        message.clone(),
+    )
+    .await;
+    publish(ctx, cluster, EventType::Normal, "RestoreCompleted", message).await;
+    Ok(Action::await_change())
+}
+
+async fn reconcile_inner(restore: &EtcdRestore, ctx: &Context) -> Result<Action, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let uid = restore.metadata.uid.clone().unwrap_or_default();
+    let current = restore.status.clone().unwrap_or_default();
+    let this_generation = current.observed_generation == restore.metadata.generation;
+    if current.phase == Some(RestorePhase::Completed) && this_generation {
+        return Ok(Action::await_change());
+    }
+    let cluster_name = restore.spec.etcd_cluster.name.clone();
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(cluster) = clusters
+        .get_opt(&cluster_name)
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("reading EtcdCluster {cluster_name}"),
+            source,
+        })?
+    else {
+        let message = format!(
+            "spec.etcdCluster.name: EtcdCluster {cluster_name} does not exist; waiting for it"
+        );
+        write_status(
+            ctx,
+            restore,
+            &with_phase(restore, RestorePhase::Pending, "ClusterNotFound", message),
+        )
+        .await?;
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    };
+    if let Some(handoff) = handoff_of(&cluster) {
+        if handoff.uid == uid {
+            return follow(ctx, restore, &cluster, &handoff).await;
+        }
+        if cluster.pending_restore().is_some() {
+            return Err(Error::Busy {
+                cluster: cluster_name,
+                other: handoff.name,
+            });
+        }
+    }
+    if current.phase == Some(RestorePhase::Failed)
+        && this_generation
+        && current.conditions.iter().any(|c| c.reason == "Final")
+    {
+        return Ok(Action::await_change());
+    }
+
+    write_status(
+        ctx,
+        restore,
+        &with_phase(
+            restore,
+            RestorePhase::Verifying,
+            "Verifying",
+            "reading the snapshot through and checking its hashes".into(),
+        ),
+    )
+    .await?;
+    let (target, path) = target(&ctx.client, &ns, Storage::from(&restore.spec)).await?;
+    let verified = verify(&ctx.client, &ns, &target, &path).await?;
+    let safety = safety_snapshot(&ctx.client, &ns, &cluster_name, &target, &path).await?;
+    let handoff = RestoreHandoff {
+        name: restore.name_any(),
+        uid: uid.clone(),
+        token: uuid::Uuid::new_v4().simple().to_string(),
+        sha256: verified.sha256.clone(),
+        bump_revision: bump_for(safety.as_ref().map(|(_, r)| *r)),
+        pre_restore_path: safety.as_ref().map(|(p, _)| p.clone()).unwrap_or_default(),
+    };
+    let value = serde_json::to_string(&handoff).unwrap_or_default();
+    patch_annotation(ctx, &ns, &cluster_name, Some(value)).await?;
+    let note = format!(
+        "verified {} ({} bytes, sha256 {}); {}; the cluster's members are being replaced",
+        target.url,
+        verified.size,
+        verified.sha256,
+        match &safety {
+            Some((p, r)) => format!("the cluster as it was (revision {r}) is kept at {p}"),
+            None => "the cluster did not answer, so there was nothing to keep".into(),
+        }
+    );
+    let mut next = with_phase(restore, RestorePhase::Restoring, "Restoring", note.clone());
+    next.sha256 = verified.sha256;
+    next.size = Some(verified.size as i64);
+    next.pre_restore_path = handoff.pre_restore_path;
+    write_status(ctx, restore, &next).await?;
+    info!(restore = restore.name_any(), "{note}");
+    publish(
+        ctx,
+        restore,
+        EventType::Normal,
+        "RestoreStarted",
+        note.clone(),
+    )
+    .await;
+    publish(
+        ctx,
+        &cluster,
+        EventType::Normal,
+        "RestoreStarted",
+        format!("EtcdRestore {}: {note}", restore.name_any()),
+    )
+    .await;
+    Ok(Action::requeue(POLL))
+}
+
+async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Action, Error> {
+    match reconcile_inner(&restore, &ctx).await {
+        Ok(action) => Ok(action),
+        Err(e) => {
+            let message = e.to_string();
+            let reported = restore.status.as_ref().is_some_and(|s| s.reason == message);
+            // A final failure is marked so: it is not tried again for this generation.
+            let reason = if e.is_final() { "Final" } else { e.reason() };
+            let mut status = with_phase(&restore, RestorePhase::Failed, reason, message.clone());
+            status.conditions[0].message = format!("{}: {message}", e.reason());
+            write_status(&ctx, &restore, &status).await?;
+            if !reported {
+                warn!(restore = restore.name_any(), "{message}");
+                publish(&ctx, &*restore, EventType::Warning, e.reason(), message).await;
+            }
+            if e.is_final() {
+                return Ok(Action::await_change());
+            }
+            Err(e)
+        }
+    }
+}
+
+fn error_policy(_: Arc<EtcdRestore>, _: &Error, _: Arc<Context>) -> Action {
+    let jitter = Duration::from_millis(u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 8);
+    Action::requeue(Duration::from_secs(10) + jitter)
+}
+
+/// Runs the controller while `leading` is true, over `namespaces` (empty: every namespace).
+pub async fn run(
+    ctx: Arc<Context>,
+    watch_client: Client,
+    namespaces: Vec<String>,
+    leading: watch::Receiver<bool>,
+) {
+    crate::leader::while_leading(leading, "restore controller", || {
+        let controllers = namespaced_apis::<EtcdRestore>(&watch_client, &namespaces)
+            .into_iter()
+            .map(|api| {
+                Controller::new(api, watcher::Config::default())
+                    .run(reconcile, error_policy, ctx.clone())
+                    .for_each(|_| futures::future::ready(()))
+            });
+        futures::future::join_all(controllers).map(|_| ())
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_restored_revision_is_raised_past_the_replaced_clusters() {
+        assert_eq!(bump_for(Some(12_345)), 12_345 + BUMP_MARGIN);
+        assert_eq!(bump_for(None), UNKNOWN_BUMP);
+    }
+
+    #[test]
+    fn only_a_wrong_snapshot_or_a_busy_cluster_is_final() {
+        assert!(Error::Missing("s3://b/k".into()).is_final());
+        assert!(
+            Error::Busy {
+                cluster: "c".into(),
+                other: "r".into()
+            }
+            .is_final()
+        );
+        assert!(
+            !Error::Source(backup::Error::SecretNotFound {
+                field: "s3.awsSecret",
+                name: "aws".into()
+            })
+            .is_final()
+        );
+    }
+}

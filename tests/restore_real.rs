@@ -1,0 +1,217 @@
+//! A restore's seed path on real etcd 3.4, 3.5 and 3.6: a snapshot taken by the operator's own
+//! snapshot code is served over HTTP with a token (as the operator serves it), and the static
+//! `etcd-gate restore` the operator image ships fetches it, checks its sha256, restores it with
+//! the version's own tool (etcdctl for 3.4, etcdutl with `--bump-revision --mark-compacted`
+//! for 3.5.10 and later), and becomes etcd: every key is back, and the revision went up, never
+//! back. A snapshot with the wrong hash is never restored.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use etcd_operator::backup::snapshot;
+use object_store::PutMultipartOptions;
+use object_store::path::Path as ObjectPath;
+use support::{EtcdProcess, etcd_binary, gate_binary};
+
+const TOKEN: &str = "s3cr3t";
+const KEYS: usize = 200;
+const BUMP: u64 = 1_000_000;
+
+/// Serves `file` at any path to requests bearing [`TOKEN`] (403 otherwise), like the operator's
+/// snapshot endpoint, until dropped.
+struct Server {
+    url: String,
+    stop: Arc<AtomicBool>,
+}
+
+impl Server {
+    fn start(file: &Path) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!(
+            "http://{}/restores/ns/c/snapshot",
+            listener.local_addr().unwrap()
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let (file, flag) = (file.to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                let Ok((conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                conn.set_nonblocking(false).unwrap();
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut authorized = false;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                        break;
+                    }
+                    authorized |= line.trim() == format!("Authorization: Bearer {TOKEN}");
+                }
+                let mut conn = conn;
+                if authorized {
+                    let body = std::fs::read(&file).unwrap();
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                    let _ = conn.write_all(head.as_bytes());
+                    let _ = conn.write_all(&body);
+                } else {
+                    let _ =
+                        conn.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 3\r\n\r\nno\n");
+                }
+            }
+        });
+        Server { url, stop }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The `etcd-gate restore` wrapper for member `m`.
+fn gate(m: &EtcdProcess, url: &str, sha256: &str, bump: u64) -> Vec<String> {
+    let mut args = vec![
+        gate_binary().display().to_string(),
+        "restore".into(),
+        format!("--url={url}"),
+        format!("--token={TOKEN}"),
+        format!("--sha256={sha256}"),
+        format!("--data-dir={}", m.data_dir().display()),
+        format!("--name={}", m.name),
+        format!("--initial-cluster={}", m.initial_cluster_entry()),
+        format!("--initial-advertise-peer-urls={}", m.peer_url),
+        "--initial-cluster-token=restored".into(),
+    ];
+    if bump > 0 {
+        args.push(format!("--bump-revision={bump}"));
+    }
+    args.push("--".into());
+    args
+}
+
+async fn revision_and_keys(url: &str) -> (i64, usize) {
+    let mut c = etcd_client::Client::connect([url], None).await.unwrap();
+    let all = c
+        .get(
+            "key-",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    (all.header().unwrap().revision(), all.kvs().len())
+}
+
+async fn restore_on(minor: &str, bump: u64) {
+    let binary = etcd_binary(minor);
+    // The source: KEYS keys, then a snapshot through the operator's snapshot code.
+    let mut source = EtcdProcess::plan("source");
+    let ic = source.initial_cluster_entry();
+    source.start(&binary, &ic, "new", &format!("src-{minor}"));
+    let mut c = etcd_client::Client::connect([source.client_url.as_str()], None)
+        .await
+        .unwrap();
+    for i in 0..KEYS {
+        c.put(format!("key-{i:04}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+    let (revision, _) = revision_and_keys(&source.client_url).await;
+    let dir = std::env::temp_dir().join(format!("restore-real-{minor}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let local = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
+    let saved = snapshot::save(
+        &source.client_url,
+        &local,
+        &ObjectPath::from("snap.db"),
+        PutMultipartOptions::default(),
+        Duration::from_secs(60),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    source.stop();
+    let server = Server::start(&dir.join("snap.db"));
+
+    // A wrong hash: fetched, refused, never restored; the gate keeps trying.
+    let mut wrong = EtcdProcess::plan("wrong");
+    let ic = wrong.initial_cluster_entry();
+    wrong.spawn(
+        &gate(&wrong, &server.url, &"0".repeat(64), bump),
+        &binary,
+        &ic,
+        "new",
+        "restored",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !wrong.log().contains("it is not used") {
+        assert!(Instant::now() < deadline, "no refusal: {}", wrong.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(wrong.running() && !wrong.listening() && !wrong.data_dir().exists());
+    drop(wrong);
+
+    // The right one: restored, and etcd runs on it.
+    let mut m = EtcdProcess::plan("restored");
+    let ic = m.initial_cluster_entry();
+    m.spawn(
+        &gate(&m, &server.url, &saved.verified.sha256, bump),
+        &binary,
+        &ic,
+        "new",
+        "restored",
+    );
+    m.wait_listening(Duration::from_secs(60));
+    let (restored, keys) = revision_and_keys(&m.client_url).await;
+    eprintln!("etcd {minor}: revision {revision} restored as {restored}, {keys} keys");
+    assert_eq!(keys, KEYS, "{}", m.log());
+    if bump > 0 {
+        assert!(
+            restored >= revision + bump as i64,
+            "{revision} -> {restored}"
+        );
+    } else {
+        assert_eq!(restored, revision);
+    }
+    // A restart starts etcd on the restored data at once, without fetching again.
+    drop(server);
+    m.stop();
+    m.spawn(
+        &gate(&m, "http://127.0.0.1:9/gone", &saved.verified.sha256, bump),
+        &binary,
+        &ic,
+        "new",
+        "restored",
+    );
+    m.wait_listening(Duration::from_secs(30));
+    assert_eq!(revision_and_keys(&m.client_url).await.1, KEYS);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_3_4_snapshot_is_restored_by_etcdctl() {
+    restore_on("3.4", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_3_5_snapshot_is_restored_with_its_revision_raised() {
+    restore_on("3.5", BUMP).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_3_6_snapshot_is_restored_with_its_revision_raised() {
+    restore_on("3.6", BUMP).await;
+}
