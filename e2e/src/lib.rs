@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// moto (S3) and Azurite (Azure Blob), shared with the unit tier's tests.
+#[path = "../../tests/support/stores.rs"]
+pub mod stores;
+
+pub mod backups;
+
 /// The repository's root directory.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -4,55 +4,18 @@
 //! bridge of hack/cluster.sh). The manifests are coreos-style; only the endpoint and the Secret
 //! are ours.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use e2e::{Kubectl, Operator, get, healthy_at_size, repo_root, until};
-use serde_json::{Value, json};
+use e2e::backups::{
+    abs_secret, manifest, s3_spec, setup, sha256_hex, snapshot_status, status, store_host,
+    until_status,
+};
+use e2e::stores::{Azurite, Moto};
+use e2e::{Kubectl, get, until};
+use serde_json::json;
 
 const BUCKET: &str = "etcd-backups";
-
-#[path = "../../tests/support/stores.rs"]
-mod stores;
-
-use stores::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, Moto};
-
-/// Where pods reach servers this test starts: the local cluster's bridge.
-fn store_host() -> String {
-    std::env::var("E2E_S3_HOST").unwrap_or_else(|_| "10.244.0.1".into())
-}
-
-fn backup_manifest(name: &str, spec: Value) -> String {
-    json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
-        "metadata": {"name": name}, "spec": spec})
-    .to_string()
-}
-
-fn s3_spec(moto: &Moto, path: &str, secret: &str) -> Value {
-    json!({"path": format!("{BUCKET}/{path}"), "awsSecret": secret,
-        "endpoint": moto.url, "forcePathStyle": true})
-}
-
-fn status(k: &Kubectl, ns: &str, name: &str) -> Value {
-    get(k, ns, &format!("etcdbackup/{name}"))["status"].clone()
-}
-
-/// Waits until the status of EtcdBackup `name` satisfies `check`; on a timeout the panic shows
-/// the last status, which names the cause of a failure.
-fn until_status(k: &Kubectl, ns: &str, name: &str, secs: u64, check: impl Fn(&Value) -> bool) {
-    let start = Instant::now();
-    loop {
-        let s = status(k, ns, name);
-        if check(&s) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "timed out after {secs}s waiting for EtcdBackup {name}; its status: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 /// Puts `n` keys through a member's JSON gateway, from this host.
 fn put_keys(k: &Kubectl, ns: &str, cluster: &str, n: usize) {
@@ -63,92 +26,25 @@ fn put_keys(k: &Kubectl, ns: &str, cluster: &str, n: usize) {
     assert!(written >= n as u64, "only {written} keys written");
 }
 
-/// What both tests start from: moto with the bucket, a namespace with the operator installed by
-/// the chart, the coreos S3 Secret `aws` (AWS shared files), and a healthy 3-member cluster
-/// `example`.
-fn setup<'k>(k: &'k Kubectl, prefix: &str) -> (Moto, e2e::Namespace<'k>, Operator<'k>) {
-    k.apply_crds();
-    let moto = Moto::start(&store_host());
-    moto.create_bucket(BUCKET);
-    let namespace = k.namespace(prefix);
-    let ns = namespace.name.clone();
-    let operator = Operator::install(k, &ns, &[]);
-    k.ok(
-        &[
-            "create",
-            "secret",
-            "generic",
-            "aws",
-            "-n",
-            &ns,
-            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
-            "--from-literal=config=[default]\nregion = us-east-1\n",
-        ],
-        None,
-    );
-    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-        "metadata": {"name": "example"}, "spec": {"size": 3, "version": "3.6.16"}});
-    k.ok(&["apply", "-n", &ns, "-f", "-"], Some(&cluster.to_string()));
-    until("3 healthy members", 240, || {
-        healthy_at_size(k, &ns, "example", 3)
-    });
-    (moto, namespace, operator)
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    let out = Command::new("sha256sum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(bytes)?;
-            c.wait_with_output()
-        })
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string()
-}
-
-/// etcdutl (3.6, the build the local cluster uses) on a downloaded snapshot.
-fn snapshot_status(file: &std::path::Path) -> Value {
-    let dir = Command::new(repo_root().join("hack/build-tools.sh"))
-        .arg("etcd-3.6")
-        .output()
-        .unwrap();
-    let dir = String::from_utf8_lossy(&dir.stdout).trim().to_string();
-    let out = Command::new(format!("{dir}/etcdutl"))
-        .args(["snapshot", "status", "--write-out=json"])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "etcdutl snapshot status: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 #[test]
 fn backups_to_s3_and_abs_one_shot_periodic_with_retention_and_failures_named() {
     let k = Kubectl::from_env();
-    let (moto, namespace, operator) = setup(&k, "backup");
+    let (moto, namespace, operator) = setup(&k, "backup", BUCKET, 3);
     let ns = namespace.name.as_str();
     put_keys(&k, ns, "example", 200);
 
     // 1. One-shot, by clusterName: the object is etcd's snapshot, its hash the status's.
-    let one = backup_manifest(
+    let one = manifest(
+        "EtcdBackup",
         "one-shot",
         json!({"clusterName": "example", "storageType": "S3",
-            "s3": s3_spec(&moto, "etcd/one-shot.db", "aws")}),
+            "s3": s3_spec(&moto, BUCKET, "etcd/one-shot.db", "aws")}),
     );
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&one));
-    until_status(&k, ns, "one-shot", 120, |s| s["succeeded"] == true);
-    let s = status(&k, ns, "one-shot");
+    until_status(&k, ns, "etcdbackup/one-shot", 120, |s| {
+        s["succeeded"] == true
+    });
+    let s = status(&k, ns, "etcdbackup/one-shot");
     assert_eq!(s["phase"], "Succeeded", "{s}");
     assert_eq!(s["path"], format!("{BUCKET}/etcd/one-shot.db"));
     let object = moto.curl(&[], &format!("/{BUCKET}/etcd/one-shot.db"));
@@ -174,28 +70,16 @@ fn backups_to_s3_and_abs_one_shot_periodic_with_retention_and_failures_named() {
     // The same to Azure Blob: a coreos ABS manifest and Secret, plus our storage-endpoint.
     let azurite = Azurite::start(&store_host());
     azurite.create_container("etcd-backups");
-    k.ok(
-        &[
-            "create",
-            "secret",
-            "generic",
-            "abs",
-            "-n",
-            ns,
-            &format!("--from-literal=storage-account={AZURITE_ACCOUNT}"),
-            &format!("--from-literal=storage-key={AZURITE_KEY}"),
-            &format!("--from-literal=storage-endpoint={}", azurite.url),
-        ],
-        None,
-    );
-    let abs = backup_manifest(
+    abs_secret(&k, ns, &azurite);
+    let abs = manifest(
+        "EtcdBackup",
         "to-abs",
         json!({"clusterName": "example", "storageType": "ABS",
             "abs": {"path": "etcd-backups/etcd/one-shot.db", "absSecret": "abs"}}),
     );
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&abs));
-    until_status(&k, ns, "to-abs", 120, |s| s["succeeded"] == true);
-    let s = status(&k, ns, "to-abs");
+    until_status(&k, ns, "etcdbackup/to-abs", 120, |s| s["succeeded"] == true);
+    let s = status(&k, ns, "etcdbackup/to-abs");
     let file = std::env::temp_dir().join(format!("to-abs-{ns}.db"));
     let blob = azurite.get("etcd-backups", "etcd/one-shot.db", &file);
     let object = std::fs::read(&file).unwrap();
@@ -212,16 +96,17 @@ fn backups_to_s3_and_abs_one_shot_periodic_with_retention_and_failures_named() {
     assert_eq!(snap["revision"], s["etcdRevision"], "{snap} vs {s}");
 
     // 2. Periodic every 2 s keeping 3: at least 5 taken, exactly the newest 3 kept.
-    let periodic = backup_manifest(
+    let periodic = manifest(
+        "EtcdBackup",
         "periodic",
         json!({"clusterName": "example", "storageType": "S3",
             "backupPolicy": {"backupIntervalInSecond": 2, "maxBackups": 3},
-            "s3": s3_spec(&moto, "etcd/periodic", "aws")}),
+            "s3": s3_spec(&moto, BUCKET, "etcd/periodic", "aws")}),
     );
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&periodic));
     let mut seen = std::collections::BTreeSet::new();
     until("5 periodic backups", 120, || {
-        if let Some(d) = status(&k, ns, "periodic")["lastSuccessDate"].as_str() {
+        if let Some(d) = status(&k, ns, "etcdbackup/periodic")["lastSuccessDate"].as_str() {
             seen.insert(d.to_string());
         }
         seen.len() >= 5
@@ -245,25 +130,27 @@ fn backups_to_s3_and_abs_one_shot_periodic_with_retention_and_failures_named() {
     assert_eq!(moto.keys(BUCKET, "etcd/one-shot").len(), 1);
 
     // 3. A missing Secret and an unknown cluster: Failed, with a Reason that names them.
-    let missing = backup_manifest(
+    let missing = manifest(
+        "EtcdBackup",
         "missing-secret",
         json!({"clusterName": "example", "storageType": "S3",
-            "s3": s3_spec(&moto, "etcd/x.db", "nope")}),
+            "s3": s3_spec(&moto, BUCKET, "etcd/x.db", "nope")}),
     );
-    let ghost = backup_manifest(
+    let ghost = manifest(
+        "EtcdBackup",
         "unknown-cluster",
         json!({"clusterName": "ghost", "storageType": "S3",
-            "s3": s3_spec(&moto, "etcd/y.db", "aws")}),
+            "s3": s3_spec(&moto, BUCKET, "etcd/y.db", "aws")}),
     );
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&missing));
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&ghost));
-    until_status(&k, ns, "missing-secret", 60, |s| {
+    until_status(&k, ns, "etcdbackup/missing-secret", 60, |s| {
         s["phase"] == "Failed"
             && s["Reason"]
                 .as_str()
                 .is_some_and(|r| r.contains("s3.awsSecret: Secret nope does not exist"))
     });
-    until_status(&k, ns, "unknown-cluster", 60, |s| {
+    until_status(&k, ns, "etcdbackup/unknown-cluster", 60, |s| {
         s["phase"] == "Failed"
             && s["Reason"]
                 .as_str()
@@ -299,18 +186,19 @@ fn periodic_times(moto: &Moto, prefix: &str) -> Vec<i64> {
 #[test]
 fn the_schedule_survives_an_operator_restart_and_lost_quorum_fails_clearly() {
     let k = Kubectl::from_env();
-    let (moto, namespace, operator) = setup(&k, "backup-restart");
+    let (moto, namespace, operator) = setup(&k, "backup-restart", BUCKET, 3);
     let ns = namespace.name.as_str();
 
     // 1. Every 10 s. The operator is killed (no grace) right after a success; its successor
     //    takes the next slot one interval after the last success in status: none skipped,
     //    none doubled.
     let prefix = format!("{ns}/hourly");
-    let periodic = backup_manifest(
+    let periodic = manifest(
+        "EtcdBackup",
         "periodic",
         json!({"clusterName": "example", "storageType": "S3",
             "backupPolicy": {"backupIntervalInSecond": 10},
-            "s3": s3_spec(&moto, &prefix, "aws")}),
+            "s3": s3_spec(&moto, BUCKET, &prefix, "aws")}),
     );
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&periodic));
     until("the first periodic backup", 60, || {
@@ -353,13 +241,14 @@ fn the_schedule_survives_an_operator_restart_and_lost_quorum_fails_clearly() {
                 .as_array()
                 .is_some_and(|ms| ms.iter().all(|m| m["healthy"] != true))
     });
-    let lost = backup_manifest(
+    let lost = manifest(
+        "EtcdBackup",
         "without-quorum",
         json!({"clusterName": "example", "storageType": "S3",
-            "s3": s3_spec(&moto, &format!("{ns}/lost.db"), "aws")}),
+            "s3": s3_spec(&moto, BUCKET, &format!("{ns}/lost.db"), "aws")}),
     );
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&lost));
-    until_status(&k, ns, "without-quorum", 60, |s| {
+    until_status(&k, ns, "etcdbackup/without-quorum", 60, |s| {
         s["phase"] == "Failed"
             && s["Reason"]
                 .as_str()

@@ -57,7 +57,8 @@ The rights the controllers use, and nothing else. Where each comes from:
 {{- define "etcd-operator.rules" -}}
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdclusters]
-  verbs: [get, list, watch]
+  # patch: the restore controller hands a restore to the cluster's task by an annotation.
+  verbs: [get, list, watch, patch]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdclusters/status]
   verbs: [patch]
@@ -66,6 +67,12 @@ The rights the controllers use, and nothing else. Where each comes from:
   verbs: [list, watch]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdbackups/status]
+  verbs: [patch]
+- apiGroups: [etcd.database.coreos.com]
+  resources: [etcdrestores]
+  verbs: [get, list, watch]
+- apiGroups: [etcd.database.coreos.com]
+  resources: [etcdrestores/status]
   verbs: [patch]
 - apiGroups: [""]
   resources: [pods]

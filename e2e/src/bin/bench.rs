@@ -12,10 +12,7 @@ use e2e::{
 use futures::StreamExt;
 use serde_json::json;
 
-#[path = "../../../tests/support/stores.rs"]
-mod stores;
-
-use stores::Moto;
+use e2e::stores::Moto;
 
 const IMAGE: &str = "quay.io/coreos/etcd:v3.6.16";
 

@@ -1,0 +1,277 @@
+//! EtcdRestore end to end, with the operator installed by the chart and snapshots in moto (S3)
+//! and Azurite (Azure Blob) on the local cluster's bridge: a corrupt snapshot is refused with
+//! the cluster untouched; a good one replaces the cluster's data, with the operator killed once
+//! in the middle, keeps a pre-restore snapshot of what was there, and never lets the revision
+//! go back; a second restore meanwhile is refused; the EtcdCluster's spec is never changed.
+//! The manifests are coreos-style.
+
+use e2e::backups::{
+    abs_secret, manifest, s3_spec, setup, sha256_hex, snapshot_status, status, store_host,
+    until_status,
+};
+use e2e::stores::{Azurite, Moto};
+use e2e::{Kubectl, get, healthy_at_size, until};
+use serde_json::{Value, json};
+
+const BUCKET: &str = "etcd-restores";
+
+/// The client URL of one of `cluster`'s members, by pod IP.
+fn endpoint(k: &Kubectl, ns: &str, cluster: &str) -> String {
+    format!("http://{}:2379", e2e::member_ip(k, ns, cluster))
+}
+
+/// Puts `n` keys `<prefix>-<i>`, eight writers at once.
+fn put(endpoint: &str, prefix: &str, n: usize) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = etcd_client::Client::connect([endpoint], None)
+            .await
+            .unwrap();
+        let writers = (0..8).map(|w| {
+            let mut kv = client.kv_client();
+            async move {
+                for i in (w..n).step_by(8) {
+                    kv.put(format!("{prefix}-{i:05}"), format!("v{i}"), None)
+                        .await
+                        .unwrap();
+                }
+            }
+        });
+        futures::future::join_all(writers).await;
+    });
+}
+
+/// The number of keys under `prefix`, and the revision they were read at.
+fn count(endpoint: &str, prefix: &str) -> (usize, i64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([endpoint], None)
+            .await
+            .unwrap();
+        let r = c
+            .get(
+                prefix,
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .unwrap();
+        (r.count() as usize, r.header().unwrap().revision())
+    })
+}
+
+fn apply(k: &Kubectl, ns: &str, manifest: &str) {
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(manifest));
+}
+
+fn restore_spec(storage: &str, section: Value) -> Value {
+    let key = storage.to_lowercase();
+    json!({"etcdCluster": {"name": "example"}, "backupStorageType": storage, key: section})
+}
+
+/// Reasons of the Events in `ns` about `kind`/`name`.
+fn events(k: &Kubectl, ns: &str, kind: &str, name: &str) -> Vec<String> {
+    let list = get(k, ns, "events.events.k8s.io");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
+        .filter_map(|e| e["reason"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn a_restore_replaces_the_data_keeps_what_was_there_and_survives_an_operator_restart() {
+    let k = Kubectl::from_env();
+    let (moto, namespace, operator) = setup(&k, "restore", BUCKET, 3);
+    let ns = namespace.name.as_str();
+    let spec_before = get(&k, ns, "etcdcluster/example")["spec"].clone();
+
+    // 10,000 keys, a backup of them, then 500 more.
+    put(&endpoint(&k, ns, "example"), "key", 10_000);
+    apply(
+        &k,
+        ns,
+        &manifest(
+            "EtcdBackup",
+            "before",
+            json!({"clusterName": "example", "storageType": "S3",
+                "s3": s3_spec(&moto, BUCKET, "etcd/before.db", "aws")}),
+        ),
+    );
+    until_status(&k, ns, "etcdbackup/before", 120, |s| s["succeeded"] == true);
+    put(&endpoint(&k, ns, "example"), "later", 500);
+    let (_, revision_before) = count(&endpoint(&k, ns, "example"), "key");
+    let pods_before = e2e::pod_names(&k, ns, "example");
+
+    // 1. A corrupt copy: refused before anything is touched.
+    let mut object = moto.curl(&[], &format!("/{BUCKET}/etcd/before.db"));
+    object[4096] ^= 0xff;
+    let corrupt = std::env::temp_dir().join(format!("corrupt-{ns}.db"));
+    std::fs::write(&corrupt, &object).unwrap();
+    moto.curl(
+        &["-T", corrupt.to_str().unwrap()],
+        &format!("/{BUCKET}/etcd/corrupt.db"),
+    );
+    let _ = std::fs::remove_file(&corrupt);
+    apply(
+        &k,
+        ns,
+        &manifest(
+            "EtcdRestore",
+            "corrupt",
+            restore_spec("S3", s3_spec(&moto, BUCKET, "etcd/corrupt.db", "aws")),
+        ),
+    );
+    until_status(&k, ns, "etcdrestore/corrupt", 120, |s| {
+        s["phase"] == "Failed" && s["reason"].as_str().is_some_and(|r| r.contains("corrupt"))
+    });
+    assert_eq!(e2e::pod_names(&k, ns, "example"), pods_before);
+    assert_eq!(count(&endpoint(&k, ns, "example"), "later").0, 500);
+    assert!(moto.keys(BUCKET, "etcd/corrupt.db.pre-restore").is_empty());
+    k.ok(&["delete", "etcdrestore/corrupt", "-n", ns], None);
+
+    // 2. The backup, restored; the operator killed once as soon as the restore is handed over.
+    apply(
+        &k,
+        ns,
+        &manifest(
+            "EtcdRestore",
+            "example",
+            restore_spec("S3", s3_spec(&moto, BUCKET, "etcd/before.db", "aws")),
+        ),
+    );
+    until_status(&k, ns, "etcdrestore/example", 180, |s| {
+        assert_ne!(s["phase"], "Failed", "{s}");
+        s["phase"] == "Restoring"
+    });
+    operator.kill();
+    // A second restore of the same cluster meanwhile is refused, naming the first.
+    apply(
+        &k,
+        ns,
+        &manifest(
+            "EtcdRestore",
+            "second",
+            restore_spec("S3", s3_spec(&moto, BUCKET, "etcd/before.db", "aws")),
+        ),
+    );
+    until_status(&k, ns, "etcdrestore/second", 120, |s| {
+        s["phase"] == "Failed"
+            && s["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("is being restored by EtcdRestore example"))
+    });
+    until_status(&k, ns, "etcdrestore/example", 300, |s| {
+        assert_ne!(s["phase"], "Failed", "{s}");
+        s["phase"] == "Completed"
+    });
+    let s = status(&k, ns, "etcdrestore/example");
+    assert_eq!(s["succeeded"], true, "{s}");
+    assert!(healthy_at_size(&k, ns, "example", 3));
+    let ep = endpoint(&k, ns, "example");
+    let (keys, revision_after) = count(&ep, "key");
+    assert_eq!(keys, 10_000, "exactly the backed-up keys");
+    assert_eq!(count(&ep, "later").0, 0, "nothing written after the backup");
+    assert!(
+        revision_after > revision_before,
+        "the revision went back: {revision_before} -> {revision_after}"
+    );
+    assert!(
+        s["restoredRevision"].as_i64().unwrap() > revision_before,
+        "{s}"
+    );
+    assert!(
+        e2e::pod_names(&k, ns, "example")
+            .iter()
+            .all(|p| !pods_before.contains(p))
+    );
+    let backup = status(&k, ns, "etcdbackup/before");
+    assert_eq!(s["sha256"], backup["sha256"], "{s}");
+
+    // What was there is kept, with the later keys in it.
+    let pre = s["preRestorePath"].as_str().unwrap().to_string();
+    let key = pre.strip_prefix(&format!("{BUCKET}/")).unwrap();
+    assert!(key.starts_with("etcd/before.db.pre-restore-"), "{pre}");
+    let object = moto.curl(&[], &format!("/{BUCKET}/{key}"));
+    let file = std::env::temp_dir().join(format!("pre-restore-{ns}.db"));
+    std::fs::write(&file, &object).unwrap();
+    let snap = snapshot_status(&file);
+    let _ = std::fs::remove_file(&file);
+    assert!(snap["totalKey"].as_u64().unwrap() >= 10_500, "{snap}");
+    assert!(
+        snap["revision"].as_i64().unwrap() >= revision_before,
+        "{snap}"
+    );
+    assert_eq!(
+        moto.metadata(BUCKET, key, "sha256").as_deref(),
+        Some(sha256_hex(&object).as_str())
+    );
+
+    // The EtcdCluster: its spec as it was, the hand-off annotation gone, Events on both.
+    let cluster = get(&k, ns, "etcdcluster/example");
+    assert_eq!(cluster["spec"], spec_before);
+    assert!(
+        cluster["metadata"]["annotations"]
+            .get("etcd.database.coreos.com/restore")
+            .is_none(),
+        "{cluster}"
+    );
+    for (kind, name) in [("EtcdRestore", "example"), ("EtcdCluster", "example")] {
+        let reasons = events(&k, ns, kind, name);
+        assert!(
+            reasons.iter().any(|r| r == "RestoreCompleted"),
+            "{kind} {name}: {reasons:?}"
+        );
+    }
+}
+
+#[test]
+fn a_restore_from_azure_blob() {
+    let k = Kubectl::from_env();
+    let (_moto, namespace, _operator): (Moto, _, _) = setup(&k, "restore-abs", BUCKET, 1);
+    let ns = namespace.name.as_str();
+    let azurite = Azurite::start(&store_host());
+    azurite.create_container("etcd-restores");
+    abs_secret(&k, ns, &azurite);
+    let abs = json!({"path": "etcd-restores/etcd/abs.db", "absSecret": "abs"});
+    put(&endpoint(&k, ns, "example"), "key", 300);
+    apply(
+        &k,
+        ns,
+        &manifest(
+            "EtcdBackup",
+            "to-abs",
+            json!({"clusterName": "example", "storageType": "ABS", "abs": abs}),
+        ),
+    );
+    until_status(&k, ns, "etcdbackup/to-abs", 120, |s| s["succeeded"] == true);
+    put(&endpoint(&k, ns, "example"), "later", 50);
+    apply(
+        &k,
+        ns,
+        &manifest("EtcdRestore", "example", restore_spec("ABS", abs)),
+    );
+    until_status(&k, ns, "etcdrestore/example", 300, |s| {
+        assert_ne!(s["phase"], "Failed", "{s}");
+        s["phase"] == "Completed"
+    });
+    until("healthy at size 1", 60, || {
+        healthy_at_size(&k, ns, "example", 1)
+    });
+    let ep = endpoint(&k, ns, "example");
+    assert_eq!(count(&ep, "key").0, 300);
+    assert_eq!(count(&ep, "later").0, 0);
+    let s = status(&k, ns, "etcdrestore/example");
+    assert!(
+        s["preRestorePath"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("etcd-restores/etcd/abs.db.pre-restore-")),
+        "{s}"
+    );
+    assert_eq!(azurite.blobs("etcd-restores", "etcd/").len(), 2);
+}
