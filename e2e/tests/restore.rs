@@ -251,6 +251,50 @@ fn a_restore_from_azure_blob() {
     );
     until_status(&k, ns, "etcdbackup/to-abs", 120, |s| s["succeeded"] == true);
     put(&endpoint(&k, ns, "example"), "later", 50);
+
+    // Bad input first, each answered by name, the cluster untouched: a snapshot that does not
+    // exist, a Secret that does not exist, a cluster that does not exist (waited for).
+    let pods_before = e2e::pod_names(&k, ns, "example");
+    let missing = json!({"path": "etcd-restores/etcd/none.db", "absSecret": "abs"});
+    apply(
+        &k,
+        ns,
+        &manifest("EtcdRestore", "missing", restore_spec("ABS", missing)),
+    );
+    let no_secret = json!({"path": "etcd-restores/etcd/abs.db", "absSecret": "nope"});
+    apply(
+        &k,
+        ns,
+        &manifest("EtcdRestore", "no-secret", restore_spec("ABS", no_secret)),
+    );
+    let mut ghost = restore_spec("ABS", abs.clone());
+    ghost["etcdCluster"]["name"] = json!("ghost");
+    apply(&k, ns, &manifest("EtcdRestore", "ghost", ghost));
+    until_status(&k, ns, "etcdrestore/missing", 60, |s| {
+        s["phase"] == "Failed"
+            && s["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("abs://etcd-restores/etcd/none.db does not exist"))
+    });
+    until_status(&k, ns, "etcdrestore/no-secret", 60, |s| {
+        s["phase"] == "Failed"
+            && s["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("abs.absSecret: Secret nope does not exist"))
+    });
+    until_status(&k, ns, "etcdrestore/ghost", 60, |s| {
+        s["phase"] == "Pending"
+            && s["conditions"][0]["reason"] == "ClusterNotFound"
+            && s["conditions"][0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("EtcdCluster ghost does not exist"))
+    });
+    for name in ["missing", "no-secret", "ghost"] {
+        k.ok(&["delete", &format!("etcdrestore/{name}"), "-n", ns], None);
+    }
+    assert_eq!(e2e::pod_names(&k, ns, "example"), pods_before);
+    assert_eq!(count(&endpoint(&k, ns, "example"), "later").0, 50);
+
     apply(
         &k,
         ns,
