@@ -33,6 +33,14 @@ render ha --set replicas=2 --set metrics.serviceMonitor.enabled=true \
   --set priorityClassName=system-cluster-critical --set log.format=text
 render no-election --set leaderElection.enabled=false --set metrics.service.enabled=false \
   --set memberGate.enabled=false
+schedule=(--set 'backupSchedules[0].name=nightly' --set 'backupSchedules[0].schedule=0 3 * * *'
+  --set 'backupSchedules[0].cluster=example' --set 'backupSchedules[0].pathPrefix=bucket/etcd/nightly'
+  --set 'backupSchedules[0].secret=aws' --set 'backupSchedules[0].keep=7'
+  --set 'backupSchedules[0].timeZone=Europe/Paris' --set 'backupSchedules[0].namespace=team-a')
+render schedules --set watchNamespaces='{team-a}' "${schedule[@]}"
+# examples/backup-cronjob.yaml, the same for users without Helm, against the same schemas.
+python3 -m kubernetes_validate -k 1.34.0 --strict --quiet "$here/../examples/backup-cronjob.yaml" >&2 ||
+  { echo "[chart] examples/backup-cronjob.yaml: invalid" >&2; exit 1; }
 
 # What the modes must and must not grant.
 kinds() { grep '^kind:' "$out/$1.yaml" | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
@@ -48,6 +56,33 @@ if "$helm" template x "$chart" --set replicas=2 --set leaderElection.enabled=fal
 fi
 grep -q -- '--member-gate-image=quay.io/etcd-operator/etcd-operator:v' "$out/defaults.yaml" || { echo "[chart] the operator does not pass its image for the member gate" >&2; exit 1; }
 if grep -q -- '--member-gate-image' "$out/no-election.yaml"; then echo "[chart] memberGate.enabled=false still passes the gate image" >&2; exit 1; fi
+# A schedule's Job may create, get, list and delete EtcdBackups in its namespace, and nothing else.
+python3 - "$out/schedules.yaml" <<'PY' || exit 1
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+name = "eo-schedules-etcd-operator-backup-nightly"
+roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == name]
+assert len(roles) == 1 and roles[0]["metadata"]["namespace"] == "team-a", roles
+assert roles[0]["rules"] == [{"apiGroups": ["etcd.database.coreos.com"],
+    "resources": ["etcdbackups"], "verbs": ["create", "get", "list", "delete"]}], roles[0]["rules"]
+assert not [d for d in docs if d["kind"] == "ClusterRole"], "a schedule must not add cluster-wide rights"
+cj = [d for d in docs if d["kind"] == "CronJob"]
+assert len(cj) == 1, cj
+spec = cj[0]["spec"]
+assert spec["concurrencyPolicy"] == "Forbid" and spec["timeZone"] == "Europe/Paris", spec
+job = spec["jobTemplate"]["spec"]
+assert job["backoffLimit"] <= 3 and job["ttlSecondsAfterFinished"] > 0, job
+pod = job["template"]["spec"]
+c = pod["containers"][0]
+assert pod["securityContext"]["runAsNonRoot"] and c["securityContext"]["readOnlyRootFilesystem"], pod
+assert c["args"][:2] == ["backup", "create"] and "--keep=7" in c["args"], c["args"]
+labels = job["template"]["metadata"]["labels"]
+assert "app.kubernetes.io/instance" not in labels, "the operator's Service must not select backup pods"
+PY
+if err=$("$helm" template x "$chart" "${schedule[@]}" --set 'backupSchedules[0].schedule=every day' 2>&1); then
+  echo "[chart] an invalid cron expression was accepted" >&2; exit 1
+fi
+grep -q 'is not a cron expression' <<<"$err" || { echo "[chart] unclear refusal of a bad cron expression: $err" >&2; exit 1; }
 for f in "$here"/../crds/*.yaml; do
   cmp -s "$f" "$chart/crds/$(basename "$f")" || { echo "[chart] $chart/crds differs from crds/; run make crds" >&2; exit 1; }
 done

@@ -18,12 +18,64 @@ struct Cli {
 enum Command {
     /// Run the controllers.
     Run(Box<RunArgs>),
+    /// EtcdBackup helpers for the operator's own image (no kubectl image is needed).
+    Backup {
+        #[command(subcommand)]
+        command: BackupCommand,
+    },
     /// Print the CustomResourceDefinitions of EtcdCluster, EtcdBackup and EtcdRestore as YAML.
     Crd {
         /// Write one file per kind into this directory instead of printing them.
         #[arg(long)]
         out_dir: Option<std::path::PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum BackupCommand {
+    /// Create this tick's EtcdBackup of a schedule (run by a CronJob; idempotent per tick), then
+    /// delete the schedule's oldest EtcdBackups beyond --keep.
+    Create(Box<CreateArgs>),
+}
+
+#[derive(clap::Args)]
+struct CreateArgs {
+    /// The schedule's name: a label on every EtcdBackup it creates.
+    #[arg(long)]
+    schedule: String,
+    /// The EtcdCluster to back up.
+    #[arg(long)]
+    cluster: String,
+    /// Namespace of the cluster and of the EtcdBackups.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    namespace: String,
+    /// S3, ABS or GCS.
+    #[arg(long, default_value = "S3")]
+    storage_type: String,
+    /// `<bucket>/<key prefix>`; each run writes `<prefix>_<tick as 2006-01-02-15:04:05>`.
+    #[arg(long)]
+    path_prefix: String,
+    /// The storage Secret, in the coreos format of the storage type.
+    #[arg(long)]
+    secret: Option<String>,
+    /// S3: the endpoint of an S3-compatible server.
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// S3: bucket in the path.
+    #[arg(long)]
+    force_path_style: bool,
+    /// Bounds one snapshot (0: 60 s).
+    #[arg(long, default_value_t = 0)]
+    timeout_in_second: i64,
+    /// EtcdBackup objects of this schedule to keep (0: all).
+    #[arg(long, default_value_t = 0)]
+    keep: usize,
+    /// Stored snapshots of this schedule to keep, newest by tick (0: all).
+    #[arg(long, default_value_t = 0)]
+    keep_snapshots: usize,
+    /// The Job's name (`<cronjob>-<minutes>`), from the downward API; names the EtcdBackup.
+    #[arg(long, env = "JOB_NAME")]
+    job_name: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -92,6 +144,39 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(run(*args))?;
+        }
+        Command::Backup {
+            command: BackupCommand::Create(args),
+        } => {
+            init_logs("info,kube=warn", LogFormat::Text)?;
+            let storage_type: api::StorageType =
+                serde_json::from_value(serde_json::Value::String(args.storage_type.clone()))
+                    .with_context(|| {
+                        format!("--storage-type {}: not S3, ABS or GCS", args.storage_type)
+                    })?;
+            let request = backup::schedule::Request {
+                namespace: args.namespace,
+                schedule: args.schedule,
+                cluster: args.cluster,
+                storage_type,
+                path_prefix: args.path_prefix,
+                secret: args.secret.filter(|s| !s.is_empty()),
+                endpoint: args.endpoint.filter(|s| !s.is_empty()),
+                force_path_style: args.force_path_style,
+                timeout_in_second: args.timeout_in_second,
+                keep: args.keep,
+                keep_snapshots: args.keep_snapshots,
+                job: args.job_name.filter(|s| !s.is_empty()),
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(async {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to Kubernetes")?;
+                backup::schedule::run(client, &request)
+                    .await
+                    .context("creating the scheduled EtcdBackup")
+            })?;
         }
         Command::Crd { out_dir: None } => {
             let yaml = api::crds_yaml().context("serializing the CRDs")?;

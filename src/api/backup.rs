@@ -154,3 +154,13 @@ pub struct EtcdBackupStatus {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub path: String,
 }
+
+/// Label of the EtcdBackups one schedule (a CronJob running `etcd-operator backup create`)
+/// creates: the schedule's name.
+pub const SCHEDULE_LABEL: &str = "etcd.database.coreos.com/schedule";
+/// Annotation of a scheduled EtcdBackup: the coreos-style path prefix (`<bucket>/<key prefix>`)
+/// of its schedule's snapshots, each `<prefix>_<tick as 2006-01-02-15:04:05>`.
+pub const SCHEDULE_PREFIX_ANNOTATION: &str = "etcd.database.coreos.com/schedule-path-prefix";
+/// Annotation of a scheduled EtcdBackup: how many of its schedule's stored snapshots to keep
+/// (newest by the tick in their names); after a success the controller deletes older ones.
+pub const SCHEDULE_KEEP_ANNOTATION: &str = "etcd.database.coreos.com/schedule-keep-snapshots";

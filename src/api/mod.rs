@@ -11,7 +11,10 @@ pub mod common;
 pub mod restore;
 pub mod validation;
 
-pub use backup::{BackupPhase, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
+pub use backup::{
+    BackupPhase, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus,
+    SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION,
+};
 pub use cluster::{
     ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, MemberRole, MemberSecret,
     MemberStatus, MembersStatus, PodPolicy, RESTORE_ANNOTATION, RestoreHandoff, RestoreRecord,

@@ -34,7 +34,8 @@ use super::naming;
 use super::snapshot::{self, Verified};
 use super::storage::{self, SecretData, Target};
 use crate::api::{
-    BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, EtcdCluster, MemberRole, StorageType,
+    BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, EtcdCluster, MemberRole,
+    SCHEDULE_KEEP_ANNOTATION, SCHEDULE_PREFIX_ANNOTATION, StorageType,
 };
 use crate::etcd::{self, Etcd};
 
@@ -411,6 +412,16 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
             target.store.as_ref(),
             target.location.as_ref(),
             keep as usize,
+            naming::parse,
+        )
+        .await;
+    }
+    if let Some((prefix, keep)) = scheduled_retention(backup) {
+        prune(
+            target.store.as_ref(),
+            &prefix,
+            keep,
+            naming::parse_scheduled,
         )
         .await;
     }
@@ -423,9 +434,32 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
     })
 }
 
+/// For a backup made by a schedule (`etcd-operator backup create --keep-snapshots M`): the key
+/// prefix of the schedule's objects (without the bucket) and how many of them to keep. Only
+/// when this backup's own path is one of them.
+fn scheduled_retention(backup: &EtcdBackup) -> Option<(String, usize)> {
+    let annotations = backup.metadata.annotations.as_ref()?;
+    let keep: usize = annotations.get(SCHEDULE_KEEP_ANNOTATION)?.parse().ok()?;
+    let prefix = annotations.get(SCHEDULE_PREFIX_ANNOTATION)?;
+    let path = match backup.spec.storage_type {
+        StorageType::S3 => &backup.spec.s3.as_ref()?.path,
+        StorageType::Abs => &backup.spec.abs.as_ref()?.path,
+        StorageType::Gcs => &backup.spec.gcs.as_ref()?.path,
+        StorageType::Oss => return None,
+    };
+    naming::parse_scheduled(prefix, path)?;
+    let (_, key) = prefix.split_once('/')?;
+    (keep > 0).then(|| (key.to_string(), keep))
+}
+
 /// Deletes this backup's oldest periodic objects beyond `keep`. A failure is only logged: the
 /// snapshot itself succeeded, and the next success tries again.
-async fn prune(store: &dyn ObjectStore, key: &str, keep: usize) {
+async fn prune(
+    store: &dyn ObjectStore,
+    key: &str,
+    keep: usize,
+    parse: fn(&str, &str) -> Option<(k8s_openapi::jiff::civil::DateTime, i64)>,
+) {
     let prefix = key.rsplit_once('/').map(|(dir, _)| Path::from(dir));
     let mut names = Vec::new();
     let mut listing = store.list(prefix.as_ref());
@@ -438,7 +472,7 @@ async fn prune(store: &dyn ObjectStore, key: &str, keep: usize) {
             }
         }
     }
-    for name in naming::to_delete(key, &names, keep) {
+    for name in naming::to_delete_by(parse, key, &names, keep) {
         match store.delete(&Path::from(name)).await {
             Ok(()) => info!(name, "deleted an old backup (maxBackups {keep})"),
             Err(e) => warn!(name, "deleting an old backup: {e}"),

@@ -5,9 +5,11 @@
 //!   and never held whole in memory;
 //! - [`storage`]: the object store of a storage section and its Secret, in coreos's formats;
 //! - [`naming`]: periodic names, retention that keeps the right ones, and a schedule anchored
-//!   on status.
+//!   on status;
+//! - [`schedule`]: one run of a CronJob schedule (`etcd-operator backup create`).
 
 pub mod controller;
 pub mod naming;
+pub mod schedule;
 pub mod snapshot;
 pub mod storage;

@@ -49,10 +49,37 @@ pub fn parse(path: &str, name: &str) -> Option<(DateTime, i64)> {
     Some((at, revision))
 }
 
+/// The path a scheduled backup (one run of a CronJob) of `prefix` writes: the prefix and the
+/// tick it ran for, `<prefix>_<UTC time as 2006-01-02-15:04:05>`, so that each tick has its
+/// own object and a second run for the same tick names the same one.
+pub fn scheduled_name(prefix: &str, tick: Timestamp) -> String {
+    let time = tick.to_zoned(TimeZone::UTC).strftime(TIME_FORMAT);
+    format!("{prefix}_{time}")
+}
+
+/// The tick of `name` if it is a scheduled backup of `prefix` (as [`parse`], revision 0).
+pub fn parse_scheduled(prefix: &str, name: &str) -> Option<(DateTime, i64)> {
+    let time = name.strip_prefix(prefix)?.strip_prefix('_')?;
+    if time.len() != 19 {
+        return None;
+    }
+    Some((DateTime::strptime(TIME_FORMAT, time).ok()?, 0))
+}
+
 /// Of `names` (every object under the backup's prefix), the periodic backups of `path` to
 /// delete so that the newest `keep` remain, newest by time and then revision. `keep` 0 keeps
 /// everything.
 pub fn to_delete<'a>(path: &str, names: &'a [String], keep: usize) -> Vec<&'a str> {
+    to_delete_by(parse, path, names, keep)
+}
+
+/// As [`to_delete`], for the names that `parse` reads as `path`'s.
+pub fn to_delete_by<'a>(
+    parse: fn(&str, &str) -> Option<(DateTime, i64)>,
+    path: &str,
+    names: &'a [String],
+    keep: usize,
+) -> Vec<&'a str> {
     if keep == 0 {
         return Vec::new();
     }
@@ -106,6 +133,36 @@ mod tests {
         ] {
             assert_eq!(parse("bucket/etcd/prod", other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn scheduled_names_carry_their_tick_and_keep_the_newest_by_it() {
+        let name = scheduled_name("bucket/nightly", at("2026-01-02T03:00:00Z"));
+        assert_eq!(name, "bucket/nightly_2026-01-02-03:00:00");
+        assert!(parse_scheduled("bucket/nightly", &name).is_some());
+        for other in [
+            "bucket/nightly",
+            "bucket/nightly_v3_2026-01-02-03:00:00",
+            "bucket/nightly-old_2026-01-02-03:00:00",
+            "bucket/nightly.pre-restore-2026-01-02-03:00:00",
+        ] {
+            assert_eq!(parse_scheduled("bucket/nightly", other), None, "{other}");
+        }
+        // Ticks a day apart sort by time, not by the string (the year first makes them agree
+        // here; the point is that only this pattern is touched).
+        let names: Vec<String> = [
+            "p_2026-01-09-03:00:00",
+            "p_2026-01-10-03:00:00",
+            "p_2025-12-31-03:00:00",
+            "p_v1_2026-01-11-03:00:00",
+            "p",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(
+            to_delete_by(parse_scheduled, "p", &names, 2),
+            ["p_2025-12-31-03:00:00"]
+        );
     }
 
     #[test]
