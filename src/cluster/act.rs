@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 
@@ -22,6 +23,13 @@ pub enum Error {
     /// Applying a Service failed.
     #[error("applying Service {name}: {source}")]
     ApplyService {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Applying or deleting the PodDisruptionBudget failed.
+    #[error("applying PodDisruptionBudget {name}: {source}")]
+    ApplyBudget {
         name: String,
         #[source]
         source: kube::Error,
@@ -61,6 +69,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::ApplyService { .. } => "apply_service",
+            Error::ApplyBudget { .. } => "apply_budget",
             Error::CreatePod { .. } => "create_pod",
             Error::DeletePod { .. } => "delete_pod",
             Error::Lookup { .. } => "lookup_address",
@@ -87,6 +96,8 @@ pub struct Apis {
     pub services: Api<Service>,
     /// Volume claims of the cluster's namespace.
     pub pvcs: Api<PersistentVolumeClaim>,
+    /// PodDisruptionBudgets of the cluster's namespace.
+    pub budgets: Api<PodDisruptionBudget>,
     /// EndpointSlices of the cluster's namespace (what cluster DNS answers from).
     pub slices: Api<EndpointSlice>,
     /// The operator's image, whose `etcd-gate` holds a new member back until it is added;
@@ -144,7 +155,8 @@ pub fn addressing(cluster: &EtcdCluster) -> Addressing {
     addr
 }
 
-/// Server-side applies the headless and the client Service.
+/// Server-side applies the headless and the client Service, and the PodDisruptionBudget (or
+/// deletes it when the cluster is too small to need one).
 pub async fn ensure_services(apis: &Apis, cluster: &EtcdCluster) -> Result<(), Error> {
     let params = PatchParams::apply(MANAGER).force();
     for svc in [
@@ -156,6 +168,20 @@ pub async fn ensure_services(apis: &Apis, cluster: &EtcdCluster) -> Result<(), E
             .patch(&name, &params, &Patch::Apply(&svc))
             .await
             .map_err(|source| Error::ApplyService { name, source })?;
+    }
+    let name = cluster.name_any();
+    match resources::disruption_budget(cluster) {
+        Some(budget) => {
+            apis.budgets
+                .patch(&name, &params, &Patch::Apply(&budget))
+                .await
+                .map_err(|source| Error::ApplyBudget { name, source })?;
+        }
+        None => match apis.budgets.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(source) => return Err(Error::ApplyBudget { name, source }),
+        },
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
     ResourceRequirements, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
     TCPSocketAction, Volume, VolumeMount,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -132,6 +133,32 @@ pub fn client_service(cluster: &EtcdCluster) -> Service {
         }),
         ..Service::default()
     }
+}
+
+/// The PodDisruptionBudget `<cluster>`: a drain or any other eviction may take members only
+/// while a quorum of `spec.size` stays up (`minAvailable` = size/2 + 1). Members that are not
+/// ready may always be evicted: they count towards no quorum, and a crash-looping member must
+/// not block a node's drain. `None` below two members, where there is no quorum to keep and a
+/// budget would only block every drain. The operator's own pod deletions are not evictions.
+pub fn disruption_budget(cluster: &EtcdCluster) -> Option<PodDisruptionBudget> {
+    let size = cluster.spec.size;
+    if size < 2 {
+        return None;
+    }
+    let name = cluster.name_any();
+    Some(PodDisruptionBudget {
+        metadata: meta(cluster, &name, "disruption-budget"),
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(size / 2 + 1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector(&name)),
+                ..LabelSelector::default()
+            }),
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    })
 }
 
 /// `(major, minor)` of a version such as `3.6.16`; unparsable parts count as 0.
@@ -633,6 +660,41 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn the_disruption_budget_keeps_a_quorum_of_the_size() {
+        for (size, min) in [
+            (1, None),
+            (2, Some(2)),
+            (3, Some(2)),
+            (5, Some(3)),
+            (7, Some(4)),
+        ] {
+            let c = cluster(EtcdClusterSpec {
+                size,
+                ..Default::default()
+            });
+            let pdb = disruption_budget(&c);
+            assert_eq!(
+                pdb.as_ref()
+                    .and_then(|p| p.spec.as_ref()?.min_available.clone()),
+                min.map(IntOrString::Int),
+                "size {size}"
+            );
+            if let Some(pdb) = pdb {
+                let spec = pdb.spec.unwrap();
+                assert_eq!(
+                    spec.selector.unwrap().match_labels.unwrap(),
+                    selector("example")
+                );
+                assert_eq!(
+                    spec.unhealthy_pod_eviction_policy.as_deref(),
+                    Some("AlwaysAllow")
+                );
+                assert!(pdb.metadata.owner_references.is_some());
+            }
+        }
     }
 
     #[test]

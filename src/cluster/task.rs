@@ -247,6 +247,7 @@ async fn reconcile(
         pods: Api::namespaced(ctx.client.clone(), &ns),
         services: Api::<Service>::namespaced(ctx.client.clone(), &ns),
         pvcs: Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns),
+        budgets: Api::namespaced(ctx.client.clone(), &ns),
         slices: Api::namespaced(ctx.client.clone(), &ns),
         gate_image: ctx.gate_image.clone(),
         snapshot_url: ctx.snapshot_url.clone(),

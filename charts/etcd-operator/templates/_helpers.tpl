@@ -83,6 +83,10 @@ The rights the controllers use, and nothing else. Where each comes from:
 - apiGroups: [""]
   resources: [services]
   verbs: [patch, create]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  # One budget per cluster, applied server-side; deleted when the cluster shrinks to one member.
+  verbs: [patch, create, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [create]

@@ -1,0 +1,85 @@
+//! The PodDisruptionBudget of a cluster, on the real local cluster: a `kubectl drain`-style
+//! eviction of two of three members is refused for the second (the first is allowed: a quorum
+//! of two stays), the operator replaces the evicted member, and a cluster shrunk to one member
+//! has no budget left to block a drain.
+
+use e2e::{Kubectl, Operator, get, healthy_at_size, pod_names, until};
+use serde_json::json;
+
+/// Asks the API server to evict `pod`, as `kubectl drain` does; whether it was allowed, and
+/// what it answered.
+fn evict(k: &Kubectl, ns: &str, pod: &str) -> (bool, String) {
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": ns}});
+    let out = k.run(
+        &[
+            "create",
+            "--raw",
+            &format!("/api/v1/namespaces/{ns}/pods/{pod}/eviction"),
+            "-f",
+            "-",
+        ],
+        Some(&eviction.to_string()),
+    );
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn evictions_never_take_a_quorum_and_one_member_has_no_budget() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let namespace = k.namespace("disruption");
+    let ns = namespace.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "example"}, "spec": {"size": 3, "version": "3.6.16"}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+    until("3 healthy members", 240, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+
+    let budget = get(&k, ns, "poddisruptionbudget/example");
+    assert_eq!(budget["spec"]["minAvailable"], 2, "{budget}");
+    assert_eq!(
+        budget["metadata"]["ownerReferences"][0]["kind"], "EtcdCluster",
+        "{budget}"
+    );
+    until("the budget to allow one disruption", 60, || {
+        get(&k, ns, "poddisruptionbudget/example")["status"]["disruptionsAllowed"] == 1
+    });
+
+    let pods = pod_names(&k, ns, "example");
+    let (first, answer) = evict(&k, ns, &pods[0]);
+    assert!(first, "the first eviction keeps a quorum: {answer}");
+    let (second, answer) = evict(&k, ns, &pods[1]);
+    assert!(!second, "a second eviction would leave one of three");
+    assert!(answer.contains("disruption budget"), "{answer}");
+    until("the evicted member replaced", 240, || {
+        !pod_names(&k, ns, "example").contains(&pods[0]) && healthy_at_size(&k, ns, "example", 3)
+    });
+    assert!(pod_names(&k, ns, "example").contains(&pods[1]));
+
+    // One member: no quorum to keep, so no budget to block a drain.
+    k.ok(
+        &[
+            "patch",
+            "etcdcluster/example",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":1}}"#,
+        ],
+        None,
+    );
+    until("one member and no budget", 240, || {
+        healthy_at_size(&k, ns, "example", 1)
+            && !k
+                .run(&["get", "poddisruptionbudget/example", "-n", ns], None)
+                .status
+                .success()
+    });
+}
