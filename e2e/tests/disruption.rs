@@ -1,7 +1,8 @@
-//! The PodDisruptionBudget of a cluster, on the real local cluster: a `kubectl drain`-style
-//! eviction of two of three members is refused for the second (the first is allowed: a quorum
-//! of two stays), the operator replaces the evicted member, and a cluster shrunk to one member
-//! has no budget left to block a drain.
+//! The PodDisruptionBudget of a cluster, on the real local cluster, in a namespace that enforces
+//! the `restricted` Pod Security Standard (so the operator's and the members' pods must pass
+//! it): a `kubectl drain`-style eviction of two of three members is refused for the second
+//! (the first is allowed: a quorum of two stays), the operator replaces the evicted member, and
+//! a cluster shrunk to one member has no budget left to block a drain.
 
 use e2e::{Kubectl, Operator, get, healthy_at_size, pod_names, until};
 use serde_json::json;
@@ -28,11 +29,21 @@ fn evict(k: &Kubectl, ns: &str, pod: &str) -> (bool, String) {
 }
 
 #[test]
-fn evictions_never_take_a_quorum_and_one_member_has_no_budget() {
+fn in_a_restricted_namespace_evictions_never_take_a_quorum_and_one_member_has_no_budget() {
     let k = Kubectl::from_env();
     k.apply_crds();
     let namespace = k.namespace("disruption");
     let ns = namespace.name.as_str();
+    k.ok(
+        &[
+            "label",
+            "namespace",
+            ns,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        ],
+        None,
+    );
     let _operator = Operator::install(&k, ns, &[]);
     let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
         "metadata": {"name": "example"}, "spec": {"size": 3, "version": "3.6.16"}});

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
-    PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, Probe,
-    ResourceRequirements, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
-    TCPSocketAction, Volume, VolumeMount,
+    PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
+    PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
+    Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -173,7 +174,7 @@ fn minor_version(version: &str) -> (u32, u32) {
 /// Probes that fit the version: etcd 3.6 has `/livez` and `/readyz`; older releases only
 /// `/health`, which fails while there is no leader, so it only gates readiness and liveness
 /// is a TCP check (a member must not be restarted because its peers are down).
-fn probes(version: &str) -> (Probe, Probe) {
+fn probes(version: &str) -> (Probe, Probe, Probe) {
     let http = |path: &str| HTTPGetAction {
         path: Some(path.into()),
         port: IntOrString::Int(METRICS_PORT),
@@ -199,7 +200,66 @@ fn probes(version: &str) -> (Probe, Probe) {
         failure_threshold: Some(3),
         ..Probe::default()
     };
-    (liveness, readiness)
+    // Until etcd first answers, only this one counts: a member held back by the gate until it
+    // is added, a seed fetching and restoring a large snapshot, or etcd replaying a long WAL is
+    // not killed by the liveness probe (which alone gave 70 s).
+    let startup = Probe {
+        initial_delay_seconds: None,
+        period_seconds: Some(5),
+        failure_threshold: Some(STARTUP_PROBE_FAILURES),
+        ..liveness.clone()
+    };
+    (liveness, readiness, startup)
+}
+
+/// Startup probe failures allowed, every 5 s: 15 minutes.
+const STARTUP_PROBE_FAILURES: i32 = 180;
+
+/// The user id member pods run as when the pod policy sets no security context (the
+/// distroless "nonroot" user; etcd needs no root, only its data volume).
+const MEMBER_UID: i64 = 65532;
+
+/// The hardening every member's containers get, as the `restricted` Pod Security Standard
+/// asks: no privilege escalation, no capabilities, a read-only root (etcd writes only its data
+/// volume, the gate only its own).
+fn hardened() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// The pod security context when the pod policy sets none: non-root, the data volume group-
+/// owned by the member's user, the runtime's default seccomp profile.
+fn default_pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(MEMBER_UID),
+        run_as_group: Some(MEMBER_UID),
+        fs_group: Some(MEMBER_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// Requests when the pod policy sets no resources (documented in the README): enough for a
+/// small cluster to be scheduled honestly; no limits, so etcd is never OOM-killed by default.
+fn default_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".into(), Quantity("100m".into())),
+            ("memory".into(), Quantity("128Mi".into())),
+        ])),
+        ..ResourceRequirements::default()
+    }
 }
 
 /// Annotation of a pod created ahead of its member: the other members its `--initial-cluster`
@@ -324,15 +384,9 @@ fn install_gate_container(gate: &Gate) -> Container {
         }),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),
-            run_as_user: Some(65532),
-            run_as_group: Some(65532),
-            read_only_root_filesystem: Some(true),
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Capabilities::default()
-            }),
-            ..SecurityContext::default()
+            run_as_user: Some(MEMBER_UID),
+            run_as_group: Some(MEMBER_UID),
+            ..hardened()
         }),
         ..Container::default()
     }
@@ -349,7 +403,7 @@ pub fn member_pod(
     let name = cluster.name_any();
     let spec = &cluster.spec;
     let policy = spec.pod.clone().unwrap_or_default();
-    let (liveness, readiness) = probes(spec.version());
+    let (liveness, readiness, startup) = probes(spec.version());
 
     let mut metadata = meta(cluster, member, "member");
     let mut pod_labels = policy.labels.clone();
@@ -460,10 +514,12 @@ pub fn member_pod(
             container_port("metrics", METRICS_PORT),
         ]),
         env: (!policy.etcd_env.is_empty()).then(|| policy.etcd_env.clone()),
-        resources: policy.resources.clone(),
+        resources: Some(policy.resources.clone().unwrap_or_else(default_resources)),
         volume_mounts: Some(mounts),
         liveness_probe: Some(liveness),
         readiness_probe: Some(readiness),
+        startup_probe: Some(startup),
+        security_context: Some(hardened()),
         ..Container::default()
     };
 
@@ -482,7 +538,14 @@ pub fn member_pod(
                 policy.anti_affinity.unwrap_or(false),
             ),
             tolerations: (!policy.tolerations.is_empty()).then(|| policy.tolerations.clone()),
-            security_context: policy.security_context.clone(),
+            security_context: Some(
+                policy
+                    .security_context
+                    .clone()
+                    .unwrap_or_else(default_pod_security),
+            ),
+            // etcd never calls the Kubernetes API.
+            automount_service_account_token: Some(false),
             ..PodSpec::default()
         }),
         ..Pod::default()
@@ -493,7 +556,29 @@ pub fn member_pod(
 /// anti-affinity on the node's hostname among this cluster's members.
 fn affinity(cluster: &str, user: &Option<Affinity>, anti: bool) -> Option<Affinity> {
     if !anti {
-        return user.clone();
+        // Without any affinity of the user's, members prefer distinct nodes: a node lost then
+        // costs one member, not a quorum. Only preferred, so a one-node cluster still runs.
+        return user.clone().or_else(|| {
+            Some(Affinity {
+                pod_anti_affinity: Some(PodAntiAffinity {
+                    preferred_during_scheduling_ignored_during_execution: Some(vec![
+                        WeightedPodAffinityTerm {
+                            weight: 100,
+                            pod_affinity_term: PodAffinityTerm {
+                                topology_key: "kubernetes.io/hostname".into(),
+                                label_selector: Some(LabelSelector {
+                                    match_labels: Some(selector(cluster)),
+                                    ..LabelSelector::default()
+                                }),
+                                ..PodAffinityTerm::default()
+                            },
+                        },
+                    ]),
+                    ..PodAntiAffinity::default()
+                }),
+                ..Affinity::default()
+            })
+        });
     }
     let mut a = user.clone().unwrap_or_default();
     let mut paa = a.pod_anti_affinity.take().unwrap_or_default();
@@ -842,6 +927,45 @@ mod tests {
             .unwrap();
         assert_eq!(ready.path.as_deref(), Some("/readyz"));
         assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
-        assert!(spec.affinity.is_none());
+        // The startup probe checks what liveness checks, for up to 15 minutes.
+        let startup = etcd.startup_probe.as_ref().unwrap();
+        assert_eq!(
+            startup.http_get.as_ref().unwrap().path.as_deref(),
+            Some("/livez")
+        );
+        assert_eq!(
+            startup.period_seconds.unwrap() * startup.failure_threshold.unwrap(),
+            900
+        );
+        // Without a pod policy: hardened for the restricted Pod Security Standard, default
+        // requests, members preferring distinct nodes.
+        let psc = spec.security_context.as_ref().unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(psc.run_as_user, Some(65532));
+        assert_eq!(
+            psc.seccomp_profile.as_ref().unwrap().type_,
+            "RuntimeDefault"
+        );
+        let sc = etcd.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let requests = etcd.resources.as_ref().unwrap().requests.as_ref().unwrap();
+        assert_eq!(requests["memory"], Quantity("128Mi".into()));
+        let preferred = spec
+            .affinity
+            .unwrap()
+            .pod_anti_affinity
+            .unwrap()
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap();
+        assert_eq!(
+            preferred[0].pod_affinity_term.topology_key,
+            "kubernetes.io/hostname"
+        );
     }
 }
