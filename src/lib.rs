@@ -8,4 +8,5 @@ pub mod etcd;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod report;
 pub mod restore;

@@ -56,6 +56,47 @@ fn corrupted(
     .boxed()
 }
 
+/// A snapshot of `m` into `target`, then its sha256 set as the object's metadata (known only
+/// at the stream's end, so set afterwards), as the backup controller does.
+async fn save_with_metadata(m: &EtcdProcess, target: &storage::Target) -> snapshot::Saved {
+    let saved = snapshot::save(
+        &m.client_url,
+        target.store.as_ref(),
+        &target.location,
+        PutMultipartOptions::default(),
+        Duration::from_secs(120),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    snapshot::set_metadata(
+        &target.metadata,
+        &target.location,
+        saved.verified.size,
+        &[("sha256", &saved.verified.sha256), ("etcd_revision", "1")],
+    )
+    .await
+    .unwrap();
+    saved
+}
+
+/// Uploads `object` with one byte flipped to `cluster/corrupted.db`: refused by its hash once
+/// every part was sent. Returns where it would have been.
+async fn refuse_corrupted(store: &dyn object_store::ObjectStore, object: &[u8]) -> Path {
+    let refused = Path::from("cluster/corrupted.db");
+    let err = snapshot::upload(
+        corrupted(object),
+        store,
+        &refused,
+        PutMultipartOptions::default(),
+        Duration::from_secs(120),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::HashMismatch { .. }), "{err}");
+    refused
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_streams_into_s3_in_parts_and_a_refused_one_leaves_nothing() {
     let moto = Moto::start("127.0.0.1");
@@ -82,26 +123,8 @@ async fn a_snapshot_streams_into_s3_in_parts_and_a_refused_one_leaves_nothing() 
 
     let m = etcd_with_20_mib("s3").await;
     let location = target.location.clone();
-    let saved = snapshot::save(
-        &m.client_url,
-        store,
-        &location,
-        PutMultipartOptions::default(),
-        Duration::from_secs(120),
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
+    let saved = save_with_metadata(&m, &target).await;
     assert!(saved.verified.size > 16 << 20, "{}", saved.verified.size);
-    // The hash, known only at the stream's end, becomes the object's metadata afterwards.
-    snapshot::set_metadata(
-        &target.metadata,
-        &location,
-        saved.verified.size,
-        &[("sha256", &saved.verified.sha256), ("etcd_revision", "1")],
-    )
-    .await
-    .unwrap();
     let got = store.get(&location).await.unwrap();
     assert_eq!(
         got.attributes
@@ -119,18 +142,7 @@ async fn a_snapshot_streams_into_s3_in_parts_and_a_refused_one_leaves_nothing() 
     );
 
     // The same bytes with one flipped: refused after the parts were sent, and aborted.
-    let chunks = corrupted(&object);
-    let refused = Path::from("cluster/corrupted.db");
-    let err = snapshot::upload(
-        chunks,
-        store,
-        &refused,
-        PutMultipartOptions::default(),
-        Duration::from_secs(120),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(err, Error::HashMismatch { .. }), "{err}");
+    let refused = refuse_corrupted(store, &object).await;
     assert!(matches!(
         store.head(&refused).await,
         Err(object_store::Error::NotFound { .. })
@@ -160,24 +172,7 @@ async fn a_snapshot_streams_into_azure_blob_and_a_refused_one_leaves_nothing() {
     assert_eq!(target.url, "abs://backups/cluster/snapshot.db");
     let m = etcd_with_20_mib("abs").await;
 
-    let saved = snapshot::save(
-        &m.client_url,
-        target.store.as_ref(),
-        &target.location,
-        PutMultipartOptions::default(),
-        Duration::from_secs(120),
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
-    snapshot::set_metadata(
-        &target.metadata,
-        &target.location,
-        saved.verified.size,
-        &[("sha256", &saved.verified.sha256), ("etcd_revision", "1")],
-    )
-    .await
-    .unwrap();
+    let saved = save_with_metadata(&m, &target).await;
     // Read back by Azure's own client: the bytes, the size and the metadata.
     let file = std::env::temp_dir().join(format!("abs-{}.db", std::process::id()));
     let got = azurite.get("backups", "cluster/snapshot.db", &file);
@@ -190,17 +185,7 @@ async fn a_snapshot_streams_into_azure_blob_and_a_refused_one_leaves_nothing() {
         hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &object).as_ref())
     );
 
-    let refused = Path::from("cluster/corrupted.db");
-    let err = snapshot::upload(
-        corrupted(&object),
-        target.store.as_ref(),
-        &refused,
-        PutMultipartOptions::default(),
-        Duration::from_secs(120),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(err, Error::HashMismatch { .. }), "{err}");
+    refuse_corrupted(target.store.as_ref(), &object).await;
     assert_eq!(
         azurite.blobs("backups", "cluster/"),
         ["cluster/snapshot.db"]

@@ -147,3 +147,14 @@ pub fn setup<'k>(
     });
     (moto, namespace, operator)
 }
+
+/// Waits until `what` (an EtcdBackup or an EtcdRestore) is Failed with a reason that contains
+/// `text` (coreos spells it `Reason` on EtcdBackup, `reason` on EtcdRestore).
+pub fn until_failed(k: &Kubectl, ns: &str, what: &str, secs: u64, text: &str) {
+    until_status(k, ns, what, secs, |s| {
+        s["phase"] == "Failed"
+            && [&s["Reason"], &s["reason"]]
+                .iter()
+                .any(|r| r.as_str().is_some_and(|r| r.contains(text)))
+    });
+}

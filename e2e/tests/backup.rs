@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use e2e::backups::{
     abs_secret, manifest, s3_spec, setup, sha256_hex, snapshot_status, status, store_host,
-    until_status,
+    until_failed, until_status,
 };
 use e2e::stores::{Azurite, Moto};
 use e2e::{Kubectl, get, until};
@@ -144,18 +144,20 @@ fn backups_to_s3_and_abs_one_shot_periodic_with_retention_and_failures_named() {
     );
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&missing));
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&ghost));
-    until_status(&k, ns, "etcdbackup/missing-secret", 60, |s| {
-        s["phase"] == "Failed"
-            && s["Reason"]
-                .as_str()
-                .is_some_and(|r| r.contains("s3.awsSecret: Secret nope does not exist"))
-    });
-    until_status(&k, ns, "etcdbackup/unknown-cluster", 60, |s| {
-        s["phase"] == "Failed"
-            && s["Reason"]
-                .as_str()
-                .is_some_and(|r| r.contains("EtcdCluster ghost does not exist"))
-    });
+    until_failed(
+        &k,
+        ns,
+        "etcdbackup/missing-secret",
+        60,
+        "s3.awsSecret: Secret nope does not exist",
+    );
+    until_failed(
+        &k,
+        ns,
+        "etcdbackup/unknown-cluster",
+        60,
+        "EtcdCluster ghost does not exist",
+    );
     assert!(moto.keys(BUCKET, "etcd/x.db").is_empty() && moto.keys(BUCKET, "etcd/y.db").is_empty());
 
     // Deleting an EtcdBackup never deletes its snapshots.
@@ -248,11 +250,12 @@ fn the_schedule_survives_an_operator_restart_and_lost_quorum_fails_clearly() {
             "s3": s3_spec(&moto, BUCKET, &format!("{ns}/lost.db"), "aws")}),
     );
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&lost));
-    until_status(&k, ns, "etcdbackup/without-quorum", 60, |s| {
-        s["phase"] == "Failed"
-            && s["Reason"]
-                .as_str()
-                .is_some_and(|r| r.contains("EtcdCluster example has no healthy member"))
-    });
+    until_failed(
+        &k,
+        ns,
+        "etcdbackup/without-quorum",
+        60,
+        "EtcdCluster example has no healthy member",
+    );
     assert!(moto.keys(BUCKET, &format!("{ns}/lost.db")).is_empty());
 }

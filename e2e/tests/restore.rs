@@ -7,7 +7,7 @@
 
 use e2e::backups::{
     abs_secret, manifest, s3_spec, setup, sha256_hex, snapshot_status, status, store_host,
-    until_status,
+    until_failed, until_status,
 };
 use e2e::stores::{Azurite, Moto};
 use e2e::{Kubectl, get, healthy_at_size, until};
@@ -127,9 +127,7 @@ fn a_restore_replaces_the_data_keeps_what_was_there_and_survives_an_operator_res
             restore_spec("S3", s3_spec(&moto, BUCKET, "etcd/corrupt.db", "aws")),
         ),
     );
-    until_status(&k, ns, "etcdrestore/corrupt", 120, |s| {
-        s["phase"] == "Failed" && s["reason"].as_str().is_some_and(|r| r.contains("corrupt"))
-    });
+    until_failed(&k, ns, "etcdrestore/corrupt", 120, "is corrupt");
     assert_eq!(e2e::pod_names(&k, ns, "example"), pods_before);
     assert_eq!(count(&endpoint(&k, ns, "example"), "later").0, 500);
     assert!(moto.keys(BUCKET, "etcd/corrupt.db.pre-restore").is_empty());
@@ -160,12 +158,13 @@ fn a_restore_replaces_the_data_keeps_what_was_there_and_survives_an_operator_res
             restore_spec("S3", s3_spec(&moto, BUCKET, "etcd/before.db", "aws")),
         ),
     );
-    until_status(&k, ns, "etcdrestore/second", 120, |s| {
-        s["phase"] == "Failed"
-            && s["reason"]
-                .as_str()
-                .is_some_and(|r| r.contains("is being restored by EtcdRestore example"))
-    });
+    until_failed(
+        &k,
+        ns,
+        "etcdrestore/second",
+        120,
+        "is being restored by EtcdRestore example",
+    );
     until_status(&k, ns, "etcdrestore/example", 300, |s| {
         assert_ne!(s["phase"], "Failed", "{s}");
         s["phase"] == "Completed"
@@ -270,18 +269,20 @@ fn a_restore_from_azure_blob() {
     let mut ghost = restore_spec("ABS", abs.clone());
     ghost["etcdCluster"]["name"] = json!("ghost");
     apply(&k, ns, &manifest("EtcdRestore", "ghost", ghost));
-    until_status(&k, ns, "etcdrestore/missing", 60, |s| {
-        s["phase"] == "Failed"
-            && s["reason"]
-                .as_str()
-                .is_some_and(|r| r.contains("abs://etcd-restores/etcd/none.db does not exist"))
-    });
-    until_status(&k, ns, "etcdrestore/no-secret", 60, |s| {
-        s["phase"] == "Failed"
-            && s["reason"]
-                .as_str()
-                .is_some_and(|r| r.contains("abs.absSecret: Secret nope does not exist"))
-    });
+    until_failed(
+        &k,
+        ns,
+        "etcdrestore/missing",
+        60,
+        "abs://etcd-restores/etcd/none.db does not exist",
+    );
+    until_failed(
+        &k,
+        ns,
+        "etcdrestore/no-secret",
+        60,
+        "abs.absSecret: Secret nope does not exist",
+    );
     until_status(&k, ns, "etcdrestore/ghost", 60, |s| {
         s["phase"] == "Pending"
             && s["conditions"][0]["reason"] == "ClusterNotFound"

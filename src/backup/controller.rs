@@ -20,9 +20,8 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use object_store::path::Path;
@@ -508,37 +507,16 @@ async fn write_status(
     backup: &EtcdBackup,
     status: &EtcdBackupStatus,
 ) -> Result<(), Error> {
-    let api: Api<EtcdBackup> =
-        Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "apiVersion": EtcdBackup::api_version(&()),
-        "kind": EtcdBackup::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &backup.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|source| Error::Kube {
-        what: "writing status".into(),
-        source,
-    })
+    crate::report::apply_status(&ctx.client, backup, MANAGER, status)
+        .await
+        .map_err(|source| Error::Kube {
+            what: "writing status".into(),
+            source,
+        })
 }
 
 async fn publish(ctx: &Context, backup: &EtcdBackup, type_: EventType, reason: &str, note: String) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Backup".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &backup.object_ref(&())).await {
-        warn!("publishing an event: {e}");
-    }
+    crate::report::publish(&ctx.recorder, backup, "Backup", type_, reason, note).await;
 }
 
 /// Whether a backup is due now, and if not, how long until it is.

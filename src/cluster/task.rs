@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::runtime::events::{EventType, Recorder};
+use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tracing::{Instrument, info, info_span, warn};
 
@@ -426,16 +425,7 @@ async fn publish(
     reason: &str,
     note: String,
 ) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await {
-        warn!("publishing an event: {e}");
-    }
+    crate::report::publish(&ctx.recorder, cluster, "Reconcile", type_, reason, note).await;
 }
 
 /// Reports a spec the operator cannot act on (a Degraded condition and a Warning Event naming
@@ -475,19 +465,7 @@ async fn write_status_if_due(
     if !status_due(cluster.status.as_ref(), status, memory.refreshed, now) {
         return Ok(());
     }
-    let patch = serde_json::json!({
-        "apiVersion": EtcdCluster::api_version(&()),
-        "kind": EtcdCluster::kind(&()),
-        "status": status,
-    });
-    let clusters: Api<EtcdCluster> =
-        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    clusters
-        .patch_status(
-            &cluster.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
+    crate::report::apply_status(&ctx.client, cluster, MANAGER, status)
         .await
         .map_err(Error::WriteStatus)?;
     memory.refreshed = Some(now);

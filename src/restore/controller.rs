@@ -30,7 +30,7 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use object_store::path::Path;
@@ -216,24 +216,12 @@ async fn write_status(
     if restore.status.as_ref() == Some(status) {
         return Ok(());
     }
-    let api: Api<EtcdRestore> =
-        Api::namespaced(ctx.client.clone(), &restore.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "apiVersion": EtcdRestore::api_version(&()),
-        "kind": EtcdRestore::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &restore.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|source| Error::Kube {
-        what: "writing status".into(),
-        source,
-    })
+    crate::report::apply_status(&ctx.client, restore, MANAGER, status)
+        .await
+        .map_err(|source| Error::Kube {
+            what: "writing status".into(),
+            source,
+        })
 }
 
 async fn publish<K: Resource<DynamicType = ()>>(
@@ -243,16 +231,7 @@ async fn publish<K: Resource<DynamicType = ()>>(
     reason: &str,
     note: String,
 ) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Restore".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &on.object_ref(&())).await {
-        warn!("publishing an event: {e}");
-    }
+    crate::report::publish(&ctx.recorder, on, "Restore", type_, reason, note).await;
 }
 
 /// The handoff on `cluster`, whether or not the cluster has carried it out.

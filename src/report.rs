@@ -1,0 +1,61 @@
+//! What a controller found, written back to the API server: status by server-side apply, and
+//! Events. Shared by the EtcdCluster tasks and the backup and restore controllers.
+
+use std::fmt::Debug;
+
+use kube::api::{Patch, PatchParams};
+use kube::core::NamespaceResourceScope;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::warn;
+
+/// Applies `status` to `object`'s status subresource as field manager `manager`.
+pub async fn apply_status<K>(
+    client: &Client,
+    object: &K,
+    manager: &str,
+    status: &impl Serialize,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), &object.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &object.name_any(),
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Publishes an Event about `on`; a failure is only logged (an Event is never worth a retry).
+pub async fn publish<K: Resource<DynamicType = ()>>(
+    recorder: &Recorder,
+    on: &K,
+    action: &str,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &on.object_ref(&())).await {
+        warn!("publishing an event: {e}");
+    }
+}
