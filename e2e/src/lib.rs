@@ -608,17 +608,41 @@ pub struct Writer {
     thread: Option<JoinHandle<WriterTally>>,
 }
 
-#[derive(Default)]
-struct WriterTally {
-    writes: u64,
-    errors: u64,
-    last_error: String,
+/// What a writer did.
+#[derive(Default, Debug)]
+pub struct WriterTally {
+    /// Writes etcd acknowledged.
+    pub writes: u64,
+    /// Writes that failed (some may have been applied all the same).
+    pub errors: u64,
+    /// The last error.
+    pub last_error: String,
+    /// With [`Keys::Unique`]: the numbers of the acknowledged writes, whose keys
+    /// (`e2e-writer/<n>`) must all be there afterwards.
+    pub acked: Vec<u64>,
+    /// The longest time between two acknowledged writes (or from the start to the first): the
+    /// longest a client waited.
+    pub longest_stall: Duration,
+}
+
+/// Which keys a [`Writer`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// `e2e-writer/0` to `e2e-writer/999`, overwritten in turn.
+    Cycle,
+    /// A new key per write, `e2e-writer/<n>`, so that every acknowledged write can be checked.
+    Unique,
 }
 
 impl Writer {
-    /// Starts writing to `endpoint` (`http://IP:2379`) for at most `max`. The keys are
-    /// `e2e-writer/0` to `e2e-writer/999`, overwritten in turn.
+    /// Starts writing to `endpoint` (`http://IP:2379`) for at most `max`, cycling through
+    /// `e2e-writer/0` to `e2e-writer/999`.
     pub fn start(endpoint: &str, max: Duration) -> Self {
+        Writer::start_with(endpoint, max, Keys::Cycle)
+    }
+
+    /// Starts writing `keys` to `endpoint` for at most `max`.
+    pub fn start_with(endpoint: &str, max: Duration, keys: Keys) -> Self {
         let addr = endpoint
             .strip_prefix("http://")
             .unwrap_or_else(|| panic!("{endpoint}: the writer speaks plain http:// only"))
@@ -627,7 +651,7 @@ impl Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let deadline = Instant::now() + max;
-        let thread = std::thread::spawn(move || write_until(&addr, &flag, deadline));
+        let thread = std::thread::spawn(move || write_until(&addr, &flag, deadline, keys));
         Writer {
             endpoint: endpoint.into(),
             stop,
@@ -637,7 +661,12 @@ impl Writer {
 
     /// Stops the writer (waiting for the write in flight) and returns how many writes
     /// succeeded. Failed writes, if any, are reported on stderr.
-    pub fn stop(mut self) -> u64 {
+    pub fn stop(self) -> u64 {
+        self.report().writes
+    }
+
+    /// Stops the writer and returns all it did. Failed writes, if any, are reported on stderr.
+    pub fn report(mut self) -> WriterTally {
         let tally = self.finish();
         if tally.errors > 0 {
             eprintln!(
@@ -645,7 +674,7 @@ impl Writer {
                 self.endpoint, tally.errors, tally.last_error
             );
         }
-        tally.writes
+        tally
     }
 
     fn finish(&mut self) -> WriterTally {
@@ -663,13 +692,25 @@ impl Drop for Writer {
     }
 }
 
-fn write_until(addr: &str, stop: &AtomicBool, deadline: Instant) -> WriterTally {
+fn write_until(addr: &str, stop: &AtomicBool, deadline: Instant, keys: Keys) -> WriterTally {
     let mut tally = WriterTally::default();
     let mut conn = None;
+    let mut last_ack = Instant::now();
     while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
         let n = tally.writes + tally.errors;
-        match put(&mut conn, addr, n) {
-            Ok(()) => tally.writes += 1,
+        let key = match keys {
+            Keys::Cycle => n % 1000,
+            Keys::Unique => n,
+        };
+        match put(&mut conn, addr, key, n) {
+            Ok(()) => {
+                tally.writes += 1;
+                tally.longest_stall = tally.longest_stall.max(last_ack.elapsed());
+                last_ack = Instant::now();
+                if keys == Keys::Unique {
+                    tally.acked.push(n);
+                }
+            }
             Err(e) => {
                 conn = None;
                 tally.errors += 1;
@@ -682,8 +723,64 @@ fn write_until(addr: &str, stop: &AtomicBool, deadline: Instant) -> WriterTally 
     tally
 }
 
-/// One put of key `e2e-writer/<n mod 1000>` on `conn`, connecting first when there is none.
-fn put(conn: &mut Option<BufReader<TcpStream>>, addr: &str, n: u64) -> Result<(), String> {
+/// The keys under `prefix` that the etcd member behind `endpoint` (`http://IP:2379`) serves,
+/// read linearizably through its JSON gateway (`POST /v3/kv/range`, keys only).
+pub fn keys_under(
+    endpoint: &str,
+    prefix: &str,
+) -> Result<std::collections::BTreeSet<String>, String> {
+    let addr = endpoint
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{endpoint}: plain http:// only"))?
+        .trim_end_matches('/');
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let body = format!(
+        r#"{{"key":"{}","range_end":"{}","keys_only":true}}"#,
+        base64(prefix.as_bytes()),
+        base64(&end)
+    );
+    let stream = TcpStream::connect_timeout(&resolve(addr)?, Duration::from_secs(2))
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    let mut reader = BufReader::new(stream);
+    let request = format!(
+        "POST /v3/kv/range HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    reader
+        .get_mut()
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("writing to {addr}: {e}"))?;
+    let (status, body, _) = read_response(&mut reader).map_err(|e| e.to_string())?;
+    if status != 200 {
+        return Err(format!("range answered {status}"));
+    }
+    let v: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    v["kvs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|kv| {
+            let key = kv["key"].as_str().ok_or("a key without a key")?;
+            String::from_utf8(unbase64(key)?).map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// One put of key `e2e-writer/<key>`, value `value-<n>`, on `conn`, connecting first when
+/// there is none.
+fn put(
+    conn: &mut Option<BufReader<TcpStream>>,
+    addr: &str,
+    key: u64,
+    n: u64,
+) -> Result<(), String> {
     if conn.is_none() {
         let stream = TcpStream::connect_timeout(&resolve(addr)?, Duration::from_secs(2))
             .map_err(|e| format!("connecting to {addr}: {e}"))?;
@@ -698,7 +795,7 @@ fn put(conn: &mut Option<BufReader<TcpStream>>, addr: &str, n: u64) -> Result<()
     let reader = conn.as_mut().unwrap();
     let body = format!(
         r#"{{"key":"{}","value":"{}"}}"#,
-        base64(format!("e2e-writer/{}", n % 1000).as_bytes()),
+        base64(format!("e2e-writer/{key}").as_bytes()),
         base64(format!("value-{n}").as_bytes())
     );
     let request = format!(
@@ -789,6 +886,26 @@ fn read_response(r: &mut BufReader<TcpStream>) -> std::io::Result<(u16, Vec<u8>,
         keep_alive = false;
     }
     Ok((status, body, keep_alive))
+}
+
+/// Decodes standard base64 (etcd's gateway answers keys and values in it).
+fn unbase64(text: &str) -> Result<Vec<u8>, String> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes().filter(|c| *c != b'=') {
+        let v = ALPHABET
+            .iter()
+            .position(|a| *a == c)
+            .ok_or_else(|| format!("not base64: {text}"))?;
+        acc = acc << 6 | v as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Ok(out)
 }
 
 /// Standard base64 with padding, which etcd's gateway wants for keys and values.
@@ -956,6 +1073,7 @@ mod tests {
             ("e2e-writer/7", "ZTJlLXdyaXRlci83"),
         ] {
             assert_eq!(base64(raw.as_bytes()), encoded);
+            assert_eq!(unbase64(encoded).unwrap(), raw.as_bytes());
         }
         assert_eq!(base64(&[0xfb, 0xff]), "+/8=");
     }

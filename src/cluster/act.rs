@@ -12,8 +12,9 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::members::{self, Addressing, CLIENT_PORT, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
-use super::plan::{Action, DeleteReason};
+use super::plan::{Action, DeleteReason, RemoveReason};
 use super::resources::{self, Gate, MANAGER, SeedRestore};
+use super::version::Version;
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
 
@@ -48,6 +49,13 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Deleting a volume claim failed.
+    #[error("deleting volume claim {name}: {source}")]
+    DeleteClaim {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     /// Reading the pod or the EndpointSlices that show whether a new member's address is
     /// published failed.
     #[error("looking up the address of member {member}: {source}")]
@@ -72,6 +80,7 @@ impl Error {
             Error::ApplyBudget { .. } => "apply_budget",
             Error::CreatePod { .. } => "create_pod",
             Error::DeletePod { .. } => "delete_pod",
+            Error::DeleteClaim { .. } => "delete_claim",
             Error::Lookup { .. } => "lookup_address",
             Error::Etcd(e) => e.metric_label(),
             Error::NoEndpoint => "no_endpoint",
@@ -123,13 +132,7 @@ impl Apis {
 /// Whether the etcdutl of `version` has `--bump-revision` and `--mark-compacted` (3.5.10 and
 /// later).
 pub fn bumps_revision(version: &str) -> bool {
-    let parts: Vec<u64> = version
-        .trim_start_matches('v')
-        .split(['.', '-'])
-        .take(3)
-        .map(|p| p.parse().unwrap_or(0))
-        .collect();
-    parts.as_slice() >= [3, 5, 10].as_slice()
+    Version::parse(version) >= Version::new(3, 5, 10)
 }
 
 /// The cluster's addressing (names, URLs, TLS).
@@ -186,12 +189,24 @@ pub async fn ensure_services(apis: &Apis, cluster: &EtcdCluster) -> Result<(), E
     Ok(())
 }
 
+/// Whether a new pod's volume claim may be created with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// A new member: its claim is made (or found, after an interrupted attempt).
+    New,
+    /// A member restarted on its data: never a new, empty claim under its old ID. Should the
+    /// claim have gone since it was observed, the pod waits for it, and the planner replaces
+    /// the member.
+    Existing,
+}
+
 async fn create_pod(
     apis: &Apis,
     cluster: &EtcdCluster,
     member: &str,
     args: Vec<String>,
     gate: Option<&Gate>,
+    claim: Claim,
 ) -> Result<(), Error> {
     let err = |source| Error::CreatePod {
         member: member.to_string(),
@@ -202,6 +217,7 @@ async fn create_pod(
         .pod
         .as_ref()
         .and_then(|p| p.persistent_volume_claim_spec.clone())
+        .filter(|_| claim == Claim::New)
     {
         let claim = PersistentVolumeClaim {
             metadata: ObjectMeta {
@@ -292,7 +308,7 @@ async fn create_gated_pod(
         restore: None,
     };
     let args = members::etcd_args(&addr, &name, &ic, &ClusterState::Existing);
-    create_pod(apis, cluster, &name, args, Some(&gate)).await?;
+    create_pod(apis, cluster, &name, args, Some(&gate), Claim::New).await?;
     Ok(name)
 }
 
@@ -397,7 +413,7 @@ pub async fn act(
             let token = uuid::Uuid::new_v4().to_string();
             let ic = addr.initial_cluster([name.as_str()]);
             let args = members::etcd_args(&addr, &name, &ic, &ClusterState::New { token });
-            create_pod(apis, cluster, &name, args, None).await?;
+            create_pod(apis, cluster, &name, args, None, Claim::New).await?;
             let mut note = format!("created seed member {name}");
             // The second member's pod starts beside the seed rather than after it: its
             // membership is already known (the seed alone), and it joins as soon as the seed
@@ -445,7 +461,7 @@ pub async fn act(
                     &initial_cluster(&all),
                     &ClusterState::Existing,
                 );
-                create_pod(apis, cluster, &name, args, None).await?;
+                create_pod(apis, cluster, &name, args, None, Claim::New).await?;
                 Ok(Outcome::Done(Some(format!(
                     "added member {name} ({:x}) as a learner",
                     added.id
@@ -469,17 +485,52 @@ pub async fn act(
             }
             // Only once etcd no longer counts it does the pod go.
             delete_pod(apis, name).await?;
-            Ok(Outcome::Done(Some(format!(
-                "removed member {name} ({reason:?})"
-            ))))
+            Ok(Outcome::Done(Some(match reason {
+                RemoveReason::Outdated => format!(
+                    "removed member {name}, made from an older pod template; a member with the                      new one ({}) has taken its place",
+                    cluster.spec.image()
+                ),
+                _ => format!("removed member {name} ({reason:?})"),
+            })))
         }
         Action::RecreatePod { name } => {
-            let all = obs.members.as_deref().unwrap_or_default();
-            let args =
-                members::etcd_args(&addr, name, &initial_cluster(all), &ClusterState::Existing);
-            create_pod(apis, cluster, name, args, None).await?;
+            // etcd restarting on its data reads the membership from its own log and ignores
+            // --initial-cluster; it names the members as last seen all the same.
+            let ic = match obs.members.as_deref() {
+                Some(all) => initial_cluster(all),
+                None => addr.initial_cluster(obs.plan.known_members.iter().map(String::as_str)),
+            };
+            let args = members::etcd_args(&addr, name, &ic, &ClusterState::Existing);
+            create_pod(apis, cluster, name, args, None, Claim::Existing).await?;
             Ok(Outcome::Done(Some(format!(
-                "recreated the pod of member {name} on its volume"
+                "recreated the pod of member {name} on its volume ({})",
+                cluster.spec.image()
+            ))))
+        }
+        Action::MoveLeader { from, to, id } => {
+            // etcd accepts a leadership transfer only from the leader itself.
+            let endpoint = obs.pod_endpoint(from).ok_or(Error::NoEndpoint)?;
+            let mut etcd = Etcd::connect(&[endpoint], ETCD_TIMEOUT).await?;
+            match etcd.move_leader(*id).await {
+                Ok(()) => Ok(Outcome::Done(Some(format!(
+                    "moved leadership from {from} to {to}, so that {from} is rolled last"
+                )))),
+                Err(e) => settling(e),
+            }
+        }
+        Action::DeleteClaim { name } => {
+            match apis.pvcs.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(source) => {
+                    return Err(Error::DeleteClaim {
+                        name: name.clone(),
+                        source,
+                    });
+                }
+            }
+            Ok(Outcome::Done(Some(format!(
+                "deleted volume claim {name}, whose member is no longer in the cluster"
             ))))
         }
         Action::DeletePod { name, reason } => {
@@ -492,6 +543,10 @@ pub async fn act(
                 DeleteReason::Restore => {
                     format!("deleted pod {name}: a restore replaces the cluster's members")
                 }
+                DeleteReason::Outdated => format!(
+                    "restarting member {name} on its volume with the new pod template ({})",
+                    cluster.spec.image()
+                ),
             })))
         }
         Action::RestoreSeed => {
@@ -536,7 +591,7 @@ pub async fn act(
                     },
                 }),
             };
-            create_pod(apis, cluster, &name, args, Some(&gate)).await?;
+            create_pod(apis, cluster, &name, args, Some(&gate), Claim::New).await?;
             Ok(Outcome::Done(Some(format!(
                 "created seed member {name}, which restores EtcdRestore {}'s snapshot",
                 handoff.name
@@ -546,6 +601,7 @@ pub async fn act(
             "seed member {seed} serves the restored data; the cluster grows back to its size"
         )))),
         Action::Wait { .. }
+        | Action::RollStalled { .. }
         | Action::Restoring { .. }
         | Action::QuorumLost { .. }
         | Action::Paused

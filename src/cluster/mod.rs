@@ -9,3 +9,4 @@ pub mod resources;
 pub mod status;
 pub mod supervisor;
 pub mod task;
+pub mod version;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
@@ -13,13 +13,18 @@ use kube::{Api, ResourceExt};
 use super::members::CLIENT_PORT;
 use super::plan::{MemberView, Observation, PodState, PodView};
 use super::resources::{
-    JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION, selector,
+    JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION,
+    TEMPLATE_HASH_ANNOTATION, selector, template_hash,
 };
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd, Member, Status};
 
 /// How long one etcd request may take before the member counts as not answering.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How many raft entries a voter may be behind the leader, in one observation's answers
+/// (asked concurrently, so a busy cluster moves between them), and still count as caught up.
+pub const CAUGHT_UP_LAG: u64 = 500;
 
 /// Everything observed in one round: the planner's view plus what act and status need.
 #[derive(Debug, Default)]
@@ -60,6 +65,13 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Listing the cluster's volume claims failed.
+    #[error("listing the volume claims of {cluster}: {source}")]
+    ListClaims {
+        cluster: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl Error {
@@ -67,6 +79,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::ListPods { .. } => "list_pods",
+            Error::ListClaims { .. } => "list_claims",
         }
     }
 }
@@ -82,12 +95,95 @@ fn pod_state(pod: &Pod) -> PodState {
     }
 }
 
-async fn list_pods(pods_api: &Api<Pod>, name: &str) -> Result<Vec<Pod>, Error> {
-    let selector = selector(name)
+/// Why a pod cannot start, as its containers' waiting reasons tell: reasons the kubelet only
+/// retries with a back-off, and that no wait of the operator's will end.
+fn failing(pod: &Pod) -> Option<String> {
+    const STUCK: [&str; 7] = [
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+    ];
+    let status = pod.status.as_ref()?;
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .find_map(|c| {
+            let waiting = c.state.as_ref()?.waiting.as_ref()?;
+            let reason = waiting.reason.as_deref()?;
+            STUCK.contains(&reason).then(|| match &waiting.message {
+                Some(m) if !m.is_empty() => format!("{}: {reason}: {m}", c.name),
+                _ => format!("{}: {reason}", c.name),
+            })
+        })
+}
+
+/// Whether `pod` was made from the pod template of `cluster` as it is now: the hash it carries,
+/// or, for a pod made before pods carried one, its etcd image.
+pub fn is_current(pod: &Pod, cluster: &EtcdCluster) -> bool {
+    match pod.annotations().get(TEMPLATE_HASH_ANNOTATION) {
+        Some(hash) => *hash == template_hash(cluster),
+        None => etcd_image(pod).is_some_and(|i| i == cluster.spec.image()),
+    }
+}
+
+/// The image of a pod's etcd container.
+pub fn etcd_image(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == "etcd")?
+        .image
+        .clone()
+}
+
+/// Marks which pods are made from the template of `cluster` (the spec the actions build, which
+/// may keep the running image while an upgrade step is not allowed).
+pub fn mark_current(obs: &mut Observed, cluster: &EtcdCluster) {
+    for view in &mut obs.plan.pods {
+        view.current = obs
+            .pods
+            .get(&view.name)
+            .is_some_and(|p| is_current(p, cluster));
+    }
+}
+
+fn label_selector(name: &str) -> String {
+    selector(name)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
-        .join(",");
+        .join(",")
+}
+
+/// Names of the cluster's volume claims that exist and are not being deleted.
+pub async fn list_claims(
+    pvcs: &Api<PersistentVolumeClaim>,
+    name: &str,
+) -> Result<std::collections::BTreeSet<String>, Error> {
+    let list = pvcs
+        .list_metadata(&ListParams::default().labels(&label_selector(name)))
+        .await
+        .map_err(|source| Error::ListClaims {
+            cluster: name.to_string(),
+            source,
+        })?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| c.metadata.name)
+        .collect())
+}
+
+async fn list_pods(pods_api: &Api<Pod>, name: &str) -> Result<Vec<Pod>, Error> {
+    let selector = label_selector(name);
     pods_api
         .list(&ListParams::default().labels(&selector))
         .await
@@ -149,18 +245,37 @@ pub fn leader_of<'a>(healthy_voters: impl IntoIterator<Item = &'a Status>) -> Op
         .map(|s| s.leader)
 }
 
-/// Observes `cluster`: the pods; every pod's own status (concurrently, each over its own
-/// connection); the member list from a healthy voter whose pod is not being deleted, read
-/// linearizably; then health and the leader from those answers.
+/// Observes `cluster`: its volume claims (when it has volumes), the pods; every pod's own
+/// status (concurrently, each over its own connection); the member list from a healthy voter
+/// whose pod is not being deleted, read linearizably; then health, the leader and how far
+/// each member is behind it from those answers. Every pod counts as current until
+/// [`mark_current`] says otherwise.
 pub async fn observe(
     pods_api: &Api<Pod>,
+    pvcs: &Api<PersistentVolumeClaim>,
     cluster: &EtcdCluster,
     memory: &mut HealthMemory,
 ) -> Result<Observed, Error> {
     let name = cluster.name_any();
+    let mut obs = Observed::default();
+    // Claims before pods: a claim deleted after its pod was listed then shows as gone, which
+    // only ever replaces a member, never restarts one without its data.
+    if cluster
+        .spec
+        .pod
+        .as_ref()
+        .is_some_and(|p| p.persistent_volume_claim_spec.is_some())
+    {
+        obs.plan.claims = list_claims(pvcs, &name).await?;
+    }
+    obs.plan.known_members = cluster
+        .status
+        .iter()
+        .flat_map(|s| &s.member_statuses)
+        .map(|m| m.name.clone())
+        .collect();
     let list = list_pods(pods_api, &name).await?;
     let now = Timestamp::now();
-    let mut obs = Observed::default();
     for pod in list {
         let age = pod
             .metadata
@@ -185,6 +300,8 @@ pub async fn observe(
             age,
             joining,
             restore,
+            current: true,
+            failing: failing(&pod),
         });
         obs.pods.insert(pod.name_any(), pod);
     }
@@ -269,6 +386,7 @@ pub async fn observe(
             id: m.id,
             is_learner: m.is_learner,
             unhealthy_for: Duration::ZERO,
+            caught_up: false,
         });
     }
     obs.plan.leader = leader_of(
@@ -277,10 +395,32 @@ pub async fn observe(
             .filter(|v| v.healthy && !v.is_learner && obs.plan.pod_alive(&v.name))
             .filter_map(|v| obs.statuses.get(&v.id)),
     );
+    let leader_index = obs
+        .plan
+        .leader
+        .and_then(|l| obs.statuses.get(&l))
+        .map(|s| s.raft_index);
+    for v in &mut views {
+        v.caught_up = match (leader_index, obs.statuses.get(&v.id)) {
+            (Some(leader), Some(s)) => caught_up(leader, s),
+            _ => false,
+        };
+    }
     obs.plan.members = Some(views);
     obs.members = Some(members);
     memory.stamp(&mut obs.plan, Instant::now());
     Ok(obs)
+}
+
+/// Whether a member that answered `status` has applied what the leader, at `leader_index`,
+/// has committed, give or take [`CAUGHT_UP_LAG`] entries.
+fn caught_up(leader_index: u64, status: &Status) -> bool {
+    // etcd before 3.4 reports no applied index.
+    let applied = match status.raft_applied_index {
+        0 => status.raft_index,
+        i => i,
+    };
+    leader_index.saturating_sub(applied) <= CAUGHT_UP_LAG
 }
 
 /// Lists the pods again and moves each pod's state towards gone where it has gone since the
@@ -388,6 +528,7 @@ mod tests {
             } else {
                 Duration::from_secs(3600)
             },
+            caught_up: true,
         };
         let running = |name: &str| PodView {
             name: name.into(),
@@ -395,6 +536,8 @@ mod tests {
             age: Duration::from_secs(600),
             joining: None,
             restore: None,
+            current: true,
+            failing: None,
         };
         let mut obs = Observation {
             members: Some(vec![
@@ -413,6 +556,7 @@ mod tests {
             ],
             bootstrapped: true,
             silent_for: Duration::ZERO,
+            ..Observation::default()
         };
         let target = Target {
             size: 3,
@@ -456,6 +600,7 @@ mod tests {
             is_learner: false,
             healthy,
             unhealthy_for: Duration::ZERO,
+            caught_up: true,
         };
         let mut obs = Observation {
             members: Some(vec![view(false)]),

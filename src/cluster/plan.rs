@@ -49,6 +49,12 @@ pub struct PodView {
     /// For a seed restored from a snapshot: the restore's UID and the URL its gate fetches
     /// the snapshot from.
     pub restore: Option<(String, String)>,
+    /// Whether it was made from the pod template the spec asks for now (image, pod policy).
+    /// A member whose pod is not is rolled: replaced, or restarted on its volume.
+    pub current: bool,
+    /// Why it cannot start, when the kubelet says so (an image that cannot be pulled, a
+    /// container that crash-loops): a roll that reaches such a pod stops there.
+    pub failing: Option<String>,
 }
 
 /// One member from etcd's member list, with its status if it answered.
@@ -67,6 +73,9 @@ pub struct MemberView {
     /// (zero when healthy; the clock starts again when the operator restarts, which only ever
     /// delays a replacement).
     pub unhealthy_for: Duration,
+    /// Whether it has applied (nearly) everything the leader has committed, as far as the
+    /// answers of one observation tell: a roll moves on only when every voter has.
+    pub caught_up: bool,
 }
 
 /// Everything the planner needs about one cluster.
@@ -83,6 +92,12 @@ pub struct Observation {
     pub bootstrapped: bool,
     /// How long no member has answered (zero when one did).
     pub silent_for: Duration,
+    /// Volume claims of the cluster that exist and are not being deleted, by name (a member's
+    /// claim has the member's name). Only observed for clusters with persistent volumes.
+    pub claims: BTreeSet<String>,
+    /// The members the last written status listed: when no member answers, these are the
+    /// members whose pods may be recreated on their claims.
+    pub known_members: BTreeSet<String>,
 }
 
 impl Observation {
@@ -93,6 +108,15 @@ impl Observation {
         self.pods
             .iter()
             .any(|p| p.name == name && !p.state.is_gone())
+    }
+
+    fn pod(&self, name: &str) -> Option<&PodView> {
+        self.pods.iter().find(|p| p.name == name)
+    }
+
+    /// Whether member `name` has a pod made from an older pod template.
+    fn stale(&self, name: &str) -> bool {
+        self.pod(name).is_some_and(|p| !p.current)
     }
 }
 
@@ -129,6 +153,12 @@ pub enum RemoveReason {
     /// It stayed unhealthy past [`Target::replace_after`] while its pod ran; the scale-up path
     /// replaces it.
     Unhealthy,
+    /// Its pod is made from an older pod template (an upgrade, a pod-policy change) and it has
+    /// no volume to be restarted on: a member with the new template has joined in its place.
+    Outdated,
+    /// Its volume claim is gone or being deleted, and its data with it: it is never restarted
+    /// empty under its old ID, but replaced by a new member.
+    DataGone,
 }
 
 /// Why a pod is deleted.
@@ -142,6 +172,9 @@ pub enum DeleteReason {
     /// A restore replaces the cluster's members: a member of the cluster being replaced, or a
     /// seed that cannot finish (it ended, or fetches from an operator that no longer leads).
     Restore,
+    /// Its pod is made from an older pod template and its member keeps its data on a volume:
+    /// the pod is recreated with the new template on the same claim, same name, same member.
+    Outdated,
 }
 
 /// The next step.
@@ -165,6 +198,14 @@ pub enum Action {
     RecreatePod { name: String },
     /// Delete a pod that has no member.
     DeletePod { name: String, reason: DeleteReason },
+    /// Hand leadership from the leader, whose pod is outdated, to a voter that runs the new
+    /// template, so that the leader is rolled last and without an election by timeout.
+    MoveLeader { from: String, to: String, id: u64 },
+    /// Delete the volume claim of a member that is no longer in the cluster.
+    DeleteClaim { name: String },
+    /// A roll (upgrade or pod-policy change) reached a member that does not come up with the
+    /// new template: nothing else is touched until it does, or the spec changes.
+    RollStalled { reason: String },
     /// Something is in flight; look again later.
     Wait { reason: String },
     /// Fewer than a majority of voters are healthy: report, change nothing.
@@ -200,24 +241,113 @@ pub fn quorum(voters: usize) -> usize {
     voters / 2 + 1
 }
 
-/// The next step for one cluster.
+/// The next step for one cluster. The steps are tried in order of priority; the first that
+/// has something to do decides.
 pub fn plan(obs: &Observation, target: &Target) -> Action {
     if target.paused {
         return Action::Paused;
     }
-    let pod = |name: &str| obs.pods.iter().find(|p| p.name == name);
+    // Getting a persistent member's pod back never costs anything (its data waits on its
+    // claim), and after a node reboot it is the only way quorum comes back: before the
+    // quorum check.
+    if let Some(a) = rescue_persistent(obs, target) {
+        return a;
+    }
     let Some(members) = &obs.members else {
         return without_member_list(obs, target);
     };
+    let c = Cluster::of(obs, target, members);
+    if let Some(a) = c.quorum_lost() {
+        return a;
+    }
+    [
+        Cluster::stalled_roll,
+        Cluster::learner,
+        Cluster::pods_without_member,
+        Cluster::orphan_claims,
+        Cluster::voters_without_pod,
+        Cluster::voters_losing_data,
+        Cluster::shrink,
+        Cluster::sick_voter,
+        Cluster::grow,
+        Cluster::roll,
+    ]
+    .iter()
+    .find_map(|step| step(&c))
+    .unwrap_or(Action::Steady)
+}
 
-    let voters: Vec<&MemberView> = members.iter().filter(|m| !m.is_learner).collect();
-    // Counting a voter whose pod is being deleted would let a removal go ahead on a quorum
-    // that is already leaving (two pods deleted at once).
-    let healthy_voters = voters
-        .iter()
-        .filter(|m| m.healthy && obs.pod_alive(&m.name))
-        .count();
-    if healthy_voters < quorum(voters.len()) {
+/// What every step needs to know about a cluster whose member list is known.
+struct Cluster<'a> {
+    obs: &'a Observation,
+    target: &'a Target,
+    members: &'a [MemberView],
+    voters: Vec<&'a MemberView>,
+    /// Voters that answer and whose pod is not leaving.
+    healthy: usize,
+    /// Some member's pod is made from an older template: a roll is under way.
+    rolling: bool,
+    /// A surplus voter is allowed: some outdated voter cannot be restarted in place, so a
+    /// member with the new template joins before it is removed.
+    surge: bool,
+}
+
+impl<'a> Cluster<'a> {
+    fn of(obs: &'a Observation, target: &'a Target, members: &'a [MemberView]) -> Self {
+        let voters: Vec<&MemberView> = members.iter().filter(|m| !m.is_learner).collect();
+        // Counting a voter whose pod is being deleted would let a removal go ahead on a quorum
+        // that is already leaving (two pods deleted at once).
+        let healthy = voters
+            .iter()
+            .filter(|m| m.healthy && obs.pod_alive(&m.name))
+            .count();
+        let mut c = Cluster {
+            obs,
+            target,
+            members,
+            voters,
+            healthy,
+            rolling: members.iter().any(|m| obs.stale(&m.name)),
+            surge: false,
+        };
+        c.surge = c
+            .voters
+            .iter()
+            .any(|v| (c.obs.stale(&v.name) && !c.restartable(v)) || c.losing_data(v));
+        c
+    }
+
+    /// A persistent voter whose claim was deleted while its pod runs: its data goes when the
+    /// pod does.
+    fn losing_data(&self, v: &MemberView) -> bool {
+        self.target.persistent && self.obs.pod_alive(&v.name) && !self.obs.claims.contains(&v.name)
+    }
+
+    /// Whether `m` counts towards quorum.
+    fn counts(&self, m: &MemberView) -> bool {
+        m.healthy && !m.is_learner && self.obs.pod_alive(&m.name)
+    }
+
+    /// Whether `v` can be restarted in place on its volume: its claim is there, and the
+    /// healthy voters without it are still a quorum of the whole membership. (A 1- or
+    /// 2-member cluster cannot restart a healthy member without losing quorum for a moment;
+    /// it rolls by adding first, as clusters without volumes do.)
+    fn restartable(&self, v: &MemberView) -> bool {
+        self.target.persistent
+            && self.obs.claims.contains(&v.name)
+            && self.healthy - usize::from(self.counts(v)) >= quorum(self.voters.len())
+    }
+
+    /// How many voters may be there: the size, and one more while a roll adds first.
+    fn capacity(&self) -> usize {
+        self.target.size + usize::from(self.surge)
+    }
+
+    fn quorum_lost(&self) -> Option<Action> {
+        let (obs, target, voters) = (self.obs, self.target, &self.voters);
+        if self.healthy >= quorum(voters.len()) {
+            return None;
+        }
         // Members whose pods still run and that went silent only a moment ago are most likely
         // restarting; until the grace has passed, the cluster is short, not lost.
         let restarting = voters
@@ -227,147 +357,410 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
             })
             .count();
         let reason = format!(
-            "{healthy_voters} of {} voting members are healthy, {} are needed",
+            "{} of {} voting members are healthy, {} are needed",
+            self.healthy,
             voters.len(),
             quorum(voters.len())
         );
-        if healthy_voters + restarting >= quorum(voters.len()) {
-            return Action::Wait {
+        if self.healthy + restarting >= quorum(voters.len()) {
+            return Some(Action::Wait {
                 reason: format!("{reason}; {restarting} went silent moments ago"),
-            };
+            });
         }
-        return Action::QuorumLost { reason };
+        Some(Action::QuorumLost { reason })
     }
 
-    // Learners first: an addition in flight is finished (promoted) or undone (removed). On
-    // scale-down a pending learner is removed, not promoted: promoting it would be a voting
-    // change only to make the next one (its removal) necessary.
-    if let Some(l) = members.iter().find(|m| m.is_learner) {
-        if voters.len() >= target.size {
-            return Action::RemoveMember {
+    /// A roll stops at a member made from the new template that does not come up: the
+    /// kubelet reports that its pod cannot start, or it has not become healthy within the
+    /// learner timeout. Nothing else is touched; a spec change (which makes that pod outdated
+    /// in turn) or the member recovering lets the roll go on.
+    fn stalled_roll(&self) -> Option<Action> {
+        if !self.rolling {
+            return None;
+        }
+        let names: BTreeSet<&str> = self.members.iter().map(|m| m.name.as_str()).collect();
+        for p in self
+            .obs
+            .pods
+            .iter()
+            .filter(|p| p.current && !p.state.is_gone())
+        {
+            let member = self.members.iter().find(|m| m.name == p.name);
+            if member.is_some_and(|m| m.healthy) {
+                continue;
+            }
+            // A pod without a member only counts when it waits to join.
+            if !names.contains(p.name.as_str()) && p.joining.is_none() {
+                continue;
+            }
+            let slow = match member {
+                Some(m) if !m.is_learner => m.unhealthy_for >= self.target.learner_timeout,
+                _ => p.age >= self.target.learner_timeout,
+            };
+            let why = match (&p.failing, slow) {
+                (Some(f), _) => f.clone(),
+                (None, true) => format!(
+                    "not healthy after {} s",
+                    self.target.learner_timeout.as_secs()
+                ),
+                (None, false) => continue,
+            };
+            return Some(Action::RollStalled {
+                reason: format!(
+                    "member {} does not come up with the new pod template ({why}); the roll \
+                     is paused and no other member is touched until it does or the spec changes",
+                    p.name
+                ),
+            });
+        }
+        None
+    }
+
+    /// Learners first: an addition in flight is finished (promoted) or undone (removed). On
+    /// scale-down a pending learner is removed, not promoted: promoting it would be a voting
+    /// change only to make the next one (its removal) necessary.
+    fn learner(&self) -> Option<Action> {
+        let l = self.members.iter().find(|m| m.is_learner)?;
+        let remove = |reason| {
+            Some(Action::RemoveMember {
                 name: l.name.clone(),
                 id: l.id,
-                reason: RemoveReason::ScaleDown,
-            };
-        }
-        let remove = Action::RemoveMember {
-            name: l.name.clone(),
-            id: l.id,
-            reason: RemoveReason::StrandedLearner,
+                reason,
+            })
         };
-        match pod(&l.name) {
-            None => return remove,
-            Some(p) if p.state.is_gone() => return remove,
+        if self.voters.len() >= self.capacity() {
+            return remove(RemoveReason::ScaleDown);
+        }
+        match self.obs.pod(&l.name) {
+            None => remove(RemoveReason::StrandedLearner),
+            Some(p) if p.state.is_gone() => remove(RemoveReason::StrandedLearner),
+            // Made from a template the spec no longer asks for: its replacement gets the new one.
+            Some(p) if !p.current => remove(RemoveReason::Outdated),
             // Added so long ago that it will not catch up (etcd refused every promotion).
-            Some(p) if p.age > target.learner_timeout => return remove,
-            Some(_) if l.healthy => {
-                return Action::Promote {
-                    name: l.name.clone(),
-                    id: l.id,
-                };
-            }
-            Some(_) => {
-                return Action::Wait {
-                    reason: format!("learner {} is starting", l.name),
-                };
-            }
+            Some(p) if p.age > self.target.learner_timeout => remove(RemoveReason::StrandedLearner),
+            Some(_) if l.healthy => Some(Action::Promote {
+                name: l.name.clone(),
+                id: l.id,
+            }),
+            Some(_) => Some(Action::Wait {
+                reason: format!("learner {} is starting", l.name),
+            }),
         }
     }
 
-    // Pods without a member: a removal whose pod deletion was interrupted, a pod whose member
-    // was never added, or one created ahead of its member. Only one of the last kind is kept,
-    // and only while its `--initial-cluster` still names exactly the current members and a
-    // member is still wanted; etcd would refuse it otherwise.
-    let names: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
-    let mut joining = None;
-    for p in obs
-        .pods
-        .iter()
-        .filter(|p| !names.contains(&p.name) && p.state != PodState::Terminating)
-    {
-        let keep = joining.is_none()
-            && p.joining.as_ref() == Some(&names)
-            && !p.state.is_gone()
-            && p.age <= target.learner_timeout
-            && voters.len() < target.size;
-        if keep {
-            joining = Some(p.name.clone());
-            continue;
+    /// Pods without a member: a removal whose pod deletion was interrupted, a pod whose member
+    /// was never added, or one created ahead of its member. Only one of the last kind is kept,
+    /// and only while its `--initial-cluster` still names exactly the current members, it is
+    /// made from the current template, and a member is still wanted; etcd would refuse it
+    /// otherwise.
+    fn pods_without_member(&self) -> Option<Action> {
+        let names = self.names();
+        let mut kept = false;
+        for p in self
+            .obs
+            .pods
+            .iter()
+            .filter(|p| !names.contains(&p.name) && p.state != PodState::Terminating)
+        {
+            let keep = !kept
+                && p.joining.as_ref() == Some(&names)
+                && p.current
+                && !p.state.is_gone()
+                && p.age <= self.target.learner_timeout
+                && self.voters.len() < self.capacity();
+            if keep {
+                kept = true;
+                continue;
+            }
+            return Some(Action::DeletePod {
+                name: p.name.clone(),
+                reason: DeleteReason::NoMember,
+            });
         }
-        return Action::DeletePod {
-            name: p.name.clone(),
-            reason: DeleteReason::NoMember,
+        None
+    }
+
+    fn names(&self) -> BTreeSet<String> {
+        self.members.iter().map(|m| m.name.clone()).collect()
+    }
+
+    /// The claim of a member that is gone (removed, or never added) holds nothing anyone
+    /// will use again.
+    fn orphan_claims(&self) -> Option<Action> {
+        let names = self.names();
+        self.obs
+            .claims
+            .iter()
+            .find(|c| !names.contains(*c) && self.obs.pod(c).is_none())
+            .map(|c| Action::DeleteClaim { name: c.clone() })
+    }
+
+    /// Voters whose pod is gone. Removing an unhealthy voter never costs a healthy one, so it
+    /// is safe whenever the healthy voters are a quorum of the smaller membership. With a
+    /// volume the pod comes back on it ([`rescue_persistent`]); without one, or when the
+    /// claim is gone too, the member is replaced.
+    fn voters_without_pod(&self) -> Option<Action> {
+        for v in &self.voters {
+            if self.obs.pod_alive(&v.name) || v.healthy {
+                continue;
+            }
+            if self.target.persistent && self.obs.claims.contains(&v.name) {
+                return Some(Action::Wait {
+                    reason: format!("pod of {} is terminating", v.name),
+                });
+            }
+            if self.healthy >= quorum(self.voters.len() - 1) {
+                return Some(Action::RemoveMember {
+                    name: v.name.clone(),
+                    id: v.id,
+                    reason: if self.target.persistent {
+                        RemoveReason::DataGone
+                    } else {
+                        RemoveReason::PodGone
+                    },
+                });
+            }
+        }
+        None
+    }
+
+    /// A persistent voter whose claim was deleted while its pod runs is replaced now, while its
+    /// data is still there to replicate from: removed when the healthy voters without it are
+    /// a quorum of the smaller membership (leadership moved first if it leads), else after a
+    /// new member has joined.
+    fn voters_losing_data(&self) -> Option<Action> {
+        let v = self.voters.iter().find(|v| self.losing_data(v))?;
+        if self.healthy - usize::from(self.counts(v)) < quorum(self.voters.len() - 1) {
+            if self.voters.len() < self.capacity() && self.voters.iter().all(|v| v.healthy) {
+                return Some(self.add());
+            }
+            return Some(Action::Wait {
+                reason: format!(
+                    "the claim of {} is gone; it is replaced once that keeps quorum",
+                    v.name
+                ),
+            });
+        }
+        if Some(v.id) == self.obs.leader && self.counts(v) {
+            return Some(self.move_leader_from(v));
+        }
+        Some(Action::RemoveMember {
+            name: v.name.clone(),
+            id: v.id,
+            reason: RemoveReason::DataGone,
+        })
+    }
+
+    /// Hands leadership from `from` to a healthy, caught-up voter made from the current
+    /// template (any healthy voter when none is).
+    fn move_leader_from(&self, from: &MemberView) -> Action {
+        let candidates = || {
+            self.voters
+                .iter()
+                .filter(|v| v.id != from.id && self.counts(v) && v.caught_up)
         };
+        let to = candidates()
+            .find(|v| !self.obs.stale(&v.name))
+            .or_else(|| candidates().next());
+        match to {
+            Some(to) => Action::MoveLeader {
+                from: from.name.clone(),
+                to: to.name.clone(),
+                id: to.id,
+            },
+            None => Action::Wait {
+                reason: format!("no voter can take over leadership from {}", from.name),
+            },
+        }
     }
 
-    // Voters whose pod is gone. Removing an unhealthy voter never costs a healthy one, so it
-    // is safe whenever the healthy voters are a quorum of the smaller membership.
-    for v in &voters {
-        if obs.pod_alive(&v.name) || v.healthy {
-            continue;
+    /// More voters than asked for (a scale-down, or the surplus of a roll that adds first).
+    /// Removes one: an unhealthy one if any, then an outdated one once every voter has caught
+    /// up, else a follower; never the leader (leadership is moved first when only the leader
+    /// is outdated).
+    fn shrink(&self) -> Option<Action> {
+        let (obs, voters, healthy) = (self.obs, &self.voters, self.healthy);
+        if voters.len() <= self.target.size {
+            return None;
         }
-        if target.persistent {
-            match pod(&v.name) {
-                None => {
-                    return Action::RecreatePod {
-                        name: v.name.clone(),
-                    };
-                }
-                Some(p) if p.state == PodState::Gone => {
-                    return Action::DeletePod {
-                        name: v.name.clone(),
-                        reason: DeleteReason::Ended,
-                    };
-                }
-                Some(_) => {}
-            }
-            return Action::Wait {
-                reason: format!("pod of {} is terminating", v.name),
-            };
-        }
-        if healthy_voters >= quorum(voters.len() - 1) {
-            return Action::RemoveMember {
+        let remaining = quorum(voters.len() - 1);
+        let remove = |v: &MemberView, reason| {
+            Some(Action::RemoveMember {
                 name: v.name.clone(),
                 id: v.id,
-                reason: RemoveReason::PodGone,
-            };
+                reason,
+            })
+        };
+        let follower = |v: &&&MemberView| Some(v.id) != obs.leader;
+        if let Some(v) = voters
+            .iter()
+            .filter(follower)
+            .find(|v| !v.healthy && healthy >= remaining)
+        {
+            return remove(v, RemoveReason::ScaleDown);
         }
+        if obs.leader.is_none() || healthy <= remaining {
+            return Some(Action::Wait {
+                reason: "no member can be removed without risking quorum".into(),
+            });
+        }
+        let stale: Vec<&&MemberView> = voters.iter().filter(|v| obs.stale(&v.name)).collect();
+        if !stale.is_empty() {
+            if let Some(w) = self.catching_up() {
+                return Some(w);
+            }
+            if let Some(v) = stale.iter().copied().find(follower) {
+                return remove(v, RemoveReason::Outdated);
+            }
+            return Some(self.move_leader_from(stale[0]));
+        }
+        voters
+            .iter()
+            .filter(follower)
+            .find(|v| v.healthy)
+            .and_then(|v| remove(v, RemoveReason::ScaleDown))
     }
 
-    let n = voters.len();
-    if n > target.size {
-        return scale_down(obs, &voters, healthy_voters);
+    /// A wait while some voter has not caught up with the leader.
+    fn catching_up(&self) -> Option<Action> {
+        self.voters
+            .iter()
+            .find(|v| !v.caught_up)
+            .map(|v| Action::Wait {
+                reason: format!("member {} is catching up with the leader", v.name),
+            })
     }
-    if let Some(sick) = voters.iter().find(|v| !v.healthy) {
-        // Stuck (crash-looping, Pending, an alarm raised) past the bound: it blocks every other
-        // change, so it is replaced, when the healthy voters are a quorum without it.
-        if sick.unhealthy_for >= target.replace_after
-            && healthy_voters >= quorum(n - 1)
-            && Some(sick.id) != obs.leader
-        {
-            return Action::RemoveMember {
+
+    /// An unhealthy voter whose pod runs. In a roll, an outdated one goes first (it counts
+    /// for nothing as it is). Otherwise one stuck (crash-looping, Pending, an alarm raised)
+    /// past the bound blocks every other change, so it is replaced, when the healthy voters
+    /// are a quorum without it.
+    fn sick_voter(&self) -> Option<Action> {
+        let sick = self.voters.iter().find(|v| !v.healthy)?;
+        let n = self.voters.len();
+        let removable = self.healthy >= quorum(n - 1) && Some(sick.id) != self.obs.leader;
+        if self.obs.stale(&sick.name) {
+            if self.restartable(sick) {
+                return Some(Action::DeletePod {
+                    name: sick.name.clone(),
+                    reason: DeleteReason::Outdated,
+                });
+            }
+            if removable {
+                return Some(Action::RemoveMember {
+                    name: sick.name.clone(),
+                    id: sick.id,
+                    reason: RemoveReason::Outdated,
+                });
+            }
+        }
+        if sick.unhealthy_for >= self.target.replace_after && removable {
+            return Some(Action::RemoveMember {
                 name: sick.name.clone(),
                 id: sick.id,
                 reason: RemoveReason::Unhealthy,
-            };
+            });
         }
         // The reason goes into status, so it names no running clock: a message that changed
         // every pass would make every pass a status write.
-        return Action::Wait {
+        Some(Action::Wait {
             reason: format!(
                 "member {} is not healthy; it is replaced if it stays so for {} s",
                 sick.name,
-                target.replace_after.as_secs()
+                self.target.replace_after.as_secs()
             ),
-        };
+        })
     }
-    if n < target.size {
-        return match joining {
-            Some(name) => Action::JoinMember { name },
+
+    /// Fewer voters than asked for: the member whose pod waits to join is added, else a new
+    /// one is started.
+    fn grow(&self) -> Option<Action> {
+        if self.voters.len() >= self.target.size {
+            return None;
+        }
+        Some(self.add())
+    }
+
+    fn add(&self) -> Action {
+        let names = self.names();
+        let joining = self.obs.pods.iter().find(|p| {
+            !names.contains(&p.name) && p.joining.is_some() && p.state != PodState::Terminating
+        });
+        match joining {
+            Some(p) => Action::JoinMember {
+                name: p.name.clone(),
+            },
             None => Action::AddMember,
-        };
+        }
     }
-    Action::Steady
+
+    /// Every voter healthy, none missing: the next outdated member is rolled, followers
+    /// first, the leader last. A member with a volume is restarted on it (no membership
+    /// change); one without is replaced, a member with the new template joining first so the
+    /// cluster never has fewer healthy voters than it had. Each step waits until every voter
+    /// has caught up with the leader.
+    fn roll(&self) -> Option<Action> {
+        let stale: Vec<&&MemberView> = self
+            .voters
+            .iter()
+            .filter(|v| self.obs.stale(&v.name))
+            .collect();
+        if stale.is_empty() {
+            return None;
+        }
+        if let Some(w) = self.catching_up() {
+            return Some(w);
+        }
+        let leader = |v: &&&MemberView| Some(v.id) == self.obs.leader;
+        let next = stale
+            .iter()
+            .find(|v| !leader(v))
+            .or_else(|| stale.first())?;
+        if !self.restartable(next) {
+            // Added first; the outdated member goes in the shrink step that follows.
+            return Some(self.add());
+        }
+        if leader(next) {
+            return Some(self.move_leader_from(next));
+        }
+        Some(Action::DeletePod {
+            name: next.name.clone(),
+            reason: DeleteReason::Outdated,
+        })
+    }
+}
+
+/// For clusters with volumes: a member's pod that ended (evicted, its node rebooted) is
+/// deleted, and a member with its claim but no pod gets its pod back, same name, same member
+/// ID. Voters from etcd's member list; when no member answers, the members the last status
+/// listed. Neither step changes the membership, so neither needs quorum.
+fn rescue_persistent(obs: &Observation, target: &Target) -> Option<Action> {
+    if !target.persistent {
+        return None;
+    }
+    let names: Vec<&String> = match &obs.members {
+        Some(ms) => ms
+            .iter()
+            .filter(|m| !m.is_learner)
+            .map(|m| &m.name)
+            .collect(),
+        None => obs.known_members.iter().collect(),
+    };
+    for name in names.into_iter().filter(|n| obs.claims.contains(*n)) {
+        match obs.pod(name) {
+            None => {
+                return Some(Action::RecreatePod { name: name.clone() });
+            }
+            Some(p) if p.state == PodState::Gone => {
+                return Some(Action::DeletePod {
+                    name: name.clone(),
+                    reason: DeleteReason::Ended,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    None
 }
 
 /// What a restore needs besides the observation.
@@ -489,29 +882,6 @@ fn without_member_list(obs: &Observation, target: &Target) -> Action {
     }
 }
 
-/// Removes one voter: an unhealthy one if any, else a follower; never the leader.
-fn scale_down(obs: &Observation, voters: &[&MemberView], healthy: usize) -> Action {
-    let remaining = quorum(voters.len() - 1);
-    let victim = voters
-        .iter()
-        .find(|v| !v.healthy && Some(v.id) != obs.leader && healthy >= remaining)
-        .or_else(|| {
-            voters.iter().find(|v| {
-                v.healthy && Some(v.id) != obs.leader && obs.leader.is_some() && healthy > remaining
-            })
-        });
-    match victim {
-        Some(v) => Action::RemoveMember {
-            name: v.name.clone(),
-            id: v.id,
-            reason: RemoveReason::ScaleDown,
-        },
-        None => Action::Wait {
-            reason: "no member can be removed without risking quorum".into(),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,6 +909,7 @@ mod tests {
             is_learner,
             healthy,
             unhealthy_for: if healthy { Duration::ZERO } else { 60 * MINUTE },
+            caught_up: healthy,
         }
     }
 
@@ -549,6 +920,8 @@ mod tests {
             age: MINUTE,
             joining: None,
             restore: None,
+            current: true,
+            failing: None,
         }
     }
 
@@ -563,6 +936,8 @@ mod tests {
             pods: (1..=n).map(|i| running(&format!("m{i}"))).collect(),
             bootstrapped: true,
             silent_for: Duration::ZERO,
+            claims: (1..=n).map(|i| format!("m{i}")).collect(),
+            known_members: (1..=n).map(|i| format!("m{i}")).collect(),
         }
     }
 
@@ -752,6 +1127,7 @@ mod tests {
             ],
             bootstrapped: true,
             silent_for: Duration::ZERO,
+            ..Observation::default()
         };
         assert!(matches!(plan(&starting, &target(3)), Action::Wait { .. }));
         let mut seeded = steady(1);
@@ -978,11 +1354,25 @@ mod tests {
         answers: bool,
     }
 
-    /// A world the planner's actions are applied to: each member is in etcd and/or has a pod.
+    /// One pod of the simulated world.
+    #[derive(Clone, Debug)]
+    struct SimPod {
+        name: String,
+        state: PodState,
+        joining: Option<BTreeSet<String>>,
+        /// Made from the template the spec asks for now.
+        current: bool,
+    }
+
+    /// A world the planner's actions are applied to: each member is in etcd and/or has a pod
+    /// and/or a volume claim.
     #[derive(Clone, Debug)]
     struct Sim {
         members: Vec<SimMember>,
-        pods: Vec<(String, PodState, Option<BTreeSet<String>>)>,
+        pods: Vec<SimPod>,
+        /// Volume claims that exist (seen only when the target is persistent).
+        claims: BTreeSet<String>,
+        persistent: bool,
         /// The leader as the planner is told it; may be stale (a member that no longer answers).
         leader: Option<u64>,
         /// How long the silent members have been silent.
@@ -1017,12 +1407,14 @@ mod tests {
                 pods: self
                     .pods
                     .iter()
-                    .map(|(n, s, j)| PodView {
-                        name: n.clone(),
-                        state: *s,
+                    .map(|p| PodView {
+                        name: p.name.clone(),
+                        state: p.state,
                         age: MINUTE,
-                        joining: j.clone(),
+                        joining: p.joining.clone(),
                         restore: None,
+                        current: p.current,
+                        failing: None,
                     })
                     .collect(),
                 bootstrapped: true,
@@ -1031,11 +1423,25 @@ mod tests {
                 } else {
                     self.silent_for
                 },
+                claims: if self.persistent {
+                    self.claims.clone()
+                } else {
+                    BTreeSet::new()
+                },
+                known_members: self.members.iter().map(|m| m.name.clone()).collect(),
             }
         }
 
+        fn pod(&self, name: &str) -> Option<&SimPod> {
+            self.pods.iter().find(|p| p.name == name)
+        }
+
         fn pod_state(&self, name: &str) -> Option<PodState> {
-            self.pods.iter().find(|p| p.0 == name).map(|p| p.1)
+            self.pod(name).map(|p| p.state)
+        }
+
+        fn stale(&self, name: &str) -> bool {
+            self.pod(name).is_some_and(|p| !p.current)
         }
 
         fn voters(&self) -> Vec<&SimMember> {
@@ -1047,16 +1453,30 @@ mod tests {
             m.answers && !m.learner && self.pod_state(&m.name).is_some_and(|s| !s.is_gone())
         }
 
+        fn delete_pod(&mut self, name: &str) {
+            for p in self.pods.iter_mut().filter(|p| p.name == name) {
+                p.state = PodState::Terminating;
+            }
+        }
+
         /// Applies `action`; afterwards every member whose pod runs answers (it has started).
         fn apply(&mut self, action: &Action) {
             match action {
-                // As act does with a gate image: the pod first, its member on a later step
-                // (the worst case: the operator stopped in between).
+                // As act does with a gate image: the pod (and its claim) first, its member on
+                // a later step (the worst case: the operator stopped in between).
                 Action::AddMember => {
                     self.next += 1;
+                    let name = format!("n{}", self.next);
                     let peers = self.members.iter().map(|m| m.name.clone()).collect();
-                    self.pods
-                        .push((format!("n{}", self.next), PodState::Pending, Some(peers)));
+                    if self.persistent {
+                        self.claims.insert(name.clone());
+                    }
+                    self.pods.push(SimPod {
+                        name,
+                        state: PodState::Pending,
+                        joining: Some(peers),
+                        current: true,
+                    });
                 }
                 Action::JoinMember { name } => {
                     self.next += 1;
@@ -1075,33 +1495,35 @@ mod tests {
                 Action::RemoveMember { id, name, .. } => {
                     // As act does: out of etcd first, then the pod is deleted.
                     self.members.retain(|m| m.id != *id);
-                    for p in self.pods.iter_mut().filter(|p| &p.0 == name) {
-                        p.1 = PodState::Terminating;
-                    }
+                    self.delete_pod(name);
                 }
-                Action::DeletePod { name, .. } => {
-                    for p in self.pods.iter_mut().filter(|p| &p.0 == name) {
-                        p.1 = PodState::Terminating;
-                    }
-                }
-                Action::RecreatePod { name } => {
-                    self.pods.push((name.clone(), PodState::Running, None))
+                Action::DeletePod { name, .. } => self.delete_pod(name),
+                // Never on a claim that is gone (the property test checks it first).
+                Action::RecreatePod { name } => self.pods.push(SimPod {
+                    name: name.clone(),
+                    state: PodState::Running,
+                    joining: None,
+                    current: true,
+                }),
+                Action::MoveLeader { id, .. } => self.leader = Some(*id),
+                Action::DeleteClaim { name } => {
+                    self.claims.remove(name);
                 }
                 _ => {}
             }
             // Deleted pods finish terminating, and pods that were scheduling have started, by
             // the next look.
-            self.pods.retain(|p| p.1 != PodState::Terminating);
+            self.pods.retain(|p| p.state != PodState::Terminating);
             for p in &mut self.pods {
-                if p.1 == PodState::Pending {
-                    p.1 = PodState::Running;
+                if p.state == PodState::Pending {
+                    p.state = PodState::Running;
                 }
             }
             let running: BTreeSet<String> = self
                 .pods
                 .iter()
-                .filter(|p| p.1 == PodState::Running)
-                .map(|p| p.0.clone())
+                .filter(|p| p.state == PodState::Running)
+                .map(|p| p.name.clone())
                 .collect();
             for m in &mut self.members {
                 m.answers = running.contains(&m.name);
@@ -1122,15 +1544,19 @@ mod tests {
 
     /// Arbitrary states: up to 7 members in etcd, each a voter or learner, answering or not,
     /// with a running, pending, ended, terminating or missing pod (members whose pod is
-    /// terminating may still answer, as real ones do for a moment), up to 2 stray pods, a
-    /// leader that may be stale, and silent members that went silent a moment or an hour ago.
-    /// With `quorate`, the first voters (a majority) are forced healthy, so every state keeps quorum.
+    /// terminating may still answer, as real ones do for a moment) made from the current
+    /// template or an older one, with or without a volume claim, up to 2 stray pods, a leader
+    /// that may be stale, and silent members that went silent a moment or an hour ago. With
+    /// `quorate`, the first voters (a majority) are forced healthy, so every state keeps quorum.
     fn arb_sim(quorate: bool) -> impl Strategy<Value = Sim> {
-        // Weighted towards running, answering voters, so that enough states keep quorum.
+        // Weighted towards running, answering, current voters with claims, so that enough
+        // states keep quorum and rolls have something to do.
         let member = (
             prop::bool::weighted(0.3),
             0..9u8,
             prop::bool::weighted(0.85),
+            prop::bool::weighted(0.6),
+            prop::bool::weighted(0.9),
         );
         (
             prop::collection::vec(member, 1..=7),
@@ -1138,11 +1564,14 @@ mod tests {
             any::<prop::sample::Index>(),
             prop::bool::weighted(0.2),
             prop::bool::weighted(0.5),
+            prop::bool::weighted(0.2),
         )
-            .prop_map(move |(ms, strays, leader, stale, recent)| {
+            .prop_map(move |(ms, strays, leader, stale, recent, orphan)| {
                 let mut sim = Sim {
                     members: vec![],
                     pods: vec![],
+                    claims: BTreeSet::new(),
+                    persistent: false,
                     leader: None,
                     silent_for: if recent {
                         Duration::from_secs(2)
@@ -1151,7 +1580,7 @@ mod tests {
                     },
                     next: 0,
                 };
-                for (i, (learner, pod, answers)) in ms.iter().enumerate() {
+                for (i, (learner, pod, answers, current, claim)) in ms.iter().enumerate() {
                     let name = format!("m{i}");
                     let state = match pod {
                         0..=4 => Some(PodState::Running),
@@ -1171,8 +1600,16 @@ mod tests {
                         learner: *learner && i > 0,
                         answers,
                     });
-                    if let Some(s) = state {
-                        sim.pods.push((name, s, None));
+                    if *claim {
+                        sim.claims.insert(name.clone());
+                    }
+                    if let Some(state) = state {
+                        sim.pods.push(SimPod {
+                            name,
+                            state,
+                            joining: None,
+                            current: *current,
+                        });
                     }
                 }
                 if quorate {
@@ -1182,8 +1619,14 @@ mod tests {
                     for &i in voters.iter().take(voters.len() / 2 + 1) {
                         sim.members[i].answers = true;
                         let name = sim.members[i].name.clone();
-                        sim.pods.retain(|p| p.0 != name);
-                        sim.pods.push((name, PodState::Running, None));
+                        let current = sim.pod(&name).is_none_or(|p| p.current);
+                        sim.pods.retain(|p| p.name != name);
+                        sim.pods.push(SimPod {
+                            name,
+                            state: PodState::Running,
+                            joining: None,
+                            current,
+                        });
                     }
                 }
                 // Strays: plain pods without a member, or pods created ahead of their member
@@ -1195,8 +1638,16 @@ mod tests {
                         1 => Some(names.clone()),
                         _ => Some(names.iter().skip(1).cloned().collect()),
                     };
-                    sim.pods
-                        .push((format!("stray{s}"), PodState::Running, joining));
+                    sim.pods.push(SimPod {
+                        name: format!("stray{s}"),
+                        state: PodState::Running,
+                        joining,
+                        current: s % 2 == 0,
+                    });
+                }
+                // A claim left behind by a member removed earlier.
+                if orphan {
+                    sim.claims.insert("gone".into());
                 }
                 // The leader as a healthy voter reports it; sometimes stale: any voter.
                 let candidates: Vec<u64> = sim
@@ -1219,24 +1670,280 @@ mod tests {
         }
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(3000))]
+    /// All `n` members made from an older template, `m1` leading.
+    fn outdated(n: usize, persistent: bool) -> Sim {
+        Sim {
+            members: (1..=n)
+                .map(|i| SimMember {
+                    name: format!("m{i}"),
+                    id: i as u64,
+                    learner: false,
+                    answers: true,
+                })
+                .collect(),
+            pods: (1..=n)
+                .map(|i| SimPod {
+                    name: format!("m{i}"),
+                    state: PodState::Running,
+                    joining: None,
+                    current: false,
+                })
+                .collect(),
+            claims: (1..=n).map(|i| format!("m{i}")).collect(),
+            persistent,
+            leader: Some(1),
+            silent_for: Duration::ZERO,
+            next: 0,
+        }
+    }
 
-        /// One step never removes a leader that counts, never removes a voter unless the voters
-        /// that count (answering, pod not leaving) stay a majority of the new membership, never
-        /// adds while a member is unhealthy or a learner is pending, never promotes a learner
-        /// the user no longer needs, and does nothing at all without a majority.
+    /// The actions from `sim` to Steady, in short form.
+    fn roll_trace(mut sim: Sim) -> Vec<String> {
+        let target = target_of(sim.members.len(), sim.persistent);
+        let mut trace = Vec::new();
+        for _ in 0..64 {
+            let action = plan(&sim.observe(), &target);
+            trace.push(match &action {
+                Action::Steady => break,
+                Action::AddMember => "add".to_string(),
+                Action::JoinMember { .. } => "join".into(),
+                Action::Promote { .. } => "promote".into(),
+                Action::RemoveMember { name, reason, .. } => format!("remove {name} {reason:?}"),
+                Action::DeletePod { name, reason } => format!("delete {name} {reason:?}"),
+                Action::RecreatePod { name } => format!("recreate {name}"),
+                Action::MoveLeader { from, to, .. } => format!("lead {from}->{to}"),
+                other => format!("{other:?}"),
+            });
+            sim.apply(&action);
+        }
+        trace
+    }
+
+    #[test]
+    fn without_volumes_a_roll_adds_first_and_replaces_the_leader_last() {
+        let one = ["add", "join", "promote"];
+        let mut expected: Vec<String> = Vec::new();
+        for follower in ["m2", "m3"] {
+            expected.extend(one.map(String::from));
+            expected.push(format!("remove {follower} Outdated"));
+        }
+        expected.extend(one.map(String::from));
+        expected.push("lead m1->n1".into());
+        expected.push("remove m1 Outdated".into());
+        assert_eq!(roll_trace(outdated(3, false)), expected);
+        // A single member is never removed before its successor votes.
+        assert_eq!(
+            roll_trace(outdated(1, false)),
+            [
+                "add",
+                "join",
+                "promote",
+                "lead m1->n1",
+                "remove m1 Outdated"
+            ]
+        );
+    }
+
+    #[test]
+    fn with_volumes_a_roll_restarts_members_in_place_and_the_leader_last() {
+        assert_eq!(
+            roll_trace(outdated(3, true)),
+            [
+                "delete m2 Outdated",
+                "recreate m2",
+                "delete m3 Outdated",
+                "recreate m3",
+                "lead m1->m2",
+                "delete m1 Outdated",
+                "recreate m1",
+            ]
+        );
+        // Two members cannot restart one without losing quorum: they add first.
+        let two = roll_trace(outdated(2, true));
+        assert_eq!(&two[..4], ["add", "join", "promote", "remove m2 Outdated"]);
+    }
+
+    #[test]
+    fn a_roll_waits_for_every_voter_to_catch_up() {
+        let mut obs = outdated(3, true).observe();
+        obs.members.as_mut().unwrap()[2].caught_up = false;
+        assert!(matches!(
+            plan(&obs, &target_of(3, true)),
+            Action::Wait { reason } if reason.contains("catching up")
+        ));
+    }
+
+    #[test]
+    fn a_roll_stops_at_a_new_member_that_cannot_start_and_goes_on_after_a_fix() {
+        // m1..m3 outdated; a learner made from the new template cannot pull its image.
+        let mut obs = outdated(3, false).observe();
+        obs.members
+            .as_mut()
+            .unwrap()
+            .push(member("n1", 9, true, false));
+        obs.pods.push(PodView {
+            failing: Some("etcd: ImagePullBackOff".into()),
+            ..running("n1")
+        });
+        let stalled = plan(&obs, &target(3));
+        assert!(
+            matches!(&stalled, Action::RollStalled { reason } if reason.contains("ImagePullBackOff")),
+            "{stalled:?}"
+        );
+        // Too slow counts too, after the learner timeout.
+        obs.pods[3].failing = None;
+        obs.pods[3].age = 10 * MINUTE;
+        assert!(matches!(plan(&obs, &target(3)), Action::RollStalled { .. }));
+        // The spec changed again: the learner is outdated in turn and goes first.
+        obs.pods[3].current = false;
+        assert_eq!(
+            plan(&obs, &target(3)),
+            Action::RemoveMember {
+                name: "n1".into(),
+                id: 9,
+                reason: RemoveReason::Outdated
+            }
+        );
+        // With volumes: a member restarted on the new template that crash-loops stops the
+        // roll; the other outdated members keep running.
+        let mut obs = outdated(3, true).observe();
+        obs.pods[1].current = true;
+        obs.pods[1].failing = Some("etcd: CrashLoopBackOff".into());
+        obs.members.as_mut().unwrap()[1].healthy = false;
+        assert!(matches!(
+            plan(&obs, &target_of(3, true)),
+            Action::RollStalled { .. }
+        ));
+    }
+
+    #[test]
+    fn an_outdated_unhealthy_member_is_rolled_first() {
+        let mut obs = outdated(3, false).observe();
+        obs.members.as_mut().unwrap()[2].healthy = false;
+        obs.members.as_mut().unwrap()[2].unhealthy_for = Duration::from_secs(1);
+        assert_eq!(
+            plan(&obs, &target(3)),
+            Action::RemoveMember {
+                name: "m3".into(),
+                id: 3,
+                reason: RemoveReason::Outdated
+            }
+        );
+        let mut obs = outdated(3, true).observe();
+        obs.members.as_mut().unwrap()[2].healthy = false;
+        assert_eq!(
+            plan(&obs, &target_of(3, true)),
+            Action::DeletePod {
+                name: "m3".into(),
+                reason: DeleteReason::Outdated
+            }
+        );
+    }
+
+    #[test]
+    fn persistent_pods_come_back_even_without_quorum_but_never_without_their_claim() {
+        let persistent = target_of(3, true);
+        // A node rebooted: two of three pods ended (Failed), the third answers alone.
+        let mut obs = steady(3);
+        for i in 1..3 {
+            obs.members.as_mut().unwrap()[i].healthy = false;
+            obs.pods[i].state = PodState::Gone;
+        }
+        assert_eq!(
+            plan(&obs, &persistent),
+            Action::DeletePod {
+                name: "m2".into(),
+                reason: DeleteReason::Ended
+            }
+        );
+        obs.pods.truncate(1);
+        assert_eq!(
+            plan(&obs, &persistent),
+            Action::RecreatePod { name: "m2".into() }
+        );
+        // Every pod deleted at once: nobody answers; the members the status listed come back.
+        let none = Observation {
+            members: None,
+            leader: None,
+            pods: vec![],
+            ..steady(3)
+        };
+        assert_eq!(
+            plan(&none, &persistent),
+            Action::RecreatePod { name: "m1".into() }
+        );
+        // Without volumes that is lost quorum.
+        assert!(matches!(plan(&none, &target(3)), Action::QuorumLost { .. }));
+        // A claim that is gone: the member is replaced, never restarted empty.
+        let mut obs = steady(3);
+        obs.members.as_mut().unwrap()[2].healthy = false;
+        obs.pods.pop();
+        obs.claims.remove("m3");
+        assert_eq!(
+            plan(&obs, &persistent),
+            Action::RemoveMember {
+                name: "m3".into(),
+                id: 3,
+                reason: RemoveReason::DataGone
+            }
+        );
+        // A claim deleted while its pod runs: replaced now, while its data can still be
+        // replicated from it; leadership first if it leads.
+        let mut obs = steady(3);
+        obs.claims.remove("m3");
+        assert!(matches!(
+            plan(&obs, &persistent),
+            Action::RemoveMember {
+                id: 3,
+                reason: RemoveReason::DataGone,
+                ..
+            }
+        ));
+        obs.claims.insert("m3".into());
+        obs.claims.remove("m1");
+        assert!(matches!(
+            plan(&obs, &persistent),
+            Action::MoveLeader { ref from, .. } if from == "m1"
+        ));
+        // The claim of a removed member goes.
+        let mut obs = steady(3);
+        obs.claims.insert("old".into());
+        assert_eq!(
+            plan(&obs, &persistent),
+            Action::DeleteClaim { name: "old".into() }
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// One step never removes a leader that counts, never removes or restarts a voter
+        /// unless the voters that count (answering, pod not leaving) stay a majority, never
+        /// adds while a member is unhealthy or a learner is pending, adds beyond the size only
+        /// to replace an outdated voter that cannot be restarted in place, never promotes a
+        /// learner the user no longer needs, never recreates a pod without its claim, and
+        /// without a majority does nothing but bring a persistent member's pod back.
         #[test]
         fn no_step_breaks_quorum(
-            sim in arb_sim(false),
+            mut sim in arb_sim(false),
             size in 1..=7usize,
             persistent in any::<bool>(),
         ) {
+            sim.persistent = persistent;
             let obs = sim.observe();
             let action = plan(&obs, &target_of(size, persistent));
             let voters = sim.voters();
             let counting = voters.iter().filter(|m| sim.counts(m)).count();
             let quorate = obs.members.is_some() && majority(counting, voters.len());
+            // A surplus voter is allowed while some voter must be replaced rather than
+            // restarted: outdated, or (with volumes) its claim gone while its pod runs.
+            let may_surge = voters.iter().any(|v| {
+                sim.stale(&v.name)
+                    || (persistent
+                        && sim.pod_state(&v.name).is_some_and(|s| !s.is_gone())
+                        && !sim.claims.contains(&v.name))
+            });
+            let room = voters.len() < size || (voters.len() == size && may_surge);
             match &action {
                 Action::RemoveMember { id, .. } => {
                     prop_assert!(quorate);
@@ -1254,46 +1961,79 @@ mod tests {
                 Action::AddMember | Action::JoinMember { .. } => {
                     prop_assert!(quorate);
                     prop_assert!(sim.members.iter().all(|m| !m.learner && m.answers));
-                    prop_assert!(voters.len() < size);
+                    prop_assert!(room, "{:?} with {} voters of {}", action, voters.len(), size);
                     if let Action::JoinMember { name } = &action {
                         let names: BTreeSet<String> =
                             sim.members.iter().map(|m| m.name.clone()).collect();
-                        let p = sim.pods.iter().find(|p| &p.0 == name).unwrap();
-                        prop_assert_eq!(p.2.as_ref(), Some(&names));
+                        let p = sim.pod(name).unwrap();
+                        prop_assert_eq!(p.joining.as_ref(), Some(&names));
+                        prop_assert!(p.current);
                     }
                 }
                 Action::Promote { id, .. } => {
                     prop_assert!(quorate);
                     let m = sim.members.iter().find(|m| m.id == *id).unwrap();
                     prop_assert!(m.learner && m.answers);
-                    prop_assert!(voters.len() < size, "promoted a learner on scale-down");
+                    prop_assert!(room, "promoted a learner on scale-down");
+                    prop_assert!(sim.pod(&m.name).unwrap().current);
                 }
                 Action::RecreatePod { name } => {
                     prop_assert!(persistent);
                     prop_assert!(sim.pod_state(name).is_none());
+                    prop_assert!(sim.claims.contains(name), "recreated {} without its data", name);
+                }
+                Action::DeletePod { name, reason: DeleteReason::Outdated } => {
+                    prop_assert!(quorate && persistent);
+                    prop_assert!(sim.claims.contains(name));
+                    prop_assert!(sim.stale(name));
+                    let m = sim.members.iter().find(|m| &m.name == name).unwrap();
+                    let after = counting - usize::from(sim.counts(m));
+                    prop_assert!(majority(after, voters.len()), "{:?}", action);
+                }
+                Action::MoveLeader { id, .. } => {
+                    prop_assert!(quorate);
+                    let to = sim.members.iter().find(|m| m.id == *id).unwrap();
+                    prop_assert!(sim.counts(to));
+                }
+                Action::DeleteClaim { name } => {
+                    prop_assert!(quorate);
+                    prop_assert!(sim.members.iter().all(|m| &m.name != name));
+                    prop_assert!(sim.pod(name).is_none());
                 }
                 Action::Bootstrap => prop_assert!(false, "bootstrapped twice"),
                 _ => {}
             }
             if !quorate {
-                prop_assert!(!action.is_membership_change(), "{:?} without quorum", action);
-                let deletes = matches!(action, Action::DeletePod { .. });
-                prop_assert!(!deletes, "deleted a pod without quorum");
+                let rescue = matches!(action, Action::RecreatePod { .. })
+                    || matches!(&action, Action::DeletePod { name, reason: DeleteReason::Ended }
+                        if persistent && sim.pod_state(name) == Some(PodState::Gone));
+                if !rescue {
+                    prop_assert!(!action.is_membership_change(), "{:?} without quorum", action);
+                    let changes = matches!(
+                        action,
+                        Action::DeletePod { .. }
+                            | Action::RecreatePod { .. }
+                            | Action::MoveLeader { .. }
+                            | Action::DeleteClaim { .. }
+                    );
+                    prop_assert!(!changes, "{:?} without quorum", action);
+                }
             }
         }
 
         /// From any state with quorum, applying the plan step by step reaches spec.size voters,
-        /// all healthy, no learner, pods equal to members, then stays there; with or without
-        /// volumes.
+        /// all healthy, no learner, pods equal to members, every pod made from the current
+        /// template (with volumes: claims equal to members), then stays there.
         #[test]
         fn repeated_steps_converge_to_size(
             mut sim in arb_sim(true),
             size in 1..=7usize,
             persistent in any::<bool>(),
         ) {
+            sim.persistent = persistent;
             let target = target_of(size, persistent);
             let mut trace = Vec::new();
-            for _ in 0..64 {
+            for _ in 0..160 {
                 let action = plan(&sim.observe(), &target);
                 if action == Action::Steady {
                     break;
@@ -1304,11 +2044,85 @@ mod tests {
             prop_assert_eq!(plan(&sim.observe(), &target), Action::Steady, "{:?}", trace);
             prop_assert_eq!(sim.members.len(), size);
             prop_assert!(sim.members.iter().all(|m| !m.learner && m.answers));
-            let mut pods: Vec<_> = sim.pods.iter().map(|p| p.0.clone()).collect();
+            prop_assert!(sim.pods.iter().all(|p| p.current), "{:?}", trace);
+            let mut pods: Vec<_> = sim.pods.iter().map(|p| p.name.clone()).collect();
             let mut members: Vec<_> = sim.members.iter().map(|m| m.name.clone()).collect();
             pods.sort();
             members.sort();
-            prop_assert_eq!(pods, members);
+            prop_assert_eq!(&pods, &members);
+            if persistent {
+                let claims: Vec<_> = sim.claims.iter().cloned().collect();
+                prop_assert_eq!(claims, members, "{:?}", trace);
+            }
+        }
+
+        /// A roll keeps every healthy voter it started with counting until a replacement that
+        /// counts has joined: the number of counting voters never drops below the size minus
+        /// one (restart in place) and, without volumes, never below the size.
+        #[test]
+        fn a_roll_never_costs_more_than_one_voter(
+            n in 1..=7usize,
+            persistent in any::<bool>(),
+            leader in 0..7usize,
+        ) {
+            let mut sim = Sim {
+                members: (0..n)
+                    .map(|i| SimMember {
+                        name: format!("m{i}"),
+                        id: i as u64 + 1,
+                        learner: false,
+                        answers: true,
+                    })
+                    .collect(),
+                pods: (0..n)
+                    .map(|i| SimPod {
+                        name: format!("m{i}"),
+                        state: PodState::Running,
+                        joining: None,
+                        current: false,
+                    })
+                    .collect(),
+                claims: (0..n).map(|i| format!("m{i}")).collect(),
+                persistent,
+                leader: Some((leader % n) as u64 + 1),
+                silent_for: Duration::ZERO,
+                next: 0,
+            };
+            let target = target_of(n, persistent);
+            let floor = if persistent && n >= 3 { n - 1 } else { n };
+            let old_leader = sim.leader;
+            let mut trace = Vec::new();
+            for _ in 0..100 {
+                let action = plan(&sim.observe(), &target);
+                if action == Action::Steady {
+                    break;
+                }
+                // The leader is rolled last: leadership moves only from the leader the roll
+                // started with, once every other voter runs the new template.
+                if let Action::MoveLeader { from, .. } = &action {
+                    let others_stale = sim
+                        .voters()
+                        .iter()
+                        .any(|v| &v.name != from && sim.stale(&v.name));
+                    prop_assert!(!others_stale, "leadership moved before the others: {:?}", trace);
+                    prop_assert_eq!(
+                        sim.members.iter().find(|m| &m.name == from).map(|m| m.id),
+                        old_leader
+                    );
+                }
+                trace.push(action.clone());
+                sim.apply(&action);
+                let counting = sim.voters().iter().filter(|m| sim.counts(m)).count();
+                prop_assert!(counting >= floor, "{} counting after {:?}", counting, trace);
+            }
+            prop_assert!(sim.pods.iter().all(|p| p.current));
+            prop_assert_eq!(sim.members.len(), n);
+            if persistent && n >= 3 {
+                // Restarted in place: the same members, no membership change.
+                let names: BTreeSet<String> = sim.members.iter().map(|m| m.name.clone()).collect();
+                prop_assert_eq!(names, (0..n).map(|i| format!("m{i}")).collect::<BTreeSet<_>>());
+                prop_assert!(trace.iter().all(|a| !a.is_membership_change()), "{:?}", trace);
+            }
         }
     }
 }

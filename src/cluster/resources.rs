@@ -19,6 +19,7 @@ use kube::{Resource, ResourceExt};
 use super::members::{
     CLIENT_PORT, DATA_DIR, METRICS_PORT, PEER_PORT, PEER_TLS_DIR, SERVER_TLS_DIR,
 };
+use super::version::Version;
 use crate::api::EtcdCluster;
 
 /// Secrets the spec names, with the field that names each: the TLS Secrets and the Secrets
@@ -162,13 +163,31 @@ pub fn disruption_budget(cluster: &EtcdCluster) -> Option<PodDisruptionBudget> {
     })
 }
 
-/// `(major, minor)` of a version such as `3.6.16`; unparsable parts count as 0.
-fn minor_version(version: &str) -> (u32, u32) {
-    let mut parts = version
-        .trim_start_matches('v')
-        .split('.')
-        .map(|p| p.parse().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+/// Annotation of every member pod: the hash of the pod template it was made from (see
+/// [`template_hash`]). A member whose pod carries another is rolled.
+pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-template-hash";
+
+/// The hash of what a member pod is made from and can be changed by a roll: the image and the
+/// pod policy, and whether members keep their data on volumes. Left out: the claim's own spec
+/// (an existing claim cannot take a new one; new members get it), and `ClusterDomain`, which
+/// names the members' peer URLs in etcd's member list and so is not a pod property. Hashed
+/// from the spec rather than from the built pod, so that an operator upgrade that changes
+/// how pods are built does not roll every cluster it runs.
+pub fn template_hash(cluster: &EtcdCluster) -> String {
+    let mut policy = cluster.spec.pod.clone().unwrap_or_default();
+    let persistent = policy.persistent_volume_claim_spec.take().is_some();
+    policy.cluster_domain = None;
+    let inputs = serde_json::json!({
+        "image": cluster.spec.image(),
+        "pod": policy,
+        "persistent": persistent,
+    });
+    let digest =
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, inputs.to_string().as_bytes());
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Probes that fit the version: etcd 3.6 has `/livez` and `/readyz`; older releases only
@@ -180,7 +199,7 @@ fn probes(version: &str) -> (Probe, Probe, Probe) {
         port: IntOrString::Int(METRICS_PORT),
         ..HTTPGetAction::default()
     };
-    let modern = minor_version(version) >= (3, 6);
+    let modern = Version::parse(version).minor_line() >= (3, 6);
     let liveness = Probe {
         http_get: modern.then(|| http("/livez")),
         tcp_socket: (!modern).then(|| TCPSocketAction {
@@ -410,6 +429,7 @@ pub fn member_pod(
     pod_labels.extend(labels(&name, "member"));
     metadata.labels = Some(pod_labels);
     let mut annotations = policy.annotations.clone();
+    annotations.insert(TEMPLATE_HASH_ANNOTATION.into(), template_hash(cluster));
     match gate {
         Some(Gate {
             restore: Some(r), ..
@@ -422,9 +442,7 @@ pub fn member_pod(
         }
         None => {}
     }
-    if !annotations.is_empty() {
-        metadata.annotations = Some(annotations);
-    }
+    metadata.annotations = Some(annotations);
 
     let data = match &policy.persistent_volume_claim_spec {
         Some(_) => Volume {

@@ -6,17 +6,11 @@ use kube::ResourceExt;
 use super::members::CLIENT_PORT;
 use super::observe::Observed;
 use super::plan::{Action, DeleteReason, RemoveReason, quorum};
+use super::version::Version;
 use crate::api::{
     ClusterPhase, Condition, EtcdCluster, EtcdClusterStatus, MemberRole, MemberStatus,
     MembersStatus, common::find_condition,
 };
-
-fn version_key(v: &str) -> Vec<u64> {
-    v.trim_start_matches('v')
-        .split(['.', '-'])
-        .map(|p| p.parse().unwrap_or(0))
-        .collect()
-}
 
 fn condition(
     previous: &[Condition],
@@ -39,6 +33,26 @@ fn condition(
         last_transition_time,
         reason: reason.into(),
         message,
+    }
+}
+
+/// Progressing's reason outside restores and rolls.
+fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'static str> {
+    match action {
+        Action::Bootstrap
+        | Action::AddMember
+        | Action::JoinMember { .. }
+        | Action::Promote { .. } => Some("Scaling"),
+        Action::RemoveMember {
+            reason: RemoveReason::ScaleDown,
+            ..
+        } => Some("Scaling"),
+        Action::RemoveMember { .. } | Action::DeletePod { .. } | Action::RecreatePod { .. } => {
+            Some("Recovering")
+        }
+        Action::Wait { .. } if voters != size => Some("Scaling"),
+        Action::Wait { .. } => Some("Recovering"),
+        _ => None,
     }
 }
 
@@ -83,7 +97,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         .statuses
         .values()
         .map(|s| s.version.as_str())
-        .min_by_key(|v| version_key(v))
+        .min_by_key(|v| Version::parse(v))
         .unwrap_or(previous.current_version.as_str())
         .to_string();
     let wanted = cluster.spec.version().to_string();
@@ -123,6 +137,19 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         _ if obs.plan.members.is_none() => (ClusterPhase::Creating, String::new()),
         _ => (ClusterPhase::Running, String::new()),
     };
+    // A roll is under way while some live pod is made from an older template: an upgrade
+    // when the members do not all run the version asked for yet, else a pod-policy roll.
+    let rolling = obs
+        .plan
+        .pods
+        .iter()
+        .any(|p| !p.current && !p.state.is_gone())
+        || matches!(action, Action::RollStalled { .. });
+    let roll_reason = if Version::parse(&current_version) != Version::parse(&wanted) {
+        "Upgrading"
+    } else {
+        "RollingUpdate"
+    };
     let progressing = match action {
         Action::RestoreSeed
         | Action::RestoreDone { .. }
@@ -131,20 +158,12 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             reason: DeleteReason::Restore,
             ..
         } => Some("Restoring"),
-        Action::Bootstrap
-        | Action::AddMember
-        | Action::JoinMember { .. }
-        | Action::Promote { .. } => Some("Scaling"),
-        Action::RemoveMember {
-            reason: RemoveReason::ScaleDown,
-            ..
-        } => Some("Scaling"),
-        Action::RemoveMember { .. } | Action::DeletePod { .. } | Action::RecreatePod { .. } => {
-            Some("Recovering")
+        Action::RollStalled { .. } | Action::MoveLeader { .. } => Some(roll_reason),
+        _ if rolling && !matches!(action, Action::QuorumLost { .. } | Action::Paused) => {
+            Some(roll_reason)
         }
-        Action::Wait { .. } if voters != size => Some("Scaling"),
-        Action::Wait { .. } => Some("Recovering"),
-        _ => None,
+        Action::DeleteClaim { .. } => Some("Recovering"),
+        _ => progressing_of(action, voters, size),
     };
     let old = &previous.conditions;
     let mut conditions = vec![
@@ -167,12 +186,15 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             progressing.is_some(),
             progressing.unwrap_or("Stable"),
             match action {
-                Action::Wait { reason } | Action::Restoring { reason } => reason.clone(),
+                Action::Wait { reason }
+                | Action::Restoring { reason }
+                | Action::RollStalled { reason } => reason.clone(),
                 _ => format!("{voters} of {size} members"),
             },
         ),
     ];
-    let degraded = !quorate || ready.len() < voters || !unready.is_empty();
+    let stalled = matches!(action, Action::RollStalled { .. });
+    let degraded = !quorate || ready.len() < voters || !unready.is_empty() || stalled;
     conditions.push(condition(
         old,
         generation,
@@ -180,13 +202,14 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         degraded,
         match action {
             Action::QuorumLost { .. } => "QuorumLost",
+            Action::RollStalled { .. } => "RollStalled",
             _ if degraded => "MembersUnhealthy",
             _ => "AllMembersHealthy",
         },
-        if unready.is_empty() {
-            reason.clone()
-        } else {
-            format!("not ready: {}", unready.join(", "))
+        match action {
+            Action::RollStalled { reason } => reason.clone(),
+            _ if unready.is_empty() => reason.clone(),
+            _ => format!("not ready: {}", unready.join(", ")),
         },
     ));
 
@@ -235,6 +258,7 @@ mod tests {
                             is_learner: false,
                             healthy: true,
                             unhealthy_for: Duration::ZERO,
+                            caught_up: true,
                         })
                         .collect(),
                 ),
@@ -248,10 +272,13 @@ mod tests {
                         age: Duration::from_secs(60),
                         joining: None,
                         restore: None,
+                        current: true,
+                        failing: None,
                     })
                     .collect(),
                 bootstrapped: true,
                 silent_for: Duration::ZERO,
+                ..Observation::default()
             },
             ..Observed::default()
         }

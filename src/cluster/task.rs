@@ -18,6 +18,7 @@ use super::observe::{self, HealthMemory, Observed};
 use super::plan::{self, Action, Target};
 use super::resources::{self, MANAGER};
 use super::status;
+use super::version::{self, Version};
 use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreRecord};
 
 /// Shared by every cluster task.
@@ -189,48 +190,42 @@ fn unsupported(cluster: &EtcdCluster) -> Option<Error> {
         })
 }
 
-/// The image the members run, when every live member pod runs the same one. Until upgrades
-/// are implemented, new and replacement members take this image rather than the spec's, so
-/// the cluster never silently runs two versions.
-fn running_image(obs: &Observed) -> Option<String> {
-    let mut images = obs
+/// The cluster as the actions must build it: the spec, unless its version is not a step etcd
+/// allows from what the members run ([`version::step_allowed`]); then the newest image a live
+/// member pod runs, so that new and replacement members never move the cluster further than
+/// etcd allows, and a roll that was under way (3.4 to 3.5, when 3.6 is asked for meanwhile)
+/// finishes first. Returns the message that reports the held-back change, naming the field.
+fn effective_spec(cluster: &EtcdCluster, obs: &Observed) -> (EtcdCluster, Option<String>) {
+    let running: Vec<Version> = obs
+        .statuses
+        .values()
+        .map(|s| Version::parse(&s.version))
+        .collect();
+    let wanted = Version::parse(cluster.spec.version());
+    let Err(why) = version::step_allowed(wanted, &running) else {
+        return (cluster.clone(), None);
+    };
+    let newest = obs
         .pods
         .values()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            let spec = p.spec.as_ref()?;
-            spec.containers
-                .iter()
-                .find(|c| c.name == "etcd")
-                .and_then(|c| c.image.clone())
-        });
-    let first = images.next()?;
-    images.all(|i| i == first).then_some(first)
-}
-
-/// The cluster as the actions must build it: the spec, except that a version or repository
-/// change keeps the members' running image (upgrades are not implemented yet). Returns the
-/// message that reports the pinned change, naming the field.
-fn pinned(cluster: &EtcdCluster, running: Option<&str>) -> (EtcdCluster, Option<String>) {
-    let wanted = cluster.spec.image();
-    let Some(running) = running.filter(|r| *r != wanted) else {
-        return (cluster.clone(), None);
-    };
-    let Some((repository, version)) = running.rsplit_once(":v") else {
-        return (cluster.clone(), None);
-    };
+        .filter_map(observe::etcd_image)
+        .filter_map(|i| Some((Version::of_image(&i)?, i)))
+        .filter(|(v, _)| *v <= wanted)
+        .max();
     let mut effective = cluster.clone();
-    effective.spec.repository = Some(repository.into());
-    effective.spec.version = Some(version.into());
-    let field = if cluster.spec.version() != version {
-        "spec.version"
-    } else {
-        "spec.repository"
+    let keep = match newest.and_then(|(_, i)| Some((i.clone(), i.rsplit_once(":v")?.1.to_string())))
+    {
+        Some((image, version)) => {
+            effective.spec.repository = image.rsplit_once(":v").map(|(r, _)| r.to_string());
+            effective.spec.version = Some(version);
+            image
+        }
+        None => return (cluster.clone(), None),
     };
     let message = format!(
-        "{field}: the members run {running} and the spec asks for {wanted}; changing the image \
-         of running members (upgrades) is not implemented yet, so new and replacement members \
-         keep {running}"
+        "spec.version: {why}; members keep {keep} until the upgrade to {} is allowed",
+        cluster.spec.version()
     );
     (effective, Some(message))
 }
@@ -261,8 +256,10 @@ async fn reconcile(
     if !paused {
         act::ensure_services(&apis, cluster).await?;
     }
-    let mut obs: Observed = observe::observe(&apis.pods, cluster, &mut memory.health).await?;
-    let (effective, pin) = pinned(cluster, running_image(&obs).as_deref());
+    let mut obs: Observed =
+        observe::observe(&apis.pods, &apis.pvcs, cluster, &mut memory.health).await?;
+    let (effective, pin) = effective_spec(cluster, &obs);
+    observe::mark_current(&mut obs, &effective);
     let target = Target {
         size: cluster.spec.size.max(0) as usize,
         paused,
@@ -332,23 +329,21 @@ async fn reconcile(
         });
     }
     if let Some(message) = &pin {
-        mark_degraded(&mut new_status, "UnsupportedChange", message);
+        mark_degraded(&mut new_status, "UpgradeBlocked", message);
     }
     record_state(ctx, cluster, &new_status);
     let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
     write_status_if_due(ctx, cluster, &new_status, memory).await?;
 
-    if let Some(message) = &pin
-        && !already_reported(cluster, "UnsupportedChange", message)
+    let warning = match (&action, &pin) {
+        (Action::RollStalled { reason }, _) => Some(("RollStalled", reason)),
+        (_, Some(message)) => Some(("UpgradeBlocked", message)),
+        _ => None,
+    };
+    if let Some((reason, message)) = warning
+        && !already_reported(cluster, reason, message)
     {
-        publish(
-            ctx,
-            cluster,
-            EventType::Warning,
-            "UnsupportedChange",
-            message.clone(),
-        )
-        .await;
+        publish(ctx, cluster, EventType::Warning, reason, message.clone()).await;
     }
     if let Action::QuorumLost { reason } = &action {
         if !was_failed {
@@ -438,7 +433,7 @@ async fn report_invalid(
     reason: &str,
     message: &str,
 ) -> Result<(), Error> {
-    let obs = observe::observe(&apis.pods, cluster, &mut memory.health).await?;
+    let obs = observe::observe(&apis.pods, &apis.pvcs, cluster, &mut memory.health).await?;
     let wait = Action::Wait {
         reason: message.into(),
     };
@@ -492,9 +487,19 @@ fn reason_of(action: &Action) -> &'static str {
         Action::AddMember | Action::JoinMember { .. } => "MemberAdded",
         Action::Promote { .. } => "MemberPromoted",
         Action::RemoveMember {
-            reason: plan::RemoveReason::Unhealthy,
+            reason: plan::RemoveReason::Unhealthy | plan::RemoveReason::DataGone,
             ..
         } => "MemberReplaced",
+        Action::RemoveMember {
+            reason: plan::RemoveReason::Outdated,
+            ..
+        }
+        | Action::DeletePod {
+            reason: plan::DeleteReason::Outdated,
+            ..
+        } => "MemberRolled",
+        Action::MoveLeader { .. } => "LeaderMoved",
+        Action::DeleteClaim { .. } => "ClaimDeleted",
         Action::RemoveMember { .. } => "MemberRemoved",
         Action::RecreatePod { .. } => "PodRecreated",
         Action::DeletePod {
@@ -622,27 +627,74 @@ mod tests {
     }
 
     #[test]
-    fn a_version_change_keeps_the_running_image_and_names_the_field() {
-        let cluster = EtcdCluster::new(
-            "example",
-            EtcdClusterSpec {
-                size: 3,
-                version: Some("3.6.16".into()),
-                ..Default::default()
-            },
-        );
-        let (same, none) = pinned(&cluster, Some("quay.io/coreos/etcd:v3.6.16"));
-        assert_eq!(same.spec.image(), "quay.io/coreos/etcd:v3.6.16");
+    fn a_version_step_etcd_does_not_allow_keeps_the_newest_running_image() {
+        use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+        let cluster = |version: &str| {
+            EtcdCluster::new(
+                "example",
+                EtcdClusterSpec {
+                    size: 3,
+                    version: Some(version.into()),
+                    ..Default::default()
+                },
+            )
+        };
+        let observed = |running: &[&str]| {
+            let mut obs = Observed::default();
+            for (i, v) in running.iter().enumerate() {
+                let name = format!("m{i}");
+                obs.pods.insert(
+                    name.clone(),
+                    Pod {
+                        spec: Some(PodSpec {
+                            containers: vec![Container {
+                                name: "etcd".into(),
+                                image: Some(format!("quay.io/coreos/etcd:v{v}")),
+                                ..Default::default()
+                            }],
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                );
+                obs.statuses.insert(
+                    i as u64,
+                    crate::etcd::Status {
+                        member_id: i as u64,
+                        cluster_id: 1,
+                        leader: 1,
+                        version: v.to_string(),
+                        db_size: 0,
+                        raft_index: 0,
+                        raft_term: 1,
+                        revision: 1,
+                        raft_applied_index: 0,
+                        is_learner: false,
+                        errors: vec![],
+                    },
+                );
+            }
+            obs
+        };
+        // A step etcd allows: the spec as it is.
+        let (same, none) = effective_spec(&cluster("3.5.35"), &observed(&["3.4.23"; 3]));
+        assert_eq!(same.spec.image(), "quay.io/coreos/etcd:v3.5.35");
         assert!(none.is_none());
-        let (effective, message) = pinned(&cluster, Some("quay.io/coreos/etcd:v3.5.21"));
-        assert_eq!(effective.spec.image(), "quay.io/coreos/etcd:v3.5.21");
+        // 3.6 asked for while the 3.4 -> 3.5 roll is under way: it finishes on 3.5 first.
+        let (effective, message) = effective_spec(
+            &cluster("3.6.16"),
+            &observed(&["3.4.23", "3.5.35", "3.4.23"]),
+        );
+        assert_eq!(effective.spec.image(), "quay.io/coreos/etcd:v3.5.35");
         let message = message.unwrap();
         assert!(message.starts_with("spec.version:"), "{message}");
-        let (effective, message) = pinned(&cluster, Some("registry.local/etcd:v3.6.16"));
-        assert_eq!(effective.spec.image(), "registry.local/etcd:v3.6.16");
-        assert!(message.unwrap().starts_with("spec.repository:"));
+        assert!(message.contains("still runs 3.4.23"), "{message}");
+        // From a 3.5 release etcd does not support for the step to 3.6.
+        let (effective, message) = effective_spec(&cluster("3.6.16"), &observed(&["3.5.21"; 3]));
+        assert_eq!(effective.spec.image(), "quay.io/coreos/etcd:v3.5.21");
+        assert!(message.unwrap().contains("3.5.32 or later"));
         // Nothing runs yet: the spec's image.
-        let (fresh, none) = pinned(&cluster, None);
+        let (fresh, none) = effective_spec(&cluster("3.6.16"), &Observed::default());
         assert_eq!(fresh.spec.image(), "quay.io/coreos/etcd:v3.6.16");
         assert!(none.is_none());
     }

@@ -49,7 +49,10 @@ The rights the controllers use, and nothing else. Where each comes from:
   endpointslices        list          act.rs (whether cluster DNS answers for a new member yet)
   services              patch, create act.rs (server-side apply of the two Services; an apply that
                                       creates the object is also authorized as create)
-  persistentvolumeclaims create       act.rs (a member's volume when the pod policy asks for one)
+  persistentvolumeclaims create, list, delete
+                                      act.rs (a member's volume when the pod policy asks for one;
+                                      the claim of a removed member is deleted); observe.rs (which
+                                      members still have their data)
   secrets               get           task.rs (checks that the Secrets the spec names exist);
                                       backup/controller.rs (storage credentials)
   events                create, patch kube's event Recorder (events.k8s.io/v1)
@@ -89,7 +92,7 @@ The rights the controllers use, and nothing else. Where each comes from:
   verbs: [patch, create, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [create]
+  verbs: [create, list, delete]
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
