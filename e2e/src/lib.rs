@@ -1058,6 +1058,151 @@ pub fn healthy_at_size(k: &Kubectl, ns: &str, cluster: &str, size: usize) -> boo
         && members == pod_names(k, ns, cluster)
 }
 
+/// Local volumes for clusters with persistent members: `n` hostPath PersistentVolumes of a
+/// storage class of their own, on directories of this host (the local cluster's node) that
+/// the members' non-root user may write. Claims of that class bind to them statically (no
+/// provisioner runs here). Dropped, the volumes and their directories go; declare it before the
+/// test's namespace, so that it is dropped after it.
+pub struct Volumes<'a> {
+    kubectl: &'a Kubectl,
+    /// The storage class claims must name.
+    pub class: String,
+    names: Vec<String>,
+    dir: PathBuf,
+}
+
+impl<'a> Volumes<'a> {
+    /// Creates `n` volumes of 1 GiB in a new storage class starting with `prefix`.
+    pub fn create(k: &'a Kubectl, prefix: &str, n: usize) -> Self {
+        let class = format!(
+            "{prefix}-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+                % 100_000_000
+        );
+        let dir = std::env::temp_dir()
+            .join("etcd-operator-e2e-volumes")
+            .join(&class);
+        let mut names = Vec::new();
+        for i in 0..n {
+            let path = dir.join(i.to_string());
+            std::fs::create_dir_all(&path).expect("creating a volume directory");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let name = format!("{class}-{i}");
+            let pv = serde_json::json!({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": name, "labels": {"e2e-class": class}},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": class,
+                    "hostPath": {"path": path.to_str().unwrap(), "type": "Directory"},
+                },
+            });
+            k.ok(&["create", "-f", "-"], Some(&pv.to_string()));
+            names.push(name);
+        }
+        Volumes {
+            kubectl: k,
+            class,
+            names,
+            dir,
+        }
+    }
+
+    /// A `persistentVolumeClaimSpec` that binds to these volumes.
+    pub fn claim_spec(&self) -> Value {
+        serde_json::json!({
+            "storageClassName": self.class,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        })
+    }
+}
+
+impl Drop for Volumes<'_> {
+    fn drop(&mut self) {
+        let mut args = vec![
+            "delete",
+            "persistentvolume",
+            "--wait=false",
+            "--ignore-not-found",
+        ];
+        args.extend(self.names.iter().map(String::as_str));
+        self.kubectl.run(&args, None);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One observation of a cluster in the middle of a roll: each member's name, ID, role and
+/// version from its status, and whether it is Available.
+#[derive(Clone, Debug)]
+pub struct RollView {
+    /// `(name, id, role, version)` of each member.
+    pub members: Vec<(String, String, String, String)>,
+    /// Condition Available.
+    pub available: bool,
+}
+
+impl RollView {
+    /// Reads the EtcdCluster `cluster`.
+    pub fn of(k: &Kubectl, ns: &str, cluster: &str) -> Self {
+        let c = get(k, ns, &format!("etcdcluster/{cluster}"));
+        let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+        RollView {
+            members: c["status"]["memberStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| (s(&m["name"]), s(&m["id"]), s(&m["role"]), s(&m["version"])))
+                .collect(),
+            available: condition(&c, "Available") == "True",
+        }
+    }
+
+    /// The leader's name and version, if one is listed.
+    pub fn leader(&self) -> Option<(&str, &str)> {
+        self.members
+            .iter()
+            .find(|m| m.2 == "leader")
+            .map(|m| (m.0.as_str(), m.3.as_str()))
+    }
+
+    /// Names of the members that do not run `version`.
+    pub fn not_on(&self, version: &str) -> std::collections::BTreeSet<String> {
+        self.members
+            .iter()
+            .filter(|m| m.3 != version)
+            .map(|m| m.0.clone())
+            .collect()
+    }
+}
+
+/// The Events about `object` (`Kind/name` as Events name it) with `reason`, oldest first.
+pub fn events(k: &Kubectl, ns: &str, name: &str, reason: &str) -> Vec<String> {
+    let list = get(k, ns, "events");
+    let mut found: Vec<(String, String)> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
+        .map(|e| {
+            let at = e["eventTime"]
+                .as_str()
+                .or(e["firstTimestamp"].as_str())
+                .unwrap_or("")
+                .to_string();
+            (at, e["message"].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, m)| m).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -370,6 +370,11 @@ async fn reconcile(
         Ok(Outcome::Done(None)) if action == Action::Steady || action == Action::Paused => {
             Ok(RESYNC)
         }
+        // Waits for the user (a spec change) or for the stuck pod's own events, which wake the
+        // task; polling it fast would only repeat the same observation.
+        Ok(Outcome::Done(None)) if matches!(action, Action::RollStalled { .. }) => {
+            Ok(INVALID_RECHECK)
+        }
         Ok(Outcome::Done(None)) => Ok(2 * IN_FLIGHT_POLL),
         Ok(Outcome::Retry(why)) => {
             info!(?action, "not yet: {why}");

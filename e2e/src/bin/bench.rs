@@ -331,6 +331,80 @@ fn pipeline_and_store(endpoint: &str, moto: &str) -> (Duration, Duration) {
     (pipeline, intake)
 }
 
+/// A 3-member cluster upgraded 3.5 -> 3.6 while one client writes serially through the client
+/// Service: the time per member (apply of the new version to every member on it, healthy,
+/// divided by 3) and the longest a write waited; without volumes (a member with the new image
+/// joins before an old one goes) and with them (each member restarted on its claim).
+fn upgrade_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
+    let mut rows = Vec::new();
+    for persistent in [false, true] {
+        let volumes = persistent.then(|| e2e::Volumes::create(k, "bench-upgrade", 3));
+        let name = if persistent { "upgrade-pv" } else { "upgrade" };
+        let mut spec = json!({"size": 3, "version": "3.5.35"});
+        if let Some(v) = &volumes {
+            spec["pod"] = json!({"persistentVolumeClaimSpec": v.claim_spec()});
+        }
+        let c = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": name}, "spec": spec});
+        k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
+        until(&format!("{name} Available"), 600, || {
+            healthy_at_size(k, ns, name, 3)
+        });
+        let svc = e2e::get(k, ns, &format!("service/{name}-client"));
+        let endpoint = format!("http://{}:2379", svc["spec"]["clusterIP"].as_str().unwrap());
+        let writer = Writer::start(&endpoint, Duration::from_secs(900));
+        std::thread::sleep(Duration::from_secs(2));
+        let start = Instant::now();
+        k.ok(
+            &[
+                "patch",
+                &format!("etcdcluster/{name}"),
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"version":"3.6.16"}}"#,
+            ],
+            None,
+        );
+        until(&format!("{name} on 3.6.16"), 900, || {
+            e2e::RollView::of(k, ns, name).not_on("3.6.16").is_empty()
+                && healthy_at_size(k, ns, name, 3)
+        });
+        let took = start.elapsed();
+        let tally = writer.report();
+        let how = if persistent {
+            "with volumes, restarted in place"
+        } else {
+            "without volumes, a new member joins first"
+        };
+        rows.push((
+            format!("upgrade 3.5 -> 3.6 of 3 members ({how}), per member"),
+            secs(took / 3),
+            "",
+        ));
+        rows.push((
+            format!(
+                "longest write stall during it ({how}; one client writing serially through                  the client Service, {} writes)",
+                tally.writes
+            ),
+            format!("{:.2} s", tally.longest_stall.as_secs_f64()),
+            "",
+        ));
+        k.ok(
+            &[
+                "delete",
+                "-n",
+                ns,
+                &format!("etcdcluster/{name}"),
+                "--wait=true",
+            ],
+            None,
+        );
+    }
+    rows
+}
+
 fn main() {
     let k = Kubectl::from_env();
     k.apply_crds();
@@ -441,6 +515,7 @@ fn main() {
         "within 2x of idle",
     ));
 
+    rows.extend(upgrade_rows(&k, ns));
     let backup = backup_rows(&k, ns, &operator);
 
     println!("| measure | value | floor | target |");

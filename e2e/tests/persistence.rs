@@ -1,0 +1,201 @@
+//! Members with persistent volumes on the real local cluster, in a namespace that enforces the
+//! `restricted` Pod Security Standard: every pod deleted at once comes back on its claim with
+//! its data and member ID and no membership change; an evicted pod (the Eviction API) and a pod
+//! whose phase turned Failed come back the same way; a deleted claim leads to a replacement,
+//! never to a member restarted empty; the claims of removed members are deleted.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use e2e::{
+    Keys, Kubectl, Operator, RollView, Volumes, Writer, events, get, healthy_at_size, keys_under,
+    pod_names, until,
+};
+use serde_json::json;
+
+/// Member name → ID, from status.
+fn member_ids(k: &Kubectl, ns: &str) -> Vec<(String, String)> {
+    let mut ids: Vec<(String, String)> = RollView::of(k, ns, "example")
+        .members
+        .into_iter()
+        .map(|m| (m.0, m.1))
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn pod_uid(k: &Kubectl, ns: &str, pod: &str) -> String {
+    get(k, ns, &format!("pod/{pod}"))["metadata"]["uid"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn claims(k: &Kubectl, ns: &str) -> BTreeSet<String> {
+    k.ok(
+        &[
+            "get",
+            "pvc",
+            "-n",
+            ns,
+            "-l",
+            "etcd_cluster=example",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+        None,
+    )
+    .split_whitespace()
+    .map(String::from)
+    .collect()
+}
+
+/// Every key the writer had acknowledged is still served through the client Service.
+fn assert_keys(endpoint: &str, acked: &[u64]) {
+    let keys = keys_under(endpoint, "e2e-writer/").expect("reading the keys back");
+    let lost: Vec<&u64> = acked
+        .iter()
+        .filter(|n| !keys.contains(&format!("e2e-writer/{n}")))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+}
+
+#[test]
+fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_replaced() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let volumes = Volumes::create(&k, "persist", 4);
+    let namespace = k.namespace("persist");
+    let ns = namespace.name.as_str();
+    k.ok(
+        &[
+            "label",
+            "namespace",
+            ns,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        ],
+        None,
+    );
+    let _operator = Operator::install(&k, ns, &[]);
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "example"},
+        "spec": {"size": 3, "version": "3.6.16",
+                 "pod": {"persistentVolumeClaimSpec": volumes.claim_spec()}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+    until("3 healthy members on volumes", 300, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+    let svc = get(&k, ns, "service/example-client");
+    let endpoint = format!("http://{}:2379", svc["spec"]["clusterIP"].as_str().unwrap());
+    let writer = Writer::start_with(&endpoint, Duration::from_secs(2), Keys::Unique);
+    std::thread::sleep(Duration::from_secs(2));
+    let acked = writer.report().acked;
+    assert!(acked.len() > 10, "too few writes: {}", acked.len());
+    let ids = member_ids(&k, ns);
+    assert_eq!(claims(&k, ns), ids.iter().map(|m| m.0.clone()).collect());
+    let changes = |k: &Kubectl| {
+        events(k, ns, "example", "MemberAdded").len()
+            + events(k, ns, "example", "MemberRemoved").len()
+            + events(k, ns, "example", "MemberReplaced").len()
+    };
+    let membership_changes = changes(&k);
+
+    // Every pod at once (a node reboot, say): no member answers, and each comes back on its
+    // claim, same name, same member ID.
+    k.ok(
+        &[
+            "delete",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            "etcd_cluster=example",
+            "--wait=false",
+        ],
+        None,
+    );
+    until("the same 3 members back on their claims", 300, || {
+        healthy_at_size(&k, ns, "example", 3) && member_ids(&k, ns) == ids
+    });
+    assert_keys(&endpoint, &acked);
+    assert!(events(&k, ns, "example", "PodRecreated").len() >= 3);
+    assert_eq!(changes(&k), membership_changes, "the membership changed");
+
+    // Evicted, as `kubectl drain` does, and ended by the kubelet (phase Failed).
+    let pods = pod_names(&k, ns, "example");
+    let (evicted, failed) = (&pods[0], &pods[1]);
+    let uids = (pod_uid(&k, ns, evicted), pod_uid(&k, ns, failed));
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": evicted, "namespace": ns}});
+    k.ok(
+        &[
+            "create",
+            "--raw",
+            &format!("/api/v1/namespaces/{ns}/pods/{evicted}/eviction"),
+            "-f",
+            "-",
+        ],
+        Some(&eviction.to_string()),
+    );
+    until("the evicted member back", 240, || {
+        let uid = pod_uid(&k, ns, evicted);
+        !uid.is_empty() && uid != uids.0 && healthy_at_size(&k, ns, "example", 3)
+    });
+    k.ok(
+        &[
+            "patch",
+            &format!("pod/{failed}"),
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Failed","reason":"Evicted","message":"e2e: the node ran out of memory"}}"#,
+        ],
+        None,
+    );
+    until("the ended member back", 240, || {
+        let uid = pod_uid(&k, ns, failed);
+        !uid.is_empty() && uid != uids.1 && healthy_at_size(&k, ns, "example", 3)
+    });
+    assert_eq!(member_ids(&k, ns), ids);
+    assert_eq!(changes(&k), membership_changes, "the membership changed");
+    assert_keys(&endpoint, &acked);
+
+    // A claim deleted while its pod runs: that member's data goes with the pod, so it is
+    // replaced by a new member (on the fourth volume), never restarted empty under its ID.
+    let (lost, lost_id) = ids[2].clone();
+    k.ok(&["delete", "pvc", &lost, "-n", ns, "--wait=false"], None);
+    until("the member without a claim replaced", 300, || {
+        let now = member_ids(&k, ns);
+        healthy_at_size(&k, ns, "example", 3)
+            && now.iter().all(|m| m.0 != lost && m.1 != lost_id)
+            && !claims(&k, ns).contains(&lost)
+    });
+    assert!(!events(&k, ns, "example", "MemberReplaced").is_empty());
+    assert_keys(&endpoint, &acked);
+    assert_eq!(
+        claims(&k, ns),
+        member_ids(&k, ns).into_iter().map(|m| m.0).collect()
+    );
+
+    // Scaled down: the removed members' claims are deleted.
+    k.ok(
+        &[
+            "patch",
+            "etcdcluster/example",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":1}}"#,
+        ],
+        None,
+    );
+    until("one member and one claim", 240, || {
+        healthy_at_size(&k, ns, "example", 1) && claims(&k, ns).len() == 1
+    });
+    assert!(events(&k, ns, "example", "ClaimDeleted").len() >= 2);
+    assert_keys(&endpoint, &acked);
+}
