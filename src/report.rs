@@ -3,6 +3,7 @@
 
 use std::fmt::Debug;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -48,12 +49,27 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
     reason: &str,
     note: String,
 ) {
+    publish_related(recorder, on, None, action, type_, reason, note).await;
+}
+
+/// As [`publish`], naming a second object the Event is about (a member's pod). kube's
+/// recorder folds Events of one reason on one object into a series that keeps the first note;
+/// with the pod named, each member gets an Event of its own.
+pub async fn publish_related<K: Resource<DynamicType = ()>>(
+    recorder: &Recorder,
+    on: &K,
+    related: Option<ObjectReference>,
+    action: &str,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let ev = Event {
         type_,
         reason: reason.into(),
         note: Some(note),
         action: action.into(),
-        secondary: None,
+        secondary: related,
     };
     if let Err(e) = recorder.publish(&ev, &on.object_ref(&())).await {
         warn!("publishing an event: {e}");

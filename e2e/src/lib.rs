@@ -1182,6 +1182,24 @@ impl RollView {
     }
 }
 
+/// How many times an Event with `reason` was reported about object `name`, counting the
+/// repeats that Kubernetes folds into one Event's series.
+pub fn event_count(k: &Kubectl, ns: &str, name: &str, reason: &str) -> u64 {
+    get(k, ns, "events")["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
+        .map(|e| {
+            e["series"]["count"]
+                .as_u64()
+                .or(e["count"].as_u64())
+                .unwrap_or(1)
+                .max(1)
+        })
+        .sum()
+}
+
 /// The Events about `object` (`Kind/name` as Events name it) with `reason`, oldest first.
 pub fn events(k: &Kubectl, ns: &str, name: &str, reason: &str) -> Vec<String> {
     let list = get(k, ns, "events");

@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use e2e::{
-    Keys, Kubectl, Operator, RollView, Volumes, Writer, events, get, healthy_at_size, keys_under,
-    pod_names, until,
+    Keys, Kubectl, Operator, RollView, Volumes, Writer, event_count, events, get, healthy_at_size,
+    keys_under, pod_names, until,
 };
 use serde_json::json;
 
@@ -95,9 +95,9 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     let ids = member_ids(&k, ns);
     assert_eq!(claims(&k, ns), ids.iter().map(|m| m.0.clone()).collect());
     let changes = |k: &Kubectl| {
-        events(k, ns, "example", "MemberAdded").len()
-            + events(k, ns, "example", "MemberRemoved").len()
-            + events(k, ns, "example", "MemberReplaced").len()
+        event_count(k, ns, "example", "MemberAdded")
+            + event_count(k, ns, "example", "MemberRemoved")
+            + event_count(k, ns, "example", "MemberReplaced")
     };
     let membership_changes = changes(&k);
 
@@ -119,7 +119,7 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
         healthy_at_size(&k, ns, "example", 3) && member_ids(&k, ns) == ids
     });
     assert_keys(&endpoint, &acked);
-    assert!(events(&k, ns, "example", "PodRecreated").len() >= 3);
+    assert!(event_count(&k, ns, "example", "PodRecreated") >= 3);
     assert_eq!(changes(&k), membership_changes, "the membership changed");
 
     // Evicted, as `kubectl drain` does, and ended by the kubelet (phase Failed).
@@ -196,6 +196,6 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     until("one member and one claim", 240, || {
         healthy_at_size(&k, ns, "example", 1) && claims(&k, ns).len() == 1
     });
-    assert!(events(&k, ns, "example", "ClaimDeleted").len() >= 2);
+    assert!(event_count(&k, ns, "example", "ClaimDeleted") >= 2);
     assert_keys(&endpoint, &acked);
 }

@@ -487,7 +487,8 @@ pub async fn act(
             delete_pod(apis, name).await?;
             Ok(Outcome::Done(Some(match reason {
                 RemoveReason::Outdated => format!(
-                    "removed member {name}, made from an older pod template; a member with the                      new one ({}) has taken its place",
+                    "removed member {name}, made from an older pod template; a member made \
+                     from the new one ({}) takes its place",
                     cluster.spec.image()
                 ),
                 _ => format!("removed member {name} ({reason:?})"),

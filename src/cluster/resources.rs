@@ -190,16 +190,21 @@ pub fn template_hash(cluster: &EtcdCluster) -> String {
         .collect()
 }
 
-/// Probes that fit the version: etcd 3.6 has `/livez` and `/readyz`; older releases only
-/// `/health`, which fails while there is no leader, so it only gates readiness and liveness
-/// is a TCP check (a member must not be restarted because its peers are down).
+/// Probes that fit the version: etcd 3.6 has `/livez` and `/readyz`; 3.5 only `/health`,
+/// which fails while there is no leader, so it only gates readiness and liveness is a TCP
+/// check (a member must not be restarted because its peers are down). 3.4's `/health` is a v2
+/// quorum read that goes through raft: every probe would leave a v2 entry in the log, and etcd
+/// 3.6 refuses to apply those (it panics with "detected disallowed v2 WAL"), so a cluster born
+/// on 3.4 could not reach 3.6 before a snapshot had compacted them away (100,000 entries by
+/// default). On 3.4, readiness is a TCP check of the client port.
 fn probes(version: &str) -> (Probe, Probe, Probe) {
     let http = |path: &str| HTTPGetAction {
         path: Some(path.into()),
         port: IntOrString::Int(METRICS_PORT),
         ..HTTPGetAction::default()
     };
-    let modern = Version::parse(version).minor_line() >= (3, 6);
+    let line = Version::parse(version).minor_line();
+    let modern = line >= (3, 6);
     let liveness = Probe {
         http_get: modern.then(|| http("/livez")),
         tcp_socket: (!modern).then(|| TCPSocketAction {
@@ -213,7 +218,11 @@ fn probes(version: &str) -> (Probe, Probe, Probe) {
         ..Probe::default()
     };
     let readiness = Probe {
-        http_get: Some(http(if modern { "/readyz" } else { "/health" })),
+        http_get: (line >= (3, 5)).then(|| http(if modern { "/readyz" } else { "/health" })),
+        tcp_socket: (line < (3, 5)).then(|| TCPSocketAction {
+            port: IntOrString::Int(CLIENT_PORT),
+            ..TCPSocketAction::default()
+        }),
         period_seconds: Some(2),
         timeout_seconds: Some(2),
         failure_threshold: Some(3),
@@ -916,6 +925,19 @@ mod tests {
             plain.containers[0].command.as_deref().unwrap(),
             ["/usr/local/bin/etcd"]
         );
+    }
+
+    #[test]
+    fn etcd_3_4_readiness_never_goes_through_raft() {
+        // 3.4's /health is a v2 quorum read in the raft log, which 3.6 refuses to replay.
+        let (_, readiness, _) = probes("3.4.23");
+        assert!(readiness.http_get.is_none());
+        assert_eq!(
+            readiness.tcp_socket.unwrap().port,
+            IntOrString::Int(CLIENT_PORT)
+        );
+        let (_, readiness, _) = probes("3.5.35");
+        assert_eq!(readiness.http_get.unwrap().path.as_deref(), Some("/health"));
     }
 
     #[test]

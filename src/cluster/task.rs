@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Secret, Service};
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Notify, watch};
@@ -205,13 +205,15 @@ fn effective_spec(cluster: &EtcdCluster, obs: &Observed) -> (EtcdCluster, Option
     let Err(why) = version::step_allowed(wanted, &running) else {
         return (cluster.clone(), None);
     };
+    // Only images of versions that members answer with: a pod that never started (an image
+    // that cannot be pulled) must not become every new member's image.
     let newest = obs
         .pods
         .values()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(observe::etcd_image)
         .filter_map(|i| Some((Version::of_image(&i)?, i)))
-        .filter(|(v, _)| *v <= wanted)
+        .filter(|(v, _)| *v <= wanted && running.contains(v))
         .max();
     let mut effective = cluster.clone();
     let keep = match newest.and_then(|(_, i)| Some((i.clone(), i.rsplit_once(":v")?.1.to_string())))
@@ -364,7 +366,16 @@ async fn reconcile(
             info!(?action, "{change}");
             ctx.metrics
                 .membership_change(&ns, &cluster.name_any(), reason_of(&action));
-            publish(ctx, cluster, EventType::Normal, reason_of(&action), change).await;
+            crate::report::publish_related(
+                &ctx.recorder,
+                cluster,
+                member_pod_ref(cluster, &action),
+                "Reconcile",
+                EventType::Normal,
+                reason_of(&action),
+                change,
+            )
+            .await;
             Ok(IN_FLIGHT_POLL)
         }
         Ok(Outcome::Done(None)) if action == Action::Steady || action == Action::Paused => {
@@ -426,6 +437,26 @@ async fn publish(
     note: String,
 ) {
     crate::report::publish(&ctx.recorder, cluster, "Reconcile", type_, reason, note).await;
+}
+
+/// The pod of the member an action is about, for its Event.
+fn member_pod_ref(cluster: &EtcdCluster, action: &Action) -> Option<ObjectReference> {
+    let name = match action {
+        Action::JoinMember { name }
+        | Action::Promote { name, .. }
+        | Action::RemoveMember { name, .. }
+        | Action::RecreatePod { name }
+        | Action::DeletePod { name, .. }
+        | Action::MoveLeader { from: name, .. } => name,
+        _ => return None,
+    };
+    Some(ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(name.clone()),
+        namespace: cluster.namespace(),
+        ..ObjectReference::default()
+    })
 }
 
 /// Reports a spec the operator cannot act on (a Degraded condition and a Warning Event naming
