@@ -129,9 +129,13 @@ impl Leadership {
     }
 }
 
-/// Whether the Lease, read back now, still names this replica with a lock that has not expired
-/// (less the grace, which covers clock skew). A failed read keeps the last confirmation until
-/// that too would have expired.
+/// Whether the Lease, read back now, still names this replica with a lock that has not expired,
+/// less half the grace. The manager renews exactly `grace` before expiry, so a fence at the
+/// whole grace stood down at every renewal that had not landed yet, and took leadership away
+/// for a second every renewal or two under load (a task aborted mid-action each time); half
+/// leaves the renewal that much time to land and still stands down before another replica, at
+/// most half the grace of clock skew away, may see the lock expired. A failed read keeps the
+/// last confirmation until that too would have expired.
 async fn still_holds(
     leases: &Api<Lease>,
     settings: &Settings,
@@ -146,7 +150,7 @@ async fn still_holds(
         Ok(None) => *confirmed = None,
         Err(e) => warn!("reading the Lease back: {e}"),
     }
-    let valid_for = settings.duration.saturating_sub(settings.grace);
+    let valid_for = settings.duration.saturating_sub(settings.grace / 2);
     confirmed.is_some_and(|renewed| {
         let age = Timestamp::now().duration_since(renewed);
         age.as_secs_f64() < valid_for.as_secs_f64()

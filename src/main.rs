@@ -98,7 +98,8 @@ struct RunArgs {
     /// Seconds a leader's lock stays valid after its last renewal.
     #[arg(long, default_value_t = 15)]
     lease_duration: u64,
-    /// Seconds before expiry the leader renews; also the clock skew tolerated between nodes.
+    /// Seconds before expiry the leader renews; half of it is the clock skew tolerated between
+    /// nodes.
     #[arg(long, default_value_t = 5)]
     lease_grace: u64,
     /// This replica's identity in the Lease (the pod name in a Deployment).

@@ -708,6 +708,13 @@ impl<'a> Cluster<'a> {
         if stale.is_empty() {
             return None;
         }
+        // A pod still stopping (the last step's restart) answers for a moment: it is not
+        // rolled again, and nothing else moves until it is gone.
+        if let Some(v) = self.voters.iter().find(|v| !self.obs.pod_alive(&v.name)) {
+            return Some(Action::Wait {
+                reason: format!("the pod of {} is stopping", v.name),
+            });
+        }
         if let Some(w) = self.catching_up() {
             return Some(w);
         }
@@ -1761,6 +1768,17 @@ mod tests {
         // Two members cannot restart one without losing quorum: they add first.
         let two = roll_trace(outdated(2, true));
         assert_eq!(&two[..4], ["add", "join", "promote", "remove m2 Outdated"]);
+    }
+
+    #[test]
+    fn a_member_restarting_in_place_is_not_rolled_twice() {
+        // m2's old pod was deleted and still answers while it stops.
+        let mut obs = outdated(3, true).observe();
+        obs.pods[1].state = PodState::Terminating;
+        assert!(matches!(
+            plan(&obs, &target_of(3, true)),
+            Action::Wait { reason } if reason.contains("stopping")
+        ));
     }
 
     #[test]
