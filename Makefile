@@ -46,8 +46,9 @@ image:
 	hack/deps.sh
 	hack/image.sh
 
-## bench: the controller's figures (apply to Available, failover, scale-up, RSS) with the floor.
-## The image is imported too: new member pods copy their etcd-gate from it.
+## bench: the controller's figures (apply to Available, failover, scale-up, RSS, a 3-member
+## upgrade under writes, backups) with the floor. The image is imported too: new member pods copy
+## their etcd-gate from it. `BENCH_ONLY=upgrade make bench` runs the upgrade rows alone.
 bench:
 	hack/deps.sh
 	$(CARGO) build --release --bin etcd-operator

@@ -92,6 +92,20 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             raft_index: status.map(|s| s.raft_index as i64),
         });
     }
+    // Nobody answers: the members as last seen, none healthy. Dropping them would hide which
+    // members the cluster has, and persistent members are brought back by these names.
+    if obs.plan.members.is_none() {
+        for m in &previous.member_statuses {
+            unready.push(m.name.clone());
+            member_statuses.push(MemberStatus {
+                role: None,
+                healthy: false,
+                db_size: None,
+                raft_index: None,
+                ..m.clone()
+            });
+        }
+    }
     let voters = members.iter().filter(|m| !m.is_learner).count();
     let current_version = obs
         .statuses
@@ -345,6 +359,35 @@ mod tests {
         assert_eq!(condition_of(&status, "Progressing"), "True");
         let all = compute(&cluster, &observed([PodState::Running; 3]), &Action::Steady);
         assert_eq!(condition_of(&all, "Progressing"), "False");
+    }
+
+    #[test]
+    fn when_nobody_answers_the_members_last_seen_stay_listed_unhealthy() {
+        let mut cluster = EtcdCluster::new(
+            "example",
+            EtcdClusterSpec {
+                size: 3,
+                ..Default::default()
+            },
+        );
+        let seen = compute(&cluster, &observed([PodState::Running; 3]), &Action::Steady);
+        cluster.status = Some(seen);
+        let silent = compute(
+            &cluster,
+            &Observed::default(),
+            &Action::Wait {
+                reason: "members are starting".into(),
+            },
+        );
+        let names: Vec<&str> = silent
+            .member_statuses
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(names, ["m1", "m2", "m3"]);
+        assert!(silent.member_statuses.iter().all(|m| !m.healthy));
+        assert_eq!(silent.members.unready.len(), 3);
+        assert_eq!(condition_of(&silent, "Available"), "False");
     }
 
     #[test]
