@@ -24,11 +24,20 @@ fn member_ids(k: &Kubectl, ns: &str) -> Vec<(String, String)> {
     ids
 }
 
+/// The UID of `pod`, or "" while there is none.
 fn pod_uid(k: &Kubectl, ns: &str, pod: &str) -> String {
-    get(k, ns, &format!("pod/{pod}"))["metadata"]["uid"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
+    let out = k.run(
+        &[
+            "get",
+            "-n",
+            ns,
+            &format!("pod/{pod}"),
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+        None,
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn claims(k: &Kubectl, ns: &str) -> BTreeSet<String> {
@@ -52,7 +61,20 @@ fn claims(k: &Kubectl, ns: &str) -> BTreeSet<String> {
 
 /// Every key the writer had acknowledged is still served through the client Service.
 fn assert_keys(endpoint: &str, acked: &[u64]) {
-    let keys = keys_under(endpoint, "e2e-writer/").expect("reading the keys back");
+    // The Service's endpoints follow the members' readiness a moment later.
+    let mut read = BTreeSet::new();
+    until(
+        "the keys to be readable through the client Service",
+        60,
+        || match keys_under(endpoint, "e2e-writer/") {
+            Ok(k) => {
+                read = k;
+                true
+            }
+            Err(_) => false,
+        },
+    );
+    let keys = read;
     let lost: Vec<&u64> = acked
         .iter()
         .filter(|n| !keys.contains(&format!("e2e-writer/{n}")))
@@ -126,6 +148,9 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     let pods = pod_names(&k, ns, "example");
     let (evicted, failed) = (&pods[0], &pods[1]);
     let uids = (pod_uid(&k, ns, evicted), pod_uid(&k, ns, failed));
+    until("the budget to allow one disruption", 60, || {
+        get(&k, ns, "poddisruptionbudget/example")["status"]["disruptionsAllowed"] == 1
+    });
     let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
         "metadata": {"name": evicted, "namespace": ns}});
     k.ok(
