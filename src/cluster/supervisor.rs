@@ -247,7 +247,7 @@ fn accept(
 /// the operator changes nothing until the object is fixed. Reported once per problem.
 async fn report_unreadable(ctx: Arc<Context>, object: DynamicObject, problem: String) {
     let message = format!(
-        "the operator cannot read this EtcdCluster ({problem}); its members keep running,          and nothing is changed until the field is fixed"
+        "the operator cannot read this EtcdCluster ({problem}); its members keep running, and nothing is changed until the field is fixed"
     );
     let conditions = object.data["status"]["conditions"].as_array().cloned();
     let reported = conditions.iter().flatten().any(|c| {

@@ -381,10 +381,10 @@ fn upgrade_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
         ));
         rows.push((
             format!(
-                "longest write stall during it ({how}; one client writing serially through                  the client Service, {} writes)",
+                "longest write stall during it ({how}; one client writing serially through the client Service, {} writes)",
                 tally.writes
             ),
-            format!("{:.2} s", tally.longest_stall.as_secs_f64()),
+            format!("{} ms", tally.longest_stall.as_millis()),
             "",
         ));
         k.ok(
