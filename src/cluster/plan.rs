@@ -876,6 +876,15 @@ fn without_member_list(obs: &Observation, target: &Target) -> Action {
             ),
         };
     }
+    if obs.pods.is_empty() && target.persistent {
+        // Members with claims were brought back before this step; none is left to bring back.
+        return Action::QuorumLost {
+            reason: "every member pod is gone and no claim of a member the status lists \
+                     remains, so the operator will not bootstrap a new, empty cluster: restore \
+                     from a backup, or delete and recreate the EtcdCluster"
+                .into(),
+        };
+    }
     if obs.pods.is_empty() {
         return Action::QuorumLost {
             reason: "every member pod is gone; the data went with them, so the operator will \
@@ -1892,6 +1901,15 @@ mod tests {
         );
         // Without volumes that is lost quorum.
         assert!(matches!(plan(&none, &target(3)), Action::QuorumLost { .. }));
+        // With volumes but no claim left: lost, and the message says why.
+        let bare = Observation {
+            claims: BTreeSet::new(),
+            ..none.clone()
+        };
+        assert!(matches!(
+            plan(&bare, &persistent),
+            Action::QuorumLost { reason } if reason.contains("no claim")
+        ));
         // A claim that is gone: the member is replaced, never restarted empty.
         let mut obs = steady(3);
         obs.members.as_mut().unwrap()[2].healthy = false;
