@@ -1138,6 +1138,63 @@ impl Drop for Volumes<'_> {
     }
 }
 
+/// `kubectl patch` of `etcdcluster/<cluster>`'s spec with a JSON merge patch.
+pub fn patch_spec(k: &Kubectl, ns: &str, cluster: &str, spec: Value) {
+    k.ok(
+        &[
+            "patch",
+            &format!("etcdcluster/{cluster}"),
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            &serde_json::json!({ "spec": spec }).to_string(),
+        ],
+        None,
+    );
+}
+
+/// `http://<ClusterIP of <cluster>-client>:2379`: the route clients of the cluster take.
+pub fn client_endpoint(k: &Kubectl, ns: &str, cluster: &str) -> String {
+    let svc = get(k, ns, &format!("service/{cluster}-client"));
+    format!("http://{}:2379", svc["spec"]["clusterIP"].as_str().unwrap())
+}
+
+/// Labels namespace `ns` to enforce the `restricted` Pod Security Standard.
+pub fn enforce_restricted(k: &Kubectl, ns: &str) {
+    k.ok(
+        &[
+            "label",
+            "namespace",
+            ns,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        ],
+        None,
+    );
+}
+
+/// Asks the API server to evict `pod`, as `kubectl drain` does; whether it was allowed, and
+/// what it answered.
+pub fn evict(k: &Kubectl, ns: &str, pod: &str) -> (bool, String) {
+    let eviction = serde_json::json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": ns}});
+    let out = k.run(
+        &[
+            "create",
+            "--raw",
+            &format!("/api/v1/namespaces/{ns}/pods/{pod}/eviction"),
+            "-f",
+            "-",
+        ],
+        Some(&eviction.to_string()),
+    );
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// One observation of a cluster in the middle of a roll: each member's name, ID, role and
 /// version from its status, and whether it is Available.
 #[derive(Clone, Debug)]
@@ -1170,6 +1227,17 @@ impl RollView {
             .iter()
             .find(|m| m.2 == "leader")
             .map(|m| (m.0.as_str(), m.3.as_str()))
+    }
+
+    /// `(name, id)` of each member, sorted.
+    pub fn ids(&self) -> Vec<(String, String)> {
+        let mut ids: Vec<(String, String)> = self
+            .members
+            .iter()
+            .map(|m| (m.0.clone(), m.1.clone()))
+            .collect();
+        ids.sort();
+        ids
     }
 
     /// Names of the members that do not run `version`.

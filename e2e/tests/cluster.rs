@@ -174,19 +174,7 @@ fn count_keys(k: &Kubectl, ns: &str, cluster: &str) -> usize {
 }
 
 fn scale(k: &Kubectl, ns: &str, cluster: &str, size: usize) {
-    let patch = format!(r#"{{"spec":{{"size":{size}}}}}"#);
-    k.ok(
-        &[
-            "patch",
-            &format!("etcdcluster/{cluster}"),
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &patch,
-        ],
-        None,
-    );
+    e2e::patch_spec(k, ns, cluster, serde_json::json!({ "size": size }));
 }
 
 fn has_learner(k: &Kubectl, ns: &str, cluster: &str) -> bool {

@@ -4,29 +4,11 @@
 //! (the first is allowed: a quorum of two stays), the operator replaces the evicted member, and
 //! a cluster shrunk to one member has no budget left to block a drain.
 
-use e2e::{Kubectl, Operator, get, healthy_at_size, pod_names, until};
+use e2e::{
+    Kubectl, Operator, enforce_restricted, evict, get, healthy_at_size, patch_spec, pod_names,
+    until,
+};
 use serde_json::json;
-
-/// Asks the API server to evict `pod`, as `kubectl drain` does; whether it was allowed, and
-/// what it answered.
-fn evict(k: &Kubectl, ns: &str, pod: &str) -> (bool, String) {
-    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
-        "metadata": {"name": pod, "namespace": ns}});
-    let out = k.run(
-        &[
-            "create",
-            "--raw",
-            &format!("/api/v1/namespaces/{ns}/pods/{pod}/eviction"),
-            "-f",
-            "-",
-        ],
-        Some(&eviction.to_string()),
-    );
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn in_a_restricted_namespace_evictions_never_take_a_quorum_and_one_member_has_no_budget() {
@@ -34,16 +16,7 @@ fn in_a_restricted_namespace_evictions_never_take_a_quorum_and_one_member_has_no
     k.apply_crds();
     let namespace = k.namespace("disruption");
     let ns = namespace.name.as_str();
-    k.ok(
-        &[
-            "label",
-            "namespace",
-            ns,
-            "pod-security.kubernetes.io/enforce=restricted",
-            "pod-security.kubernetes.io/enforce-version=latest",
-        ],
-        None,
-    );
+    enforce_restricted(&k, ns);
     let _operator = Operator::install(&k, ns, &[]);
     let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
         "metadata": {"name": "example"}, "spec": {"size": 3, "version": "3.6.16"}});
@@ -74,18 +47,7 @@ fn in_a_restricted_namespace_evictions_never_take_a_quorum_and_one_member_has_no
     assert!(pod_names(&k, ns, "example").contains(&pods[1]));
 
     // One member: no quorum to keep, so no budget to block a drain.
-    k.ok(
-        &[
-            "patch",
-            "etcdcluster/example",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"size":1}}"#,
-        ],
-        None,
-    );
+    patch_spec(&k, ns, "example", json!({"size": 1}));
     until("one member and no budget", 240, || {
         healthy_at_size(&k, ns, "example", 1)
             && !k

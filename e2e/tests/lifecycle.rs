@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use e2e::{
-    Keys, Kubectl, Operator, RollView, Volumes, Writer, event_count, events, get, healthy_at_size,
-    holds_for, keys_under, pod_names, until,
+    Keys, Kubectl, Operator, RollView, Volumes, Writer, client_endpoint, event_count, events, get,
+    healthy_at_size, holds_for, keys_under, patch_spec, pod_names, until,
 };
 use serde_json::{Value, json};
 
@@ -19,27 +19,6 @@ fn cluster(size: usize, version: &str, pod: Option<Value>) -> String {
     json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
         "metadata": {"name": "example"}, "spec": spec})
     .to_string()
-}
-
-fn patch(k: &Kubectl, ns: &str, spec: Value) {
-    k.ok(
-        &[
-            "patch",
-            "etcdcluster/example",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &json!({ "spec": spec }).to_string(),
-        ],
-        None,
-    );
-}
-
-/// `http://<ClusterIP of example-client>:2379`: the route clients take.
-fn client_service(k: &Kubectl, ns: &str) -> String {
-    let svc = get(k, ns, "service/example-client");
-    format!("http://{}:2379", svc["spec"]["clusterIP"].as_str().unwrap())
 }
 
 /// The member pods of `example`, as JSON.
@@ -59,17 +38,6 @@ fn member_pods(k: &Kubectl, ns: &str) -> Vec<Value> {
     );
     let list: Value = serde_json::from_str(&out).unwrap();
     list["items"].as_array().cloned().unwrap_or_default()
-}
-
-/// Member name → ID, from status.
-fn member_ids(k: &Kubectl, ns: &str) -> Vec<(String, String)> {
-    let mut ids: Vec<(String, String)> = RollView::of(k, ns, "example")
-        .members
-        .into_iter()
-        .map(|m| (m.0, m.1))
-        .collect();
-    ids.sort();
-    ids
 }
 
 /// Waits until every member runs `version`, checking at every look that the cluster stays
@@ -122,8 +90,8 @@ fn upgrade_under_writes(prefix: &str, persistent: bool) {
     until("3 healthy members on 3.4", 300, || {
         healthy_at_size(&k, ns, "example", 3)
     });
-    let before = member_ids(&k, ns);
-    let endpoint = client_service(&k, ns);
+    let before = RollView::of(&k, ns, "example").ids();
+    let endpoint = client_endpoint(&k, ns, "example");
     let writer = Writer::start_with(&endpoint, Duration::from_secs(900), Keys::Unique);
 
     for (from, to) in [("3.4.23", "3.5.35"), ("3.5.35", "3.6.16")] {
@@ -131,7 +99,7 @@ fn upgrade_under_writes(prefix: &str, persistent: bool) {
             .leader()
             .map(|(name, _)| name.to_string())
             .expect("a leader before the upgrade");
-        patch(&k, ns, json!({"version": to}));
+        patch_spec(&k, ns, "example", json!({"version": to}));
         until("status to report the upgrade", 60, || {
             let c = get(&k, ns, "etcdcluster/example");
             c["status"]["targetVersion"] == to
@@ -168,7 +136,7 @@ fn upgrade_under_writes(prefix: &str, persistent: bool) {
         .collect();
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 
-    let after = member_ids(&k, ns);
+    let after = RollView::of(&k, ns, "example").ids();
     let rolled = event_count(&k, ns, "example", "MemberRolled");
     assert_eq!(
         rolled,
@@ -218,13 +186,14 @@ fn an_upgrade_to_an_image_that_never_starts_stalls_and_touches_no_other_member()
     until("3 healthy members", 240, || {
         healthy_at_size(&k, ns, "example", 3)
     });
-    let before = member_ids(&k, ns);
+    let before = RollView::of(&k, ns, "example").ids();
     let names: Vec<String> = before.iter().map(|m| m.0.clone()).collect();
 
     // An image nobody can pull.
-    patch(
+    patch_spec(
         &k,
         ns,
+        "example",
         json!({"version": "3.6.16", "repository": "registry.invalid/etcd"}),
     );
     until("the roll to stall", 240, || {
@@ -261,7 +230,12 @@ fn an_upgrade_to_an_image_that_never_starts_stalls_and_touches_no_other_member()
     });
 
     // Fixed: the stuck member is outdated in turn and goes first; the roll completes.
-    patch(&k, ns, json!({"repository": "quay.io/coreos/etcd"}));
+    patch_spec(
+        &k,
+        ns,
+        "example",
+        json!({"repository": "quay.io/coreos/etcd"}),
+    );
     roll_to(&k, ns, "3.6.16", 600);
     let c = get(&k, ns, "etcdcluster/example");
     assert_eq!(e2e::condition(&c, "Degraded"), "False", "{c}");
@@ -282,9 +256,10 @@ fn a_resource_change_is_rolled_one_member_at_a_time() {
         healthy_at_size(&k, ns, "example", 3)
     });
     let before: BTreeSet<String> = pod_names(&k, ns, "example").into_iter().collect();
-    patch(
+    patch_spec(
         &k,
         ns,
+        "example",
         json!({"pod": {"resources": {"requests": {"cpu": "150m", "memory": "100Mi"}}}}),
     );
     let requests =

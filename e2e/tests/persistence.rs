@@ -8,21 +8,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use e2e::{
-    Keys, Kubectl, Operator, RollView, Volumes, Writer, event_count, events, get, healthy_at_size,
-    keys_under, pod_names, until,
+    Keys, Kubectl, Operator, RollView, Volumes, Writer, client_endpoint, enforce_restricted,
+    event_count, events, evict, get, healthy_at_size, keys_under, patch_spec, pod_names, until,
 };
 use serde_json::json;
-
-/// Member name → ID, from status.
-fn member_ids(k: &Kubectl, ns: &str) -> Vec<(String, String)> {
-    let mut ids: Vec<(String, String)> = RollView::of(k, ns, "example")
-        .members
-        .into_iter()
-        .map(|m| (m.0, m.1))
-        .collect();
-    ids.sort();
-    ids
-}
 
 /// The UID of `pod`, or "" while there is none.
 fn pod_uid(k: &Kubectl, ns: &str, pod: &str) -> String {
@@ -89,16 +78,7 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     let volumes = Volumes::create(&k, "persist", 4);
     let namespace = k.namespace("persist");
     let ns = namespace.name.as_str();
-    k.ok(
-        &[
-            "label",
-            "namespace",
-            ns,
-            "pod-security.kubernetes.io/enforce=restricted",
-            "pod-security.kubernetes.io/enforce-version=latest",
-        ],
-        None,
-    );
+    enforce_restricted(&k, ns);
     let _operator = Operator::install(&k, ns, &[]);
     let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
         "metadata": {"name": "example"},
@@ -108,13 +88,12 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     until("3 healthy members on volumes", 300, || {
         healthy_at_size(&k, ns, "example", 3)
     });
-    let svc = get(&k, ns, "service/example-client");
-    let endpoint = format!("http://{}:2379", svc["spec"]["clusterIP"].as_str().unwrap());
+    let endpoint = client_endpoint(&k, ns, "example");
     let writer = Writer::start_with(&endpoint, Duration::from_secs(2), Keys::Unique);
     std::thread::sleep(Duration::from_secs(2));
     let acked = writer.report().acked;
     assert!(acked.len() > 10, "too few writes: {}", acked.len());
-    let ids = member_ids(&k, ns);
+    let ids = RollView::of(&k, ns, "example").ids();
     assert_eq!(claims(&k, ns), ids.iter().map(|m| m.0.clone()).collect());
     let changes = |k: &Kubectl| {
         event_count(k, ns, "example", "MemberAdded")
@@ -138,7 +117,7 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
         None,
     );
     until("the same 3 members back on their claims", 300, || {
-        healthy_at_size(&k, ns, "example", 3) && member_ids(&k, ns) == ids
+        healthy_at_size(&k, ns, "example", 3) && RollView::of(&k, ns, "example").ids() == ids
     });
     assert_keys(&endpoint, &acked);
     assert!(event_count(&k, ns, "example", "PodRecreated") >= 3);
@@ -151,18 +130,8 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     until("the budget to allow one disruption", 60, || {
         get(&k, ns, "poddisruptionbudget/example")["status"]["disruptionsAllowed"] == 1
     });
-    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
-        "metadata": {"name": evicted, "namespace": ns}});
-    k.ok(
-        &[
-            "create",
-            "--raw",
-            &format!("/api/v1/namespaces/{ns}/pods/{evicted}/eviction"),
-            "-f",
-            "-",
-        ],
-        Some(&eviction.to_string()),
-    );
+    let (allowed, answer) = evict(&k, ns, evicted);
+    assert!(allowed, "the eviction keeps a quorum: {answer}");
     until("the evicted member back", 240, || {
         let uid = pod_uid(&k, ns, evicted);
         !uid.is_empty() && uid != uids.0 && healthy_at_size(&k, ns, "example", 3)
@@ -184,7 +153,7 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
         let uid = pod_uid(&k, ns, failed);
         !uid.is_empty() && uid != uids.1 && healthy_at_size(&k, ns, "example", 3)
     });
-    assert_eq!(member_ids(&k, ns), ids);
+    assert_eq!(RollView::of(&k, ns, "example").ids(), ids);
     assert_eq!(changes(&k), membership_changes, "the membership changed");
     assert_keys(&endpoint, &acked);
 
@@ -193,7 +162,7 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     let (lost, lost_id) = ids[2].clone();
     k.ok(&["delete", "pvc", &lost, "-n", ns, "--wait=false"], None);
     until("the member without a claim replaced", 300, || {
-        let now = member_ids(&k, ns);
+        let now = RollView::of(&k, ns, "example").ids();
         healthy_at_size(&k, ns, "example", 3)
             && now.iter().all(|m| m.0 != lost && m.1 != lost_id)
             && !claims(&k, ns).contains(&lost)
@@ -202,22 +171,15 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     assert_keys(&endpoint, &acked);
     assert_eq!(
         claims(&k, ns),
-        member_ids(&k, ns).into_iter().map(|m| m.0).collect()
+        RollView::of(&k, ns, "example")
+            .ids()
+            .into_iter()
+            .map(|m| m.0)
+            .collect()
     );
 
     // Scaled down: the removed members' claims are deleted.
-    k.ok(
-        &[
-            "patch",
-            "etcdcluster/example",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"size":1}}"#,
-        ],
-        None,
-    );
+    patch_spec(&k, ns, "example", json!({"size": 1}));
     until("one member and one claim", 240, || {
         healthy_at_size(&k, ns, "example", 1) && claims(&k, ns).len() == 1
     });

@@ -125,7 +125,7 @@ fn failing(pod: &Pod) -> Option<String> {
 
 /// Whether `pod` was made from the pod template of `cluster` as it is now: the hash it carries,
 /// or, for a pod made before pods carried one, its etcd image.
-pub fn is_current(pod: &Pod, cluster: &EtcdCluster) -> bool {
+fn is_current(pod: &Pod, cluster: &EtcdCluster) -> bool {
     match pod.annotations().get(TEMPLATE_HASH_ANNOTATION) {
         Some(hash) => *hash == template_hash(cluster),
         None => etcd_image(pod).is_some_and(|i| i == cluster.spec.image()),
@@ -163,7 +163,7 @@ fn label_selector(name: &str) -> String {
 }
 
 /// Names of the cluster's volume claims that exist and are not being deleted.
-pub async fn list_claims(
+async fn list_claims(
     pvcs: &Api<PersistentVolumeClaim>,
     name: &str,
 ) -> Result<std::collections::BTreeSet<String>, Error> {

@@ -215,16 +215,16 @@ fn effective_spec(cluster: &EtcdCluster, obs: &Observed) -> (EtcdCluster, Option
         .filter_map(|i| Some((Version::of_image(&i)?, i)))
         .filter(|(v, _)| *v <= wanted && running.contains(v))
         .max();
-    let mut effective = cluster.clone();
-    let keep = match newest.and_then(|(_, i)| Some((i.clone(), i.rsplit_once(":v")?.1.to_string())))
-    {
-        Some((image, version)) => {
-            effective.spec.repository = image.rsplit_once(":v").map(|(r, _)| r.to_string());
-            effective.spec.version = Some(version);
-            image
-        }
-        None => return (cluster.clone(), None),
+    let Some((repository, version)) = newest
+        .as_ref()
+        .and_then(|(_, image)| image.rsplit_once(":v"))
+    else {
+        return (cluster.clone(), None);
     };
+    let mut effective = cluster.clone();
+    effective.spec.repository = Some(repository.to_string());
+    effective.spec.version = Some(version.to_string());
+    let keep = effective.spec.image();
     let message = format!(
         "spec.version: {why}; members keep {keep} until the upgrade to {} is allowed",
         cluster.spec.version()

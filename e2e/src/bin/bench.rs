@@ -346,23 +346,11 @@ fn upgrade_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
         until(&format!("{name} Available"), 600, || {
             healthy_at_size(k, ns, name, 3)
         });
-        let svc = e2e::get(k, ns, &format!("service/{name}-client"));
-        let endpoint = format!("http://{}:2379", svc["spec"]["clusterIP"].as_str().unwrap());
+        let endpoint = e2e::client_endpoint(k, ns, name);
         let writer = Writer::start(&endpoint, Duration::from_secs(900));
         std::thread::sleep(Duration::from_secs(2));
         let start = Instant::now();
-        k.ok(
-            &[
-                "patch",
-                &format!("etcdcluster/{name}"),
-                "-n",
-                ns,
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"version":"3.6.16"}}"#,
-            ],
-            None,
-        );
+        e2e::patch_spec(k, ns, name, json!({"version": "3.6.16"}));
         until(&format!("{name} on 3.6.16"), 900, || {
             e2e::RollView::of(k, ns, name).not_on("3.6.16").is_empty()
                 && healthy_at_size(k, ns, name, 3)
