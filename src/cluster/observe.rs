@@ -123,12 +123,12 @@ fn failing(pod: &Pod) -> Option<String> {
         })
 }
 
-/// Whether `pod` was made from the pod template of `cluster` as it is now: the hash it carries,
-/// or, for a pod made before pods carried one, its etcd image.
-fn is_current(pod: &Pod, cluster: &EtcdCluster) -> bool {
+/// Whether `pod` was made from the pod template whose hash is `hash` and image `image`: the
+/// hash it carries, or, for a pod made before pods carried one, its etcd image.
+fn is_current(pod: &Pod, hash: &str, image: &str) -> bool {
     match pod.annotations().get(TEMPLATE_HASH_ANNOTATION) {
-        Some(hash) => *hash == template_hash(cluster),
-        None => etcd_image(pod).is_some_and(|i| i == cluster.spec.image()),
+        Some(h) => h == hash,
+        None => etcd_image(pod).is_some_and(|i| i == image),
     }
 }
 
@@ -146,11 +146,12 @@ pub fn etcd_image(pod: &Pod) -> Option<String> {
 /// Marks which pods are made from the template of `cluster` (the spec the actions build, which
 /// may keep the running image while an upgrade step is not allowed).
 pub fn mark_current(obs: &mut Observed, cluster: &EtcdCluster) {
+    let (hash, image) = (template_hash(cluster), cluster.spec.image());
     for view in &mut obs.plan.pods {
         view.current = obs
             .pods
             .get(&view.name)
-            .is_some_and(|p| is_current(p, cluster));
+            .is_some_and(|p| is_current(p, &hash, &image));
     }
 }
 
@@ -503,6 +504,50 @@ mod tests {
             ..status(1, 2, 3)
         };
         assert!(!is_healthy(&member(1), &corrupt));
+    }
+
+    #[test]
+    fn a_pod_is_current_by_its_hash_or_else_its_image_and_failing_by_its_waiting_reason() {
+        use crate::api::EtcdClusterSpec;
+        use crate::cluster::resources::member_pod;
+        let spec = |version: &str| EtcdClusterSpec {
+            size: 3,
+            version: Some(version.into()),
+            ..Default::default()
+        };
+        let cluster = EtcdCluster::new("example", spec("3.5.35"));
+        let upgraded = EtcdCluster::new("example", spec("3.6.16"));
+        let mut pod = member_pod(&cluster, "example-a", vec![], None);
+        let now = |c: &EtcdCluster| template_hash(c);
+        assert!(is_current(&pod, &now(&cluster), &cluster.spec.image()));
+        assert!(!is_current(&pod, &now(&upgraded), &upgraded.spec.image()));
+        // Made by an operator that set no hash: the image decides.
+        pod.metadata.annotations = None;
+        assert!(is_current(&pod, &now(&upgraded), &cluster.spec.image()));
+        assert!(!is_current(&pod, &now(&cluster), &upgraded.spec.image()));
+
+        assert_eq!(failing(&pod), None);
+        let waiting = |reason: &str| k8s_openapi::api::core::v1::ContainerStatus {
+            name: "etcd".into(),
+            state: Some(k8s_openapi::api::core::v1::ContainerState {
+                waiting: Some(k8s_openapi::api::core::v1::ContainerStateWaiting {
+                    reason: Some(reason.into()),
+                    message: Some("pull access denied".into()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            container_statuses: Some(vec![waiting("ContainerCreating")]),
+            ..Default::default()
+        });
+        assert_eq!(failing(&pod), None, "starting is not failing");
+        pod.status.as_mut().unwrap().container_statuses = Some(vec![waiting("ImagePullBackOff")]);
+        assert_eq!(
+            failing(&pod).as_deref(),
+            Some("etcd: ImagePullBackOff: pull access denied")
+        );
     }
 
     #[test]
