@@ -5,19 +5,21 @@
 //! pods by peer URL; [`Member::host_label`] gives the first DNS label of the peer URL, which is
 //! the member (and pod) name.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    AlarmAction, AlarmOptions, AlarmType, Client, ConnectOptions, GetOptions, MemberAddOptions,
+    AlarmAction, AlarmOptions, AlarmType, Certificate, Client, ConnectOptions, GetOptions,
+    Identity, MemberAddOptions, TlsOptions,
 };
 
 /// What failed, named after the action, with the etcd error underneath.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No endpoint answered.
-    #[error("connecting to etcd at {endpoints:?}: {source}")]
+    /// The endpoint did not answer, or refused the connection (TLS included).
+    #[error("connecting to etcd at {endpoint}: {source}")]
     Connect {
-        endpoints: Vec<String>,
+        endpoint: String,
         #[source]
         source: etcd_client::Error,
     },
@@ -192,41 +194,135 @@ impl Status {
     }
 }
 
+/// The client side of a TLS cluster, in PEM: the CA that signed the members' server
+/// certificates, and the certificate and key the client presents (etcd runs with
+/// `--client-cert-auth`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    /// CA bundle the server certificates are checked against.
+    pub ca: Vec<u8>,
+    /// Client certificate.
+    pub cert: Vec<u8>,
+    /// Client key.
+    pub key: Vec<u8>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientTls { .. }")
+    }
+}
+
+/// One member's client URL, and what a connection to it needs when it is `https`: the client
+/// identity, and the name its certificate must carry. The operator reaches members by pod IP,
+/// which no certificate names, so the name is the member's DNS name (what its peers check).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `http://` or `https://` URL.
+    pub url: String,
+    tls: Option<Arc<ClientTls>>,
+    server_name: Option<String>,
+}
+
+impl Endpoint {
+    /// A plain (or, without a client identity, server-authenticated) endpoint.
+    pub fn plain(url: impl Into<String>) -> Self {
+        Endpoint {
+            url: url.into(),
+            tls: None,
+            server_name: None,
+        }
+    }
+
+    /// `url`, reached with `tls` when it is `https`, its certificate checked against
+    /// `server_name` (else the URL's host).
+    pub fn new(
+        url: impl Into<String>,
+        tls: Option<Arc<ClientTls>>,
+        server_name: Option<String>,
+    ) -> Self {
+        Endpoint {
+            url: url.into(),
+            tls,
+            server_name,
+        }
+    }
+
+    /// The same endpoint reached with client identity `tls`.
+    pub fn with_tls(self, tls: Arc<ClientTls>) -> Self {
+        Endpoint {
+            tls: Some(tls),
+            ..self
+        }
+    }
+
+    fn options(&self, options: ConnectOptions) -> ConnectOptions {
+        if !self.url.starts_with("https://") {
+            return options;
+        }
+        let mut tls = TlsOptions::new();
+        if let Some(id) = &self.tls {
+            tls = tls
+                .ca_certificate(Certificate::from_pem(&id.ca))
+                .identity(Identity::from_pem(&id.cert, &id.key));
+        }
+        if let Some(name) = &self.server_name {
+            tls = tls.domain_name(name.clone());
+        }
+        options.with_tls(tls)
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+impl From<&str> for Endpoint {
+    fn from(url: &str) -> Self {
+        Endpoint::plain(url)
+    }
+}
+
+impl From<String> for Endpoint {
+    fn from(url: String) -> Self {
+        Endpoint::plain(url)
+    }
+}
+
 fn options(timeout: Duration) -> ConnectOptions {
     ConnectOptions::new()
         .with_connect_timeout(timeout)
         .with_timeout(timeout)
 }
 
-/// A connection to an etcd cluster through one or more client endpoints.
+/// A connection to one etcd member's client endpoint.
 pub struct Etcd {
     client: Client,
 }
 
 impl Etcd {
-    /// Connects to `endpoints`; every request is bounded by `timeout`.
-    pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Self> {
-        Self::connect_with(endpoints, options(timeout)).await
+    /// Connects to `endpoint`; every request is bounded by `timeout`.
+    pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Self> {
+        Self::connect_with(endpoint, options(timeout)).await
     }
 
-    async fn connect_with(endpoints: &[String], options: ConnectOptions) -> Result<Self> {
-        let client = Client::connect(endpoints, Some(options))
+    async fn connect_with(endpoint: &Endpoint, options: ConnectOptions) -> Result<Self> {
+        let client = Client::connect([endpoint.url.as_str()], Some(endpoint.options(options)))
             .await
             .map_err(|source| Error::Connect {
-                endpoints: endpoints.to_vec(),
+                endpoint: endpoint.url.clone(),
                 source,
             })?;
         Ok(Etcd { client })
     }
 
-    /// Connects to `endpoints` for a long stream (a snapshot): only connecting is bounded by
+    /// Connects to `endpoint` for a long stream (a snapshot): only connecting is bounded by
     /// `connect_timeout`; the caller bounds the stream as a whole.
-    pub async fn connect_streaming(
-        endpoints: &[String],
-        connect_timeout: Duration,
-    ) -> Result<Self> {
+    pub async fn connect_streaming(endpoint: &Endpoint, connect_timeout: Duration) -> Result<Self> {
         Self::connect_with(
-            endpoints,
+            endpoint,
             ConnectOptions::new().with_connect_timeout(connect_timeout),
         )
         .await
@@ -349,11 +445,10 @@ impl Etcd {
 
 /// The status of the one member behind `endpoint`, over a connection of its own, so the answer
 /// is that member's and not whichever member a balanced channel picked.
-pub async fn status(endpoint: &str, timeout: Duration) -> Result<Status> {
-    let endpoints = [endpoint.to_string()];
-    let mut etcd = Etcd::connect(&endpoints, timeout).await?;
+pub async fn status(endpoint: &Endpoint, timeout: Duration) -> Result<Status> {
+    let mut etcd = Etcd::connect(endpoint, timeout).await?;
     let resp = etcd.client.status().await.map_err(|source| Error::Status {
-        endpoint: endpoint.to_string(),
+        endpoint: endpoint.url.clone(),
         source,
     })?;
     let header = resp

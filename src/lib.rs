@@ -8,5 +8,6 @@ pub mod etcd;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod pki;
 pub mod report;
 pub mod restore;

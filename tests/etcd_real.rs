@@ -4,10 +4,11 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_operator::etcd::{self, Etcd, Member};
-use support::{EtcdProcess, etcd_binary, gate_binary};
+use etcd_operator::etcd::{self, ClientTls, Endpoint, Etcd, Member};
+use support::{EtcdProcess, TestPki, etcd_binary, gate_binary};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -49,16 +50,19 @@ async fn grow(
     joiner: &mut EtcdProcess,
     token: &str,
 ) -> u64 {
-    let endpoints: Vec<String> = existing.iter().map(|m| m.client_url.clone()).collect();
-    let gate = vec![
+    let endpoints: Vec<String> = existing.iter().map(|m| m.gate_endpoint()).collect();
+    let mut gate = vec![
         gate_binary().display().to_string(),
         "wait".into(),
         format!("--peer-url={}", joiner.peer_url),
         format!("--endpoints={}", endpoints.join(",")),
         format!("--data-dir={}", joiner.data_dir().display()),
         "--poll-ms=50".into(),
-        "--".into(),
     ];
+    if let Some(pki) = &joiner.tls {
+        gate.push(format!("--tls-dir={}", pki.dir.display()));
+    }
+    gate.push("--".into());
     let mut all: Vec<&EtcdProcess> = existing.to_vec();
     all.push(joiner);
     let cluster = initial_cluster(&all);
@@ -96,7 +100,7 @@ async fn grow(
     );
 
     let status = until("the learner to answer status", 20, || async {
-        etcd::status(&joiner.client_url, TIMEOUT).await.ok()
+        etcd::status(&joiner.endpoint(), TIMEOUT).await.ok()
     })
     .await;
     assert_eq!(status.member_id, added.id);
@@ -128,25 +132,70 @@ async fn remove(etcd: &mut Etcd, id: u64) -> Vec<Member> {
     }
 }
 
-async fn scenario(minor: &str) {
+/// A TLS member refuses a plain-HTTP client, and a client whose certificate another CA signed.
+async fn refuses_strangers(m: &EtcdProcess, pki: &TestPki) {
+    let plain = Endpoint::plain(m.client_url.replace("https://", "http://"));
+    assert!(etcd::status(&plain, TIMEOUT).await.is_err());
+    let other = TestPki::new();
+    let stranger = Endpoint::new(
+        m.client_url.clone(),
+        Some(Arc::new(ClientTls {
+            ca: pki.client.ca.clone(),
+            cert: other.client.cert.clone(),
+            key: other.client.key.clone(),
+        })),
+        Some(support::TLS_NAME.into()),
+    );
+    let e = etcd::status(&stranger, TIMEOUT).await.unwrap_err();
+    eprintln!("a client of another CA: {e}");
+    // And the server's certificate is checked against the name asked for.
+    let misnamed = Endpoint::new(
+        m.client_url.clone(),
+        Some(pki.client.clone()),
+        Some("m0.other.ns.svc".into()),
+    );
+    assert!(etcd::status(&misnamed, TIMEOUT).await.is_err());
+    assert!(etcd::status(&m.endpoint(), TIMEOUT).await.is_ok());
+}
+
+/// A backup of a TLS member, as the backup controller takes it, is whole.
+async fn snapshot_over_tls(m: &EtcdProcess) {
+    let store = object_store::memory::InMemory::new();
+    let saved = etcd_operator::backup::snapshot::save(
+        &m.endpoint(),
+        &store,
+        &object_store::path::Path::from("tls.db"),
+        object_store::PutMultipartOptions::default(),
+        Duration::from_secs(30),
+        TIMEOUT,
+    )
+    .await
+    .unwrap();
+    assert!(saved.verified.size > 0, "{saved:?}");
+}
+
+async fn scenario(minor: &str, tls: Option<Arc<TestPki>>) {
     let binary = etcd_binary(minor);
     let token = format!("test-{minor}-{}", std::process::id());
-    let mut seed = EtcdProcess::plan("m0");
+    let plan = |name: &str| EtcdProcess::plan_with(name, tls.clone());
+    let mut seed = plan("m0");
     let cluster = initial_cluster(&[&seed]);
     seed.start(&binary, &cluster, "new", &token);
 
-    let mut etcd = Etcd::connect(std::slice::from_ref(&seed.client_url), TIMEOUT)
-        .await
-        .unwrap();
+    let mut etcd = Etcd::connect(&seed.endpoint(), TIMEOUT).await.unwrap();
+    if let Some(pki) = &tls {
+        refuses_strangers(&seed, pki).await;
+        snapshot_over_tls(&seed).await;
+    }
     let members = etcd.members().await.unwrap();
     assert_eq!(members.len(), 1);
     assert_eq!(members[0].name, "m0");
     assert!(!members[0].is_learner);
     let seed_id = members[0].id;
 
-    let mut m1 = EtcdProcess::plan("m1");
+    let mut m1 = plan("m1");
     let id1 = grow(&mut etcd, &binary, &[&seed], &mut m1, &token).await;
-    let mut m2 = EtcdProcess::plan("m2");
+    let mut m2 = plan("m2");
     let id2 = grow(&mut etcd, &binary, &[&seed, &m1], &mut m2, &token).await;
 
     let members: Vec<Member> = etcd.members().await.unwrap();
@@ -159,7 +208,7 @@ async fn scenario(minor: &str) {
     // Every member reports the same cluster and leader, and the version under test.
     let mut statuses = Vec::new();
     for p in [&seed, &m1, &m2] {
-        statuses.push(etcd::status(&p.client_url, TIMEOUT).await.unwrap());
+        statuses.push(etcd::status(&p.endpoint(), TIMEOUT).await.unwrap());
     }
     let leader = statuses[0].leader;
     assert!([seed_id, id1, id2].contains(&leader));
@@ -182,18 +231,16 @@ async fn scenario(minor: &str) {
         .find(|(_, id)| *id == leader)
         .unwrap()
         .0
-        .client_url;
+        .endpoint();
     let target = procs
         .iter()
         .map(|(_, id)| *id)
         .find(|id| *id != leader)
         .unwrap();
-    let mut at_leader = Etcd::connect(std::slice::from_ref(leader_url), TIMEOUT)
-        .await
-        .unwrap();
+    let mut at_leader = Etcd::connect(leader_url, TIMEOUT).await.unwrap();
     at_leader.move_leader(target).await.unwrap();
     until("the new leader to be known", 10, || async {
-        let s = etcd::status(&seed.client_url, TIMEOUT).await.ok()?;
+        let s = etcd::status(&seed.endpoint(), TIMEOUT).await.ok()?;
         (s.leader == target).then_some(())
     })
     .await;
@@ -207,7 +254,7 @@ async fn scenario(minor: &str) {
     // A removed member stops by itself; its process is reaped on drop.
 
     // A learner that never started is removed without touching quorum.
-    let ghost = EtcdProcess::plan("ghost");
+    let ghost = plan("ghost");
     let (added, _) = etcd.add_learner(&ghost.peer_url).await.unwrap();
     assert_eq!(added.host_label(), Some("127"));
     let after = remove(&mut etcd, added.id).await;
@@ -215,11 +262,11 @@ async fn scenario(minor: &str) {
     assert!(after.iter().all(|m| !m.is_learner));
 
     // The survivors still serve.
-    let survivors: Vec<String> = [&seed, &m1, &m2]
+    let survivors: Vec<Endpoint> = [&seed, &m1, &m2]
         .iter()
         .zip([seed_id, id1, id2])
         .filter(|(_, id)| *id != follower)
-        .map(|(p, _)| p.client_url.clone())
+        .map(|(p, _)| p.endpoint())
         .collect();
     for url in &survivors {
         let s = etcd::status(url, TIMEOUT).await.unwrap();
@@ -274,15 +321,33 @@ async fn scenario(minor: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_on_etcd_3_4() {
-    scenario("3.4").await;
+    scenario("3.4", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_on_etcd_3_5() {
-    scenario("3.5").await;
+    scenario("3.5", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_on_etcd_3_6() {
-    scenario("3.6").await;
+    scenario("3.6", None).await;
+}
+
+// The same with TLS for peers and clients and client certificates required, as a static or
+// automatic TLS cluster runs: the operator's client, and etcd-gate on the peer port with the
+// member's own peer certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_over_tls_on_etcd_3_4() {
+    scenario("3.4", Some(TestPki::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_over_tls_on_etcd_3_5() {
+    scenario("3.5", Some(TestPki::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_over_tls_on_etcd_3_6() {
+    scenario("3.6", Some(TestPki::new())).await;
 }

@@ -134,7 +134,7 @@ async fn restore_on(minor: &str, bump: u64) {
     std::fs::create_dir_all(&dir).unwrap();
     let local = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
     let saved = snapshot::save(
-        &source.client_url,
+        &source.endpoint(),
         &local,
         &ObjectPath::from("snap.db"),
         PutMultipartOptions::default(),

@@ -92,7 +92,7 @@ async fn scenario(minor: &str) {
     let store = LocalFileSystem::new_with_prefix(&root).unwrap();
 
     let saved = snapshot::save(
-        &m.client_url,
+        &m.endpoint(),
         &store,
         &Path::from("backups/one.db"),
         PutMultipartOptions::default(),

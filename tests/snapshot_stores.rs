@@ -60,7 +60,7 @@ fn corrupted(
 /// at the stream's end, so set afterwards), as the backup controller does.
 async fn save_with_metadata(m: &EtcdProcess, target: &storage::Target) -> snapshot::Saved {
     let saved = snapshot::save(
-        &m.client_url,
+        &m.endpoint(),
         target.store.as_ref(),
         &target.location,
         PutMultipartOptions::default(),

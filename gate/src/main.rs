@@ -10,29 +10,38 @@
 //! pause between an init container's exit and the next container's start (up to a second,
 //! its PLEG relist period) on every member added.
 //!
+//! It asks the peer port (`GET /members`), which every member serves from its own copy of the
+//! membership, in etcd 3.4 to 3.6. With peer TLS it presents the member's own peer certificate,
+//! which every member has, so the gate needs no client certificate of the cluster.
+//!
 //! `etcd-gate restore ... -- etcd ...` is the first process of a restore's seed member: it
 //! fetches the snapshot from the operator and restores it before etcd starts (`restore.rs`).
 //!
 //! It must run in any etcd image (no libc, no shell), so it is linked statically and uses
-//! only std, serde_json, libc and sha2. It speaks HTTP/1.0 to etcd's JSON gateway
-//! (`POST /v3/cluster/member/list`), present in etcd 3.4 to 3.6.
+//! only std, serde_json, libc, sha2 and rustls. It speaks HTTP/1.0.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 mod restore;
 
 const USAGE: &str = "\
 etcd-gate install DEST
     copy this binary to DEST (mode 0755)
-etcd-gate wait --peer-url URL --endpoints URL[,URL...] --data-dir DIR [--poll-ms N] -- PROGRAM [ARG...]
-    run PROGRAM once the member with peer URL is in the member list that some endpoint
-    (http://IP:port) serves, or at once when DIR already holds a member's data";
+etcd-gate wait --peer-url URL --endpoints PEER[,PEER...] --data-dir DIR [--tls-dir DIR] [--poll-ms N] -- PROGRAM [ARG...]
+    run PROGRAM once the member with peer URL is in the member list that some member's
+    peer port serves, or at once when DIR already holds a member's data. PEER is
+    http://IP:port, or with --tls-dir (peer.crt, peer.key, peer-ca.crt) HOST=https://IP:port,
+    the member's certificate checked against HOST";
 
 /// How long one member-list request may take.
 const TIMEOUT: Duration = Duration::from_secs(1);
@@ -73,11 +82,19 @@ fn install(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// A member's peer port, and with TLS the name its certificate must carry.
+#[derive(Debug, PartialEq)]
+struct Peer {
+    addr: SocketAddr,
+    tls_name: Option<String>,
+}
+
 #[derive(Debug, PartialEq)]
 struct Wait {
     peer_url: String,
-    endpoints: Vec<SocketAddr>,
+    endpoints: Vec<Peer>,
     data_dir: PathBuf,
+    tls_dir: Option<PathBuf>,
     poll: Duration,
     program: String,
     program_args: Vec<String>,
@@ -89,6 +106,7 @@ fn parse_wait(args: &[String]) -> Result<Wait, String> {
         None => return Err(format!("wait needs `-- PROGRAM`\nusage:\n{USAGE}")),
     };
     let (mut peer_url, mut endpoints, mut data_dir, mut poll_ms) = (None, None, None, 100u64);
+    let mut tls_dir = None;
     let mut it = opts.iter();
     while let Some(opt) = it.next() {
         let (key, value) = match opt.split_once('=') {
@@ -104,6 +122,7 @@ fn parse_wait(args: &[String]) -> Result<Wait, String> {
             "--peer-url" => peer_url = Some(value),
             "--endpoints" => endpoints = Some(value),
             "--data-dir" => data_dir = Some(PathBuf::from(value)),
+            "--tls-dir" => tls_dir = Some(PathBuf::from(value)),
             "--poll-ms" => {
                 poll_ms = value
                     .parse()
@@ -116,27 +135,55 @@ fn parse_wait(args: &[String]) -> Result<Wait, String> {
         .ok_or("--endpoints is required")?
         .split(',')
         .filter(|e| !e.is_empty())
-        .map(endpoint)
+        .map(peer)
         .collect::<Result<Vec<_>, _>>()?;
     if endpoints.is_empty() {
         return Err("--endpoints names no endpoint".into());
+    }
+    if tls_dir.is_none()
+        && let Some(p) = endpoints.iter().find(|p| p.tls_name.is_some())
+    {
+        return Err(format!("endpoint {}: https needs --tls-dir", p.addr));
     }
     let (program, program_args) = command.split_first().ok_or("nothing to run after `--`")?;
     Ok(Wait {
         peer_url: peer_url.ok_or("--peer-url is required")?,
         endpoints,
         data_dir: data_dir.ok_or("--data-dir is required")?,
+        tls_dir,
         poll: Duration::from_millis(poll_ms),
         program: program.clone(),
         program_args: program_args.to_vec(),
     })
 }
 
+/// `http://IP:port`, or `HOST=https://IP:port`.
+fn peer(entry: &str) -> Result<Peer, String> {
+    match entry.split_once('=') {
+        Some((host, url)) => {
+            let rest = url
+                .strip_prefix("https://")
+                .ok_or_else(|| format!("endpoint {entry}: HOST= goes with https://IP:port"))?;
+            Ok(Peer {
+                addr: endpoint(&format!("http://{rest}"))?,
+                tls_name: Some(host.to_string()),
+            })
+        }
+        None if entry.starts_with("https://") => Err(format!(
+            "endpoint {entry}: https needs the name its certificate carries, as HOST=https://IP:port"
+        )),
+        None => Ok(Peer {
+            addr: endpoint(entry)?,
+            tls_name: None,
+        }),
+    }
+}
+
 /// `http://IP:port` as a socket address. Names are refused on purpose: looking up a member's
 /// name early is what the gate exists to avoid.
 fn endpoint(url: &str) -> Result<SocketAddr, String> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("endpoint {url}: only http://IP:port is supported (TLS client URLs are not yet)")
+        format!("endpoint {url}: only http://IP:port (or HOST=https://IP:port) is supported")
     })?;
     rest.trim_end_matches('/')
         .parse()
@@ -155,7 +202,11 @@ impl Wait {
                 self.data_dir.display()
             ));
         } else {
-            self.await_membership();
+            let tls = match &self.tls_dir {
+                Some(dir) => Some(tls_config(dir)?),
+                None => None,
+            };
+            self.await_membership(tls.as_ref());
         }
         let err = Command::new(&self.program).args(&self.program_args).exec();
         Err(format!("running {}: {err}", self.program))
@@ -163,11 +214,11 @@ impl Wait {
 
     /// Polls until the member is listed. There is no deadline: the operator deletes a pod
     /// whose member is not added in time.
-    fn await_membership(&self) {
+    fn await_membership(&self, tls: Option<&Arc<rustls::ClientConfig>>) {
         let started = Instant::now();
         let mut next_report = started;
         loop {
-            let answer = is_member(&self.endpoints, &self.peer_url);
+            let answer = is_member(&self.endpoints, &self.peer_url, tls);
             if answer == Ok(true) {
                 log(&format!(
                     "{} is a member after {} ms; starting",
@@ -213,32 +264,80 @@ fn exit_on_termination() {
     }
 }
 
+/// The client side of peer TLS from the member's own peer Secret: its CA bundle to check
+/// peers by, its certificate to show them.
+fn tls_config(dir: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    let file = |name: &str| dir.join(name);
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(file("peer-ca.crt"))
+        .map_err(|e| format!("reading {}: {e}", file("peer-ca.crt").display()))?
+    {
+        let cert = cert.map_err(|e| format!("reading {}: {e}", file("peer-ca.crt").display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: {e}", file("peer-ca.crt").display()))?;
+    }
+    let chain = CertificateDer::pem_file_iter(file("peer.crt"))
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("reading {}: {e}", file("peer.crt").display()))?;
+    let key = PrivateKeyDer::from_pem_file(file("peer.key"))
+        .map_err(|e| format!("reading {}: {e}", file("peer.key").display()))?;
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .map_err(|e| format!("{}: {e}", file("peer.crt").display()))?;
+    Ok(Arc::new(config))
+}
+
 /// Whether the first member that answers lists `peer_url`.
-fn is_member(endpoints: &[SocketAddr], peer_url: &str) -> Result<bool, String> {
+fn is_member(
+    endpoints: &[Peer],
+    peer_url: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<bool, String> {
     let mut errors = Vec::new();
     for ep in endpoints {
-        match member_list(*ep).and_then(|body| peer_urls(&body)) {
+        match member_list(ep, tls).and_then(|body| peer_urls(&body)) {
             Ok(urls) => return Ok(urls.iter().any(|u| u == peer_url)),
-            Err(e) => errors.push(format!("{ep}: {e}")),
+            Err(e) => errors.push(format!("{}: {e}", ep.addr)),
         }
     }
     Err(errors.join("; "))
 }
 
-/// The body of etcd's answer to `POST /v3/cluster/member/list`. HTTP/1.0, so the answer is
-/// never chunked and ends when etcd closes the connection.
-fn member_list(ep: SocketAddr) -> Result<String, String> {
+/// The body of a member's answer to `GET /members` on its peer port. HTTP/1.0, so the answer
+/// is never chunked and ends when etcd closes the connection.
+fn member_list(ep: &Peer, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<String, String> {
     let err = |e: std::io::Error| e.to_string();
-    let mut conn = TcpStream::connect_timeout(&ep, TIMEOUT).map_err(err)?;
+    let conn = TcpStream::connect_timeout(&ep.addr, TIMEOUT).map_err(err)?;
     conn.set_read_timeout(Some(TIMEOUT)).map_err(err)?;
     conn.set_write_timeout(Some(TIMEOUT)).map_err(err)?;
-    let request = format!(
-        "POST /v3/cluster/member/list HTTP/1.0\r\nHost: {ep}\r\n\
-         Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
-    );
-    conn.write_all(request.as_bytes()).map_err(err)?;
+    let request = format!("GET /members HTTP/1.0\r\nHost: {}\r\n\r\n", ep.addr);
     let mut raw = Vec::new();
-    conn.take(MAX_RESPONSE).read_to_end(&mut raw).map_err(err)?;
+    match (&ep.tls_name, tls) {
+        (Some(name), Some(config)) => {
+            let name = ServerName::try_from(name.clone()).map_err(|e| format!("{name}: {e}"))?;
+            let session =
+                rustls::ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
+            let mut stream = rustls::StreamOwned::new(session, conn);
+            stream.write_all(request.as_bytes()).map_err(err)?;
+            // A server that closes without TLS's close_notify still sent the whole answer.
+            match stream.take(MAX_RESPONSE).read_to_end(&mut raw) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        _ => {
+            let mut conn = conn;
+            conn.write_all(request.as_bytes()).map_err(err)?;
+            conn.take(MAX_RESPONSE).read_to_end(&mut raw).map_err(err)?;
+        }
+    }
     response_body(&raw)
 }
 
@@ -258,10 +357,7 @@ fn response_body(raw: &[u8]) -> Result<String, String> {
 fn peer_urls(body: &str) -> Result<Vec<String>, String> {
     let v: serde_json::Value =
         serde_json::from_str(body).map_err(|e| format!("not a member list: {e}"))?;
-    let members = v
-        .get("members")
-        .and_then(|m| m.as_array())
-        .ok_or("a member list without members")?;
+    let members = v.as_array().ok_or("a member list that is not a list")?;
     Ok(members
         .iter()
         .filter_map(|m| m.get("peerURLs")?.as_array())
@@ -283,22 +379,44 @@ mod tests {
     #[test]
     fn parses_a_wait_command() {
         let w = parse_wait(&args(
-            "--peer-url=http://m2.c.ns.svc:2380 --endpoints http://10.0.0.5:2379,http://[fd00::1]:2379 \
+            "--peer-url=http://m2.c.ns.svc:2380 --endpoints http://10.0.0.5:2380,http://[fd00::1]:2380 \
              --data-dir=/var/etcd/data -- /usr/local/bin/etcd --name=m2",
         ))
         .unwrap();
         assert_eq!(w.peer_url, "http://m2.c.ns.svc:2380");
+        let plain = |a: &str| Peer {
+            addr: a.parse().unwrap(),
+            tls_name: None,
+        };
         assert_eq!(
             w.endpoints,
-            vec![
-                "10.0.0.5:2379".parse::<SocketAddr>().unwrap(),
-                "[fd00::1]:2379".parse().unwrap()
-            ]
+            vec![plain("10.0.0.5:2380"), plain("[fd00::1]:2380")]
         );
         assert_eq!(w.data_dir, Path::new("/var/etcd/data"));
+        assert_eq!(w.tls_dir, None);
         assert_eq!(w.poll, Duration::from_millis(100));
         assert_eq!(w.program, "/usr/local/bin/etcd");
         assert_eq!(w.program_args, vec!["--name=m2"]);
+    }
+
+    #[test]
+    fn parses_a_wait_command_over_tls() {
+        let w = parse_wait(&args(
+            "--peer-url=https://m2.c.ns.svc:2380 --endpoints m1.c.ns.svc=https://10.0.0.5:2380 \
+             --data-dir=/var/etcd/data --tls-dir=/etc/etcdtls/member/peer-tls -- etcd",
+        ))
+        .unwrap();
+        assert_eq!(
+            w.endpoints,
+            vec![Peer {
+                addr: "10.0.0.5:2380".parse().unwrap(),
+                tls_name: Some("m1.c.ns.svc".into()),
+            }]
+        );
+        assert_eq!(
+            w.tls_dir.as_deref(),
+            Some(Path::new("/etc/etcdtls/member/peer-tls"))
+        );
     }
 
     #[test]
@@ -318,7 +436,19 @@ mod tests {
                 "no endpoint",
             ),
             (
-                "--peer-url=u --endpoints=https://10.0.0.5:2379 --data-dir=d -- etcd",
+                "--peer-url=u --endpoints=https://10.0.0.5:2380 --data-dir=d -- etcd",
+                "HOST=https://IP:port",
+            ),
+            (
+                "--peer-url=u --endpoints=m1=https://10.0.0.5:2380 --data-dir=d -- etcd",
+                "https needs --tls-dir",
+            ),
+            (
+                "--peer-url=u --endpoints=m1=http://10.0.0.5:2380 --tls-dir=t --data-dir=d -- etcd",
+                "HOST= goes with https",
+            ),
+            (
+                "--peer-url=u --endpoints=ftp://10.0.0.5:2380 --data-dir=d -- etcd",
                 "only http",
             ),
             (
@@ -342,13 +472,12 @@ mod tests {
         }
     }
 
-    // As etcd 3.4.23, 3.5 and 3.6 answer (captured from each).
+    // As etcd 3.4.23, 3.5.35 and 3.6.16 answer on the peer port (captured from each).
     const ANSWER: &[u8] = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\
-        Grpc-Metadata-Content-Type: application/grpc\r\nContent-Length: 232\r\n\r\n\
-        {\"header\":{\"cluster_id\":\"324952591200643719\",\"member_id\":\"3319814642761637952\",\
-        \"raft_term\":\"2\"},\"members\":[{\"ID\":\"3319814642761637952\",\"name\":\"default\",\
-        \"peerURLs\":[\"http://127.0.0.1:23800\"],\"clientURLs\":[\"http://127.0.0.1:23790\"]},\
-        {\"ID\":\"1\",\"peerURLs\":[\"http://m2:2380\"],\"isLearner\":true}]}";
+        X-Etcd-Cluster-Id: 48276a8f75b6a87\r\nContent-Length: 198\r\n\r\n\
+        [{\"id\":3319814642761637952,\"peerURLs\":[\"http://127.0.0.1:23800\"],\"name\":\"default\",\
+        \"clientURLs\":[\"http://127.0.0.1:23799\"]},\
+        {\"id\":4983906108875318790,\"peerURLs\":[\"http://m2:2380\"],\"isLearner\":true}]";
 
     #[test]
     fn reads_the_peer_urls_of_a_member_list() {
@@ -365,7 +494,7 @@ mod tests {
         let err = response_body(raw).unwrap_err();
         assert!(err.contains("503") && err.contains("no leader"), "{err}");
         assert!(response_body(b"HTTP/1.0 200 OK\r\n").is_err());
-        assert!(peer_urls("{\"header\":{}}").is_err());
+        assert!(peer_urls("{\"members\":[]}").is_err());
         assert!(peer_urls("<html>").is_err());
     }
 }

@@ -63,6 +63,10 @@ pub const MAX_SIZE: i32 = 7;
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.TLS) && has(self.TLS.auto)) == (has(oldSelf.TLS) && has(oldSelf.TLS.auto)) && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.peerSecret) && self.TLS.static.member.peerSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.peerSecret) && oldSelf.TLS.static.member.peerSecret != '') && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.serverSecret) && self.TLS.static.member.serverSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.serverSecret) && oldSelf.TLS.static.member.serverSecret != '')",
+    "message": "spec.TLS cannot be turned on or off, or switched between static and auto, on an existing cluster: members on either side could not talk to each other. Create a new cluster with the TLS you want and restore a backup into it"
+}]))]
 pub struct EtcdClusterSpec {
     /// Number of etcd members, 1 to 7. The operator adds or removes one member at a time and
     /// never takes an action that would cost quorum. Odd sizes tolerate the same number of
@@ -91,7 +95,10 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodPolicy>,
 
-    /// TLS for peer and client traffic, from Secrets the user provides.
+    /// TLS for peer and client traffic: from Secrets the user provides (`static`), or from a
+    /// CA the operator makes for the cluster (`auto`). Set when the cluster is created: turning
+    /// TLS on or off, or switching between `static` and `auto`, would leave members unable to
+    /// talk to each other, so it is refused.
     #[serde(rename = "TLS", default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsPolicy>,
 }
@@ -207,10 +214,50 @@ pub struct PodPolicy {
 /// TLS for an etcd cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.static) != has(self.auto)",
+    "message": "spec.TLS takes exactly one of static (Secrets you provide) and auto (certificates the operator makes)"
+}]))]
 pub struct TlsPolicy {
     /// Certificates provided as Secrets by the user.
     #[serde(rename = "static", default, skip_serializing_if = "Option::is_none")]
     pub static_: Option<StaticTls>,
+    /// Certificates the operator makes: a CA per cluster, and peer, server and client
+    /// certificates it signs, in Secrets owned by the EtcdCluster (`<name>-ca`,
+    /// `<name>-peer-tls`, `<name>-server-tls`, `<name>-client-tls`; the last is what clients
+    /// use, in the layout of `TLS.static.operatorSecret`). They are renewed when two thirds of
+    /// their validity have passed, and the CA when two thirds of its own have; each renewal
+    /// rolls the members one at a time. A new value of the annotation
+    /// `etcd.database.coreos.com/rotate-tls` rotates the CA and every certificate now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoTls>,
+}
+
+/// The automatic PKI of a cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoTls {
+    /// How long the peer, server and client certificates are valid, in hours such as `8760h`
+    /// (the default, a year). The CA is valid ten times as long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[1-9][0-9]{0,5}h$"))]
+    pub certificate_validity: Option<String>,
+}
+
+impl AutoTls {
+    /// Default of `certificateValidity`.
+    pub const DEFAULT_VALIDITY: std::time::Duration = std::time::Duration::from_secs(8760 * 3600);
+
+    /// `certificateValidity`, defaulted.
+    pub fn validity(&self) -> std::time::Duration {
+        self.certificate_validity
+            .as_deref()
+            .and_then(|v| v.strip_suffix('h')?.parse::<u64>().ok())
+            .filter(|h| *h > 0)
+            .map_or(Self::DEFAULT_VALIDITY, |h| {
+                std::time::Duration::from_secs(h * 3600)
+            })
+    }
 }
 
 /// TLS from Secrets the user created beforehand.

@@ -36,7 +36,7 @@ use crate::api::{
     BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, EtcdCluster, MemberRole,
     SCHEDULE_KEEP_ANNOTATION, SCHEDULE_PREFIX_ANNOTATION, StorageType,
 };
-use crate::etcd::{self, Etcd};
+use crate::etcd::{self, ClientTls, Endpoint, Etcd};
 
 /// The field manager of backup status writes.
 const MANAGER: &str = "etcd-operator-backup";
@@ -90,6 +90,9 @@ pub enum Error {
     /// The snapshot failed (etcd, the stream's hash, the store, the time limit).
     #[error(transparent)]
     Snapshot(#[from] snapshot::Error),
+    /// The client certificate Secret of a TLS cluster is missing or unusable.
+    #[error(transparent)]
+    Tls(#[from] crate::cluster::tls::Error),
     /// Reading from the API server failed.
     #[error("reading {what}: {source}")]
     Kube {
@@ -111,6 +114,8 @@ impl Error {
             Error::SecretNotFound { .. } => "secret_not_found",
             Error::Storage(_) => "storage_config",
             Error::Snapshot(e) => e.metric_label(),
+            Error::Tls(crate::cluster::tls::Error::Invalid { .. }) => "invalid_tls_secret",
+            Error::Tls(_) => "kube",
             Error::Kube { .. } => "kube",
         }
     }
@@ -125,6 +130,8 @@ impl Error {
             Error::SecretNotFound { .. } => "SecretNotFound",
             Error::Storage(_) => "InvalidStorage",
             Error::Snapshot(_) => "SnapshotFailed",
+            Error::Tls(crate::cluster::tls::Error::Invalid { reason, .. }) => reason,
+            Error::Tls(_) => "ApiError",
             Error::Kube { .. } => "ApiError",
         }
     }
@@ -177,13 +184,14 @@ fn timeout_of(backup: &EtcdBackup) -> Duration {
     }
 }
 
-/// The client URL of a member to take the snapshot from: a healthy follower of the named
-/// EtcdCluster (so the leader is not loaded), else its leader.
+/// The client endpoint of a member to take the snapshot from: a healthy follower of the named
+/// EtcdCluster (so the leader is not loaded), else its leader; reached with the cluster's own
+/// client certificate when it runs TLS.
 pub(crate) async fn cluster_endpoint(
     client: &Client,
     ns: &str,
     name: &str,
-) -> Result<String, Error> {
+) -> Result<Endpoint, Error> {
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), ns);
     let cluster = clusters
         .get_opt(name)
@@ -193,6 +201,8 @@ pub(crate) async fn cluster_endpoint(
             source,
         })?
         .ok_or_else(|| Error::ClusterNotFound(name.into()))?;
+    let tls = crate::cluster::tls::cluster_client(client, &cluster).await?;
+    let addr = crate::cluster::act::addressing(&cluster);
     let status = cluster.status.unwrap_or_default();
     let mut candidates: Vec<_> = status
         .member_statuses
@@ -207,7 +217,15 @@ pub(crate) async fn cluster_endpoint(
             source,
         })?;
         if let Some(ip) = pod.and_then(|p| p.status?.pod_ip) {
-            let endpoint = format!("http://{ip}:{}", crate::cluster::members::CLIENT_PORT);
+            let endpoint = Endpoint::new(
+                format!(
+                    "{}://{ip}:{}",
+                    if addr.client_tls { "https" } else { "http" },
+                    crate::cluster::members::CLIENT_PORT
+                ),
+                tls.clone(),
+                Some(addr.host(&m.name)),
+            );
             if etcd::status(&endpoint, CONNECT_TIMEOUT)
                 .await
                 .is_ok_and(|s| s.leader != 0)
@@ -230,11 +248,16 @@ pub(crate) async fn cluster_endpoint(
     })
 }
 
-/// Of `endpoints`, one that answers as a member that knows a leader, a follower first.
-async fn any_endpoint(endpoints: &[String]) -> Result<String, Error> {
+/// Of `endpoints`, one that answers as a member that knows a leader, a follower first; `https`
+/// ones reached with `tls`.
+async fn any_endpoint(
+    endpoints: &[String],
+    tls: Option<Arc<ClientTls>>,
+) -> Result<Endpoint, Error> {
     let mut leader = None;
-    for ep in endpoints {
-        match etcd::status(ep, CONNECT_TIMEOUT).await {
+    for url in endpoints {
+        let ep = Endpoint::new(url.clone(), tls.clone(), None);
+        match etcd::status(&ep, CONNECT_TIMEOUT).await {
             Ok(s) if s.leader != 0 && s.leader != s.member_id && !s.is_learner => {
                 return Ok(ep.clone());
             }
@@ -350,18 +373,32 @@ pub(crate) async fn target(
 /// Takes one snapshot as the spec asks.
 async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Error> {
     let spec = &backup.spec;
-    if spec
-        .client_tls_secret
-        .as_deref()
-        .is_some_and(|s| !s.is_empty())
-    {
-        return Err(Error::Unsupported(
-            "spec.clientTLSSecret: TLS is not implemented by this operator yet".into(),
-        ));
-    }
+    // `clientTLSSecret` is the coreos way to reach endpoints that need a certificate; with
+    // `clusterName` the cluster's own is used unless the spec names one.
+    let tls = match spec.client_tls_secret.as_deref().filter(|s| !s.is_empty()) {
+        Some(name) => {
+            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+            Some(
+                crate::cluster::tls::read_client(
+                    &secrets,
+                    "spec.clientTLSSecret",
+                    name,
+                    time::OffsetDateTime::now_utc(),
+                )
+                .await?,
+            )
+        }
+        None => None,
+    };
     let endpoint = match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
-        Some(cluster) => cluster_endpoint(&ctx.client, ns, cluster).await?,
-        None => any_endpoint(&spec.etcd_endpoints).await?,
+        Some(cluster) => {
+            let ep = cluster_endpoint(&ctx.client, ns, cluster).await?;
+            match tls {
+                Some(tls) => ep.with_tls(tls),
+                None => ep,
+            }
+        }
+        None => any_endpoint(&spec.etcd_endpoints, tls).await?,
     };
     let (target, spec_path) = target(&ctx.client, ns, spec.into()).await?;
     let status = etcd::status(&endpoint, CONNECT_TIMEOUT)
@@ -376,7 +413,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         }
         None => (target.location.clone(), spec_path),
     };
-    let mut etcd = Etcd::connect_streaming(std::slice::from_ref(&endpoint), CONNECT_TIMEOUT)
+    let mut etcd = Etcd::connect_streaming(&endpoint, CONNECT_TIMEOUT)
         .await
         .map_err(snapshot::Error::Etcd)?;
     let stream = etcd.snapshot().await.map_err(snapshot::Error::Etcd)?;

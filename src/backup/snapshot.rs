@@ -324,7 +324,7 @@ pub struct Saved {
 /// Takes a snapshot of the member behind `endpoint` into `location`, verified (see
 /// [`upload`]); `timeout` bounds the whole snapshot, `connect_timeout` each connection.
 pub async fn save(
-    endpoint: &str,
+    endpoint: &crate::etcd::Endpoint,
     store: &dyn ObjectStore,
     location: &Path,
     options: PutMultipartOptions,
@@ -334,7 +334,7 @@ pub async fn save(
     let status = crate::etcd::status(endpoint, connect_timeout)
         .await
         .map_err(Error::Etcd)?;
-    let mut etcd = Etcd::connect_streaming(&[endpoint.to_string()], connect_timeout)
+    let mut etcd = Etcd::connect_streaming(endpoint, connect_timeout)
         .await
         .map_err(Error::Etcd)?;
     let stream = etcd.snapshot().await.map_err(Error::Etcd)?;

@@ -10,7 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 
-use super::members::{self, Addressing, CLIENT_PORT, ClusterState};
+use super::members::{self, Addressing, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::{Action, DeleteReason, RemoveReason};
 use super::resources::{self, Gate, MANAGER, SeedRestore};
@@ -115,6 +115,8 @@ pub struct Apis {
     /// Where etcd pods reach this operator's HTTP server (`--snapshot-url`), from which a
     /// restore's seed fetches its snapshot.
     pub snapshot_url: Option<String>,
+    /// Fingerprint of the cluster's member TLS Secrets (see [`super::tls::Material`]).
+    pub tls_revision: String,
 }
 
 impl Apis {
@@ -143,18 +145,9 @@ pub fn addressing(cluster: &EtcdCluster) -> Addressing {
         &cluster.namespace().unwrap_or_default(),
         pod.and_then(|p| p.cluster_domain.as_deref()),
     );
-    let member_tls = cluster
-        .spec
-        .tls
-        .as_ref()
-        .and_then(|t| t.static_.as_ref())
-        .and_then(|s| s.member.as_ref());
-    addr.peer_tls = member_tls
-        .and_then(|m| m.peer_secret.as_ref())
-        .is_some_and(|s| !s.is_empty());
-    addr.client_tls = member_tls
-        .and_then(|m| m.server_secret.as_ref())
-        .is_some_and(|s| !s.is_empty());
+    let secrets = super::tls::secrets(cluster);
+    addr.peer_tls = secrets.peer.is_some();
+    addr.client_tls = secrets.server.is_some();
     addr
 }
 
@@ -236,7 +229,7 @@ async fn create_pod(
             Err(e) => return Err(err(e)),
         }
     }
-    let pod = resources::member_pod(cluster, member, args, gate);
+    let pod = resources::member_pod(cluster, member, args, gate, &apis.tls_revision);
     apis.pods
         .create(&PostParams::default(), &pod)
         .await
@@ -266,7 +259,7 @@ async fn connect(obs: &Observed) -> Result<Etcd, Error> {
         .chain(healthy)
         .find_map(|m| obs.pod_endpoint(&m.name))
         .ok_or(Error::NoEndpoint)?;
-    Ok(Etcd::connect(&[endpoint], ETCD_TIMEOUT).await?)
+    Ok(Etcd::connect(&endpoint, ETCD_TIMEOUT).await?)
 }
 
 /// `--initial-cluster` from etcd's member list (members that have not started yet have no
@@ -288,7 +281,8 @@ fn initial_cluster(members: &[etcd::Member]) -> String {
 
 /// Creates the pod of a new member ahead of the member, its etcd held back by the gate until
 /// the member is added (see [`Gate`]); `peers` are the current members, `current` their
-/// `--initial-cluster`, `endpoints` their client URLs by pod IP. Returns the new member's name.
+/// `--initial-cluster`, `endpoints` their peer URLs by pod IP (see
+/// [`members::Addressing::gate_endpoint`]). Returns the new member's name.
 async fn create_gated_pod(
     apis: &Apis,
     cluster: &EtcdCluster,
@@ -303,6 +297,7 @@ async fn create_gated_pod(
     let gate = Gate {
         image: image.into(),
         endpoints,
+        peer_tls: addr.peer_tls,
         peer_url: addr.peer_url(&name),
         peers,
         restore: None,
@@ -422,7 +417,7 @@ pub async fn act(
                 && cluster.spec.size > 1
                 && let Some(ip) = pod_ip_within(apis, &name, PUBLISH_WAIT).await?
             {
-                let endpoint = format!("http://{ip}:{CLIENT_PORT}");
+                let endpoint = addr.gate_endpoint(&name, &ip);
                 let next =
                     create_gated_pod(apis, cluster, image, vec![name], ic, vec![endpoint]).await?;
                 note.push_str(&format!(
@@ -440,7 +435,7 @@ pub async fn act(
                     .collect();
                 let endpoints = all
                     .iter()
-                    .filter_map(|m| obs.pod_endpoint(m.host_label()?))
+                    .filter_map(|m| obs.gate_endpoint(m.host_label()?))
                     .collect();
                 let name =
                     create_gated_pod(apis, cluster, image, peers, initial_cluster(all), endpoints)
@@ -511,7 +506,7 @@ pub async fn act(
         Action::MoveLeader { from, to, id } => {
             // etcd accepts a leadership transfer only from the leader itself.
             let endpoint = obs.pod_endpoint(from).ok_or(Error::NoEndpoint)?;
-            let mut etcd = Etcd::connect(&[endpoint], ETCD_TIMEOUT).await?;
+            let mut etcd = Etcd::connect(&endpoint, ETCD_TIMEOUT).await?;
             match etcd.move_leader(*id).await {
                 Ok(()) => Ok(Outcome::Done(Some(format!(
                     "moved leadership from {from} to {to}, so that {from} is rolled last"
@@ -575,6 +570,7 @@ pub async fn act(
             let gate = Gate {
                 image: image.clone(),
                 endpoints: vec![],
+                peer_tls: addr.peer_tls,
                 peer_url: addr.peer_url(&name),
                 peers: vec![],
                 restore: Some(SeedRestore {

@@ -88,6 +88,24 @@ impl Addressing {
         format!("{}://{h}:{CLIENT_PORT}", Self::scheme(self.client_tls))
     }
 
+    /// Where `etcd-gate` asks member `member` (at pod IP `ip`) for the member list: its peer
+    /// port, which serves the list (`/members`) with no client certificate beyond the peer
+    /// certificate every member has. With peer TLS the entry is `<host>=https://<ip>:2380`:
+    /// the certificate is checked against the member's DNS name, which the gate must not look
+    /// up.
+    pub fn gate_endpoint(&self, member: &str, ip: &str) -> String {
+        let ip = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+            _ => ip.to_string(),
+        };
+        let url = format!("{}://{ip}:{PEER_PORT}", Self::scheme(self.peer_tls));
+        if self.peer_tls {
+            format!("{}={url}", self.host(member))
+        } else {
+            url
+        }
+    }
+
     /// `--initial-cluster` from member names: `<m>=<peer URL>,...`.
     pub fn initial_cluster<'a>(&self, members: impl IntoIterator<Item = &'a str>) -> String {
         members
@@ -222,6 +240,24 @@ mod tests {
         assert_eq!(
             addr.service_url(),
             "http://c-client.ns.svc.cluster.local:2379"
+        );
+    }
+
+    #[test]
+    fn the_gate_asks_peer_ports_by_ip_and_checks_names_with_tls() {
+        let mut addr = Addressing::new("c", "ns", None);
+        assert_eq!(
+            addr.gate_endpoint("c-1", "10.0.0.1"),
+            "http://10.0.0.1:2380"
+        );
+        assert_eq!(
+            addr.gate_endpoint("c-1", "fd00::1"),
+            "http://[fd00::1]:2380"
+        );
+        addr.peer_tls = true;
+        assert_eq!(
+            addr.gate_endpoint("c-1", "10.0.0.1"),
+            "c-1.c.ns.svc=https://10.0.0.1:2380"
         );
     }
 

@@ -9,4 +9,5 @@ pub mod resources;
 pub mod status;
 pub mod supervisor;
 pub mod task;
+pub mod tls;
 pub mod version;

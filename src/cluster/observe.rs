@@ -3,6 +3,7 @@
 //! works from outside the cluster network as well as from a pod.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -10,14 +11,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::members::CLIENT_PORT;
+use super::members::{Addressing, CLIENT_PORT};
 use super::plan::{MemberView, Observation, PodState, PodView};
 use super::resources::{
     JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION,
     TEMPLATE_HASH_ANNOTATION, selector, template_hash,
 };
 use crate::api::EtcdCluster;
-use crate::etcd::{self, Etcd, Member, Status};
+use crate::etcd::{self, ClientTls, Endpoint, Etcd, Member, Status};
 
 /// How long one etcd request may take before the member counts as not answering.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
@@ -37,21 +38,40 @@ pub struct Observed {
     pub members: Option<Vec<Member>>,
     /// Status of each member that answered, by member ID.
     pub statuses: BTreeMap<u64, Status>,
+    /// How members are named and reached.
+    pub addr: Option<Addressing>,
+    /// The operator's client identity, for a cluster whose clients need one.
+    pub tls: Option<Arc<ClientTls>>,
 }
 
 impl Observed {
-    /// Client URL of a member's pod by IP, when the pod has one.
-    pub fn pod_endpoint(&self, name: &str) -> Option<String> {
-        let ip = self.pods.get(name)?.status.as_ref()?.pod_ip.clone()?;
-        Some(format!("http://{ip}:{CLIENT_PORT}"))
+    fn pod_ip(&self, name: &str) -> Option<String> {
+        self.pods.get(name)?.status.as_ref()?.pod_ip.clone()
     }
 
-    /// Client URLs of every pod that has an IP.
-    pub fn endpoints(&self) -> Vec<String> {
-        self.pods
-            .keys()
-            .filter_map(|n| self.pod_endpoint(n))
-            .collect()
+    /// Client endpoint of a member's pod by IP, when the pod has one; with TLS, its
+    /// certificate is checked against the member's DNS name.
+    pub fn pod_endpoint(&self, name: &str) -> Option<Endpoint> {
+        let ip = self.pod_ip(name)?;
+        let ip = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+            _ => ip,
+        };
+        let Some(addr) = &self.addr else {
+            return Some(Endpoint::plain(format!("http://{ip}:{CLIENT_PORT}")));
+        };
+        let scheme = if addr.client_tls { "https" } else { "http" };
+        Some(Endpoint::new(
+            format!("{scheme}://{ip}:{CLIENT_PORT}"),
+            self.tls.clone(),
+            Some(addr.host(name)),
+        ))
+    }
+
+    /// Where a new member's `etcd-gate` asks member `name` whether it was added.
+    pub fn gate_endpoint(&self, name: &str) -> Option<String> {
+        let ip = self.pod_ip(name)?;
+        Some(self.addr.as_ref()?.gate_endpoint(name, &ip))
     }
 }
 
@@ -145,8 +165,8 @@ pub fn etcd_image(pod: &Pod) -> Option<String> {
 
 /// Marks which pods are made from the template of `cluster` (the spec the actions build, which
 /// may keep the running image while an upgrade step is not allowed).
-pub fn mark_current(obs: &mut Observed, cluster: &EtcdCluster) {
-    let (hash, image) = (template_hash(cluster), cluster.spec.image());
+pub fn mark_current(obs: &mut Observed, cluster: &EtcdCluster, tls_revision: &str) {
+    let (hash, image) = (template_hash(cluster, tls_revision), cluster.spec.image());
     for view in &mut obs.plan.pods {
         view.current = obs
             .pods
@@ -255,10 +275,15 @@ pub async fn observe(
     pods_api: &Api<Pod>,
     pvcs: &Api<PersistentVolumeClaim>,
     cluster: &EtcdCluster,
+    tls: Option<Arc<ClientTls>>,
     memory: &mut HealthMemory,
 ) -> Result<Observed, Error> {
     let name = cluster.name_any();
-    let mut obs = Observed::default();
+    let mut obs = Observed {
+        addr: Some(super::act::addressing(cluster)),
+        tls,
+        ..Observed::default()
+    };
     // Claims before pods: a claim deleted after its pod was listed then shows as gone, which
     // only ever replaces a member, never restarts one without its data.
     if cluster
@@ -345,7 +370,7 @@ pub async fn observe(
         let Some(ep) = obs.pod_endpoint(pod) else {
             continue;
         };
-        if let Ok(mut etcd) = Etcd::connect(std::slice::from_ref(&ep), ETCD_TIMEOUT).await
+        if let Ok(mut etcd) = Etcd::connect(&ep, ETCD_TIMEOUT).await
             && let Ok(list) = etcd.members_linearizable().await
         {
             members = Some(list);
@@ -361,7 +386,7 @@ pub async fn observe(
             let Some(ep) = obs.pod_endpoint(pod) else {
                 continue;
             };
-            if let Ok(mut etcd) = Etcd::connect(std::slice::from_ref(&ep), ETCD_TIMEOUT).await
+            if let Ok(mut etcd) = Etcd::connect(&ep, ETCD_TIMEOUT).await
                 && let Ok(list) = etcd.members().await
             {
                 members = Some(list);
@@ -517,8 +542,8 @@ mod tests {
         };
         let cluster = EtcdCluster::new("example", spec("3.5.35"));
         let upgraded = EtcdCluster::new("example", spec("3.6.16"));
-        let mut pod = member_pod(&cluster, "example-a", vec![], None);
-        let now = |c: &EtcdCluster| template_hash(c);
+        let mut pod = member_pod(&cluster, "example-a", vec![], None, "");
+        let now = |c: &EtcdCluster| template_hash(c, "");
         assert!(is_current(&pod, &now(&cluster), &cluster.spec.image()));
         assert!(!is_current(&pod, &now(&upgraded), &upgraded.spec.image()));
         // Made by an operator that set no hash: the image decides.

@@ -22,32 +22,12 @@ use super::members::{
 use super::version::Version;
 use crate::api::EtcdCluster;
 
-/// Secrets the spec names, with the field that names each: the TLS Secrets and the Secrets
-/// behind `spec.pod.etcdEnv[].valueFrom.secretKeyRef`. A member pod that mounts a missing
-/// Secret never starts, so they are checked before anything is created.
+/// Secrets the spec names, with the field that names each: the Secrets behind
+/// `spec.pod.etcdEnv[].valueFrom.secretKeyRef` (the TLS Secrets are checked, contents and all,
+/// by [`super::tls::prepare`]). A member pod that needs a missing Secret never starts, so they
+/// are checked before anything is created.
 pub fn referenced_secrets(spec: &crate::api::EtcdClusterSpec) -> Vec<(String, String)> {
     let mut refs = Vec::new();
-    if let Some(st) = spec.tls.as_ref().and_then(|t| t.static_.as_ref()) {
-        let member = st.member.as_ref();
-        for (field, name) in [
-            (
-                "spec.TLS.static.member.peerSecret",
-                member.and_then(|m| m.peer_secret.as_ref()),
-            ),
-            (
-                "spec.TLS.static.member.serverSecret",
-                member.and_then(|m| m.server_secret.as_ref()),
-            ),
-            (
-                "spec.TLS.static.operatorSecret",
-                st.operator_secret.as_ref(),
-            ),
-        ] {
-            if let Some(name) = name.filter(|n| !n.is_empty()) {
-                refs.push((field.to_string(), name.clone()));
-            }
-        }
-    }
     for (i, env) in spec.pod.iter().flat_map(|p| p.etcd_env.iter()).enumerate() {
         let secret = env
             .value_from
@@ -173,15 +153,22 @@ pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-templat
 /// names the members' peer URLs in etcd's member list and so is not a pod property. Hashed
 /// from the spec rather than from the built pod, so that an operator upgrade that changes
 /// how pods are built does not roll every cluster it runs.
-pub fn template_hash(cluster: &EtcdCluster) -> String {
+pub fn template_hash(cluster: &EtcdCluster, tls_revision: &str) -> String {
     let mut policy = cluster.spec.pod.clone().unwrap_or_default();
     let persistent = policy.persistent_volume_claim_spec.take().is_some();
     policy.cluster_domain = None;
-    let inputs = serde_json::json!({
+    let mut inputs = serde_json::json!({
         "image": cluster.spec.image(),
         "pod": policy,
         "persistent": persistent,
     });
+    // Only with TLS, so that the hash of a plain cluster's pods stays what it was.
+    if !tls_revision.is_empty() {
+        inputs["tls"] = serde_json::json!({
+            "secrets": super::tls::secrets(cluster),
+            "revision": tls_revision,
+        });
+    }
     let digest =
         aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, inputs.to_string().as_bytes());
     digest.as_ref()[..8]
@@ -306,8 +293,11 @@ pub const JOIN_PEERS_ANNOTATION: &str = "etcd.database.coreos.com/join-peers";
 pub struct Gate {
     /// The operator's own image, which holds the statically linked `etcd-gate`.
     pub image: String,
-    /// Client URLs of the current members, by pod IP (no DNS needed).
+    /// Peer URLs of the current members, by pod IP (no DNS needed; see
+    /// [`super::members::Addressing::gate_endpoint`]).
     pub endpoints: Vec<String>,
+    /// Peers speak TLS: the gate asks them with the member's own peer certificate.
+    pub peer_tls: bool,
     /// The new member's peer URL, which appears in the member list once it is added.
     pub peer_url: String,
     /// The other members its `--initial-cluster` names.
@@ -383,15 +373,18 @@ fn gated_command(gate: &Gate) -> Vec<String> {
         command.extend(["--".into(), ETCD_BINARY.into()]);
         return command;
     }
-    vec![
+    let mut command = vec![
         format!("{GATE_DIR}/etcd-gate"),
         "wait".into(),
         format!("--peer-url={}", gate.peer_url),
         format!("--endpoints={}", gate.endpoints.join(",")),
         format!("--data-dir={DATA_DIR}"),
-        "--".into(),
-        ETCD_BINARY.into(),
-    ]
+    ];
+    if gate.peer_tls {
+        command.push(format!("--tls-dir={PEER_TLS_DIR}"));
+    }
+    command.extend(["--".into(), ETCD_BINARY.into()]);
+    command
 }
 
 fn install_gate_container(gate: &Gate) -> Container {
@@ -427,6 +420,7 @@ pub fn member_pod(
     member: &str,
     args: Vec<String>,
     gate: Option<&Gate>,
+    tls_revision: &str,
 ) -> Pod {
     let name = cluster.name_any();
     let spec = &cluster.spec;
@@ -438,7 +432,10 @@ pub fn member_pod(
     pod_labels.extend(labels(&name, "member"));
     metadata.labels = Some(pod_labels);
     let mut annotations = policy.annotations.clone();
-    annotations.insert(TEMPLATE_HASH_ANNOTATION.into(), template_hash(cluster));
+    annotations.insert(
+        TEMPLATE_HASH_ANNOTATION.into(),
+        template_hash(cluster, tls_revision),
+    );
     match gate {
         Some(Gate {
             restore: Some(r), ..
@@ -474,24 +471,12 @@ pub fn member_pod(
         mount_path: DATA_DIR.trim_end_matches("/data").into(),
         ..VolumeMount::default()
     }];
-    let member_tls = spec
-        .tls
-        .as_ref()
-        .and_then(|t| t.static_.as_ref())
-        .and_then(|s| s.member.as_ref());
+    let tls = super::tls::secrets(cluster);
     for (secret, vol, dir) in [
-        (
-            member_tls.and_then(|m| m.peer_secret.as_ref()),
-            "peer-tls",
-            PEER_TLS_DIR,
-        ),
-        (
-            member_tls.and_then(|m| m.server_secret.as_ref()),
-            "server-tls",
-            SERVER_TLS_DIR,
-        ),
+        (&tls.peer, "peer-tls", PEER_TLS_DIR),
+        (&tls.server, "server-tls", SERVER_TLS_DIR),
     ] {
-        if let Some(secret) = secret.filter(|s| !s.is_empty()) {
+        if let Some(secret) = secret {
             volumes.push(Volume {
                 name: vol.into(),
                 secret: Some(SecretVolumeSource {
@@ -686,6 +671,7 @@ mod tests {
                     }),
                     operator_secret: Some("op".into()),
                 }),
+                auto: None,
             }),
             ..Default::default()
         });
@@ -694,6 +680,7 @@ mod tests {
             "example-bcdfg",
             vec!["--name=example-bcdfg".into()],
             None,
+            "",
         );
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["app"], "etcd");
@@ -761,16 +748,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             referenced_secrets(&spec),
-            [
-                (
-                    "spec.TLS.static.member.peerSecret".to_string(),
-                    "p".to_string()
-                ),
-                (
-                    "spec.pod.etcdEnv[1].valueFrom.secretKeyRef.name".to_string(),
-                    "s".to_string()
-                ),
-            ]
+            [(
+                "spec.pod.etcdEnv[1].valueFrom.secretKeyRef.name".to_string(),
+                "s".to_string()
+            )]
         );
     }
 
@@ -818,6 +799,7 @@ mod tests {
         let gate = Gate {
             image: "op:v1".into(),
             endpoints: vec![],
+            peer_tls: false,
             peer_url: "http://example-s.example.ns.svc:2380".into(),
             peers: vec![],
             restore: Some(SeedRestore {
@@ -836,6 +818,7 @@ mod tests {
             "example-s",
             vec!["--name=example-s".into()],
             Some(&gate),
+            "",
         );
         let annotations = pod.metadata.annotations.as_ref().unwrap();
         assert_eq!(annotations[RESTORE_UID_ANNOTATION], "uid-1");
@@ -868,12 +851,13 @@ mod tests {
         });
         let gate = Gate {
             image: "op:v1".into(),
-            endpoints: vec!["http://10.0.0.1:2379".into(), "http://10.0.0.2:2379".into()],
+            endpoints: vec!["http://10.0.0.1:2380".into(), "http://10.0.0.2:2380".into()],
+            peer_tls: false,
             peer_url: "http://example-x.example.ns.svc:2380".into(),
             peers: vec!["example-a".into(), "example-b".into()],
             restore: None,
         };
-        let pod = member_pod(&c, "example-x", vec![], Some(&gate));
+        let pod = member_pod(&c, "example-x", vec![], Some(&gate), "");
         assert_eq!(
             pod.metadata.annotations.as_ref().unwrap()[JOIN_PEERS_ANNOTATION],
             "example-a,example-b"
@@ -892,7 +876,7 @@ mod tests {
                 "/gate/etcd-gate",
                 "wait",
                 "--peer-url=http://example-x.example.ns.svc:2380",
-                "--endpoints=http://10.0.0.1:2379,http://10.0.0.2:2379",
+                "--endpoints=http://10.0.0.1:2380,http://10.0.0.2:2380",
                 "--data-dir=/var/etcd/data",
                 "--",
                 "/usr/local/bin/etcd"
@@ -919,7 +903,7 @@ mod tests {
         let sc = init.security_context.as_ref().unwrap();
         assert_eq!(sc.read_only_root_filesystem, Some(true));
         assert_eq!(sc.allow_privilege_escalation, Some(false));
-        let plain = member_pod(&c, "example-x", vec![], None).spec.unwrap();
+        let plain = member_pod(&c, "example-x", vec![], None, "").spec.unwrap();
         assert!(plain.init_containers.is_none());
         assert_eq!(
             plain.containers[0].command.as_deref().unwrap(),
@@ -947,7 +931,7 @@ mod tests {
             version: Some("v3.6.16".into()),
             ..Default::default()
         });
-        let pod = member_pod(&c, "example-x", vec![], None);
+        let pod = member_pod(&c, "example-x", vec![], None, "");
         let spec = pod.spec.unwrap();
         let etcd = &spec.containers[0];
         let live = etcd

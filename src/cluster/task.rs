@@ -18,6 +18,7 @@ use super::observe::{self, HealthMemory, Observed};
 use super::plan::{self, Action, Target};
 use super::resources::{self, MANAGER};
 use super::status;
+use super::tls;
 use super::version::{self, Version};
 use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreRecord};
 
@@ -92,6 +93,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Reading or writing the cluster's TLS Secrets failed.
+    #[error(transparent)]
+    Tls(tls::Error),
     /// Observing the cluster failed.
     #[error(transparent)]
     Observe(#[from] observe::Error),
@@ -109,6 +113,9 @@ impl Error {
         match self {
             Error::Invalid { .. } => "invalid_spec",
             Error::ReadSecret { .. } => "read_secret",
+            Error::Tls(tls::Error::Invalid { .. }) => "invalid_spec",
+            Error::Tls(tls::Error::Api { .. }) => "tls_secret",
+            Error::Tls(tls::Error::Pki { .. }) => "tls_certificate",
             Error::Observe(e) => e.metric_label(),
             Error::Act(e) => e.metric_label(),
             Error::WriteStatus(_) => "write_status",
@@ -152,12 +159,18 @@ fn status_due(
     current.is_none_or(|c| settled(c) != settled(new)) || (stale && current != Some(new))
 }
 
-/// The first problem that keeps the spec from being acted on: a Secret it names that does not
-/// exist, or a field this operator does not implement yet.
-async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<(), Error> {
-    if let Some(e) = unsupported(cluster) {
-        return Err(e);
+impl From<tls::Error> for Error {
+    fn from(e: tls::Error) -> Self {
+        match e {
+            tls::Error::Invalid { reason, message } => Error::Invalid { reason, message },
+            e => Error::Tls(e),
+        }
     }
+}
+
+/// The first problem that keeps the spec from being acted on: a Secret it names that does not
+/// exist or cannot be used; then what the pass needs of TLS (see [`tls::prepare`]).
+async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<tls::Material, Error> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     for (field, name) in resources::referenced_secrets(&cluster.spec) {
         match secrets.get_metadata_opt(&name).await {
@@ -171,23 +184,7 @@ async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<(), 
             Err(source) => return Err(Error::ReadSecret { name, source }),
         }
     }
-    Ok(())
-}
-
-/// A field the spec sets that this operator does not implement yet.
-fn unsupported(cluster: &EtcdCluster) -> Option<Error> {
-    cluster
-        .spec
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.static_.is_some())
-        .then(|| Error::Invalid {
-            reason: "UnsupportedField",
-            message: "spec.TLS: TLS is not implemented by this operator yet, and members \
-                      without it would not be what the spec asks for; remove spec.TLS to run \
-                      the cluster in plain text"
-                .into(),
-        })
+    Ok(tls::prepare(&ctx.client, cluster, time::OffsetDateTime::now_utc()).await?)
 }
 
 /// The cluster as the actions must build it: the spec, unless its version is not a step etcd
@@ -247,21 +244,35 @@ async fn reconcile(
         slices: Api::namespaced(ctx.client.clone(), &ns),
         gate_image: ctx.gate_image.clone(),
         snapshot_url: ctx.snapshot_url.clone(),
+        tls_revision: String::new(),
     };
     let paused = cluster.spec.is_paused();
-    if let Err(e) = validate(ctx, cluster, &ns).await {
-        if let Error::Invalid { reason, message } = &e {
-            report_invalid(ctx, cluster, &apis, memory, reason, message).await?;
+    let material = match validate(ctx, cluster, &ns).await {
+        Ok(m) => m,
+        Err(e) => {
+            if let Error::Invalid { reason, message } = &e {
+                report_invalid(ctx, cluster, &apis, memory, reason, message).await?;
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
+    };
+    let apis = Apis {
+        tls_revision: material.revision.clone(),
+        ..apis
+    };
     if !paused {
         act::ensure_services(&apis, cluster).await?;
     }
-    let mut obs: Observed =
-        observe::observe(&apis.pods, &apis.pvcs, cluster, &mut memory.health).await?;
+    let mut obs: Observed = observe::observe(
+        &apis.pods,
+        &apis.pvcs,
+        cluster,
+        material.client.clone(),
+        &mut memory.health,
+    )
+    .await?;
     let (effective, pin) = effective_spec(cluster, &obs);
-    observe::mark_current(&mut obs, &effective);
+    observe::mark_current(&mut obs, &effective, &material.revision);
     let target = Target {
         size: cluster.spec.size.max(0) as usize,
         paused,
@@ -378,9 +389,27 @@ async fn reconcile(
             .await;
             Ok(IN_FLIGHT_POLL)
         }
-        Ok(Outcome::Done(None)) if action == Action::Steady || action == Action::Paused => {
-            Ok(RESYNC)
+        Ok(Outcome::Done(None)) if action == Action::Steady => {
+            // Every member runs on the newest certificates: a CA rotation may take its next
+            // step, which the next pass rolls out.
+            let now = time::OffsetDateTime::now_utc();
+            match tls::advance(&ctx.client, cluster, &material, true, now).await? {
+                Some(step) => {
+                    info!("{step}");
+                    publish(
+                        ctx,
+                        cluster,
+                        EventType::Normal,
+                        "CertificatesRotating",
+                        step,
+                    )
+                    .await;
+                    Ok(IN_FLIGHT_POLL)
+                }
+                None => Ok(RESYNC),
+            }
         }
+        Ok(Outcome::Done(None)) if action == Action::Paused => Ok(RESYNC),
         // Waits for the user (a spec change) or for the stuck pod's own events, which wake the
         // task; polling it fast would only repeat the same observation.
         Ok(Outcome::Done(None)) if matches!(action, Action::RollStalled { .. }) => {
@@ -469,7 +498,7 @@ async fn report_invalid(
     reason: &str,
     message: &str,
 ) -> Result<(), Error> {
-    let obs = observe::observe(&apis.pods, &apis.pvcs, cluster, &mut memory.health).await?;
+    let obs = observe::observe(&apis.pods, &apis.pvcs, cluster, None, &mut memory.health).await?;
     let wait = Action::Wait {
         reason: message.into(),
     };
@@ -733,27 +762,6 @@ mod tests {
         let (fresh, none) = effective_spec(&cluster("3.6.16"), &Observed::default());
         assert_eq!(fresh.spec.image(), "quay.io/coreos/etcd:v3.6.16");
         assert!(none.is_none());
-    }
-
-    #[test]
-    fn tls_is_refused_by_field_until_it_is_implemented() {
-        let plain = EtcdCluster::new(
-            "example",
-            EtcdClusterSpec {
-                size: 3,
-                ..Default::default()
-            },
-        );
-        assert!(unsupported(&plain).is_none());
-        let example = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/examples/cluster-tls.yaml"
-        ))
-        .unwrap();
-        let tls: EtcdCluster = serde_saphyr::from_str(&example).unwrap();
-        let e = unsupported(&tls).expect("spec.TLS is refused");
-        assert!(e.is_invalid());
-        assert!(e.to_string().starts_with("spec.TLS:"), "{e}");
     }
 
     #[test]

@@ -8,8 +8,12 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use etcd_operator::etcd::{ClientTls, Endpoint};
+use etcd_operator::pki::{self, Ca, Role};
 
 /// Path of the etcd binary for `minor` ("3.4", "3.5", "3.6"). Panics with instructions when the
 /// environment does not name one: a test of the etcd layer must not pass without etcd.
@@ -58,11 +62,84 @@ fn free_port() -> u16 {
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "etcd-operator-test-{}-{}-{name}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The name every test certificate carries (beside 127.0.0.1), which clients check: members
+/// are reached by IP, as the operator reaches pods.
+pub const TLS_NAME: &str = "localhost";
+
+/// A CA and the certificates of a TLS test cluster, made as `TLS.auto` makes them, in files
+/// of the coreos layout (`peer.*`, `server.*`), and the client identity the operator uses.
+pub struct TestPki {
+    /// Directory of the member files.
+    pub dir: PathBuf,
+    /// The operator's client identity.
+    pub client: Arc<ClientTls>,
+    /// The CA.
+    pub ca: Ca,
+}
+
+impl TestPki {
+    pub fn new() -> Arc<TestPki> {
+        let now = time::OffsetDateTime::now_utc();
+        let day = Duration::from_secs(86_400);
+        let ca = Ca::new("test", now, day).unwrap();
+        let names = vec![TLS_NAME.to_string(), "127.0.0.1".into()];
+        let dir = scratch("pki");
+        for (role, layout) in [(Role::Peer, pki::PEER), (Role::Server, pki::SERVER)] {
+            let pair = ca.issue(role, TLS_NAME, &names, now, day).unwrap();
+            std::fs::write(dir.join(layout.cert), &pair.cert).unwrap();
+            std::fs::write(dir.join(layout.key), &pair.key).unwrap();
+            std::fs::write(dir.join(layout.ca), &ca.0.cert).unwrap();
+        }
+        let client = ca.issue(Role::Client, "operator", &[], now, day).unwrap();
+        Arc::new(TestPki {
+            dir,
+            client: Arc::new(ClientTls {
+                ca: ca.0.cert.clone().into_bytes(),
+                cert: client.cert.into_bytes(),
+                key: client.key.into_bytes(),
+            }),
+            ca,
+        })
+    }
+
+    fn flags(&self) -> Vec<String> {
+        let f = |name: &str| self.dir.join(name).display().to_string();
+        vec![
+            "--peer-client-cert-auth=true".into(),
+            format!("--peer-trusted-ca-file={}", f("peer-ca.crt")),
+            format!("--peer-cert-file={}", f("peer.crt")),
+            format!("--peer-key-file={}", f("peer.key")),
+            "--client-cert-auth=true".into(),
+            format!("--trusted-ca-file={}", f("server-ca.crt")),
+            format!("--cert-file={}", f("server.crt")),
+            format!("--key-file={}", f("server.key")),
+        ]
+    }
+}
+
+impl Drop for TestPki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// One etcd process; killed and its data directory removed on drop.
 pub struct EtcdProcess {
     pub name: String,
     pub peer_url: String,
     pub client_url: String,
+    /// Peers and clients speak TLS with these certificates.
+    pub tls: Option<Arc<TestPki>>,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -71,18 +148,41 @@ impl EtcdProcess {
     /// A member description before it starts: ports and URLs are chosen now so that the
     /// `--initial-cluster` of others can name it.
     pub fn plan(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "etcd-operator-test-{}-{}-{name}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        Self::plan_with(name, None)
+    }
+
+    /// [`EtcdProcess::plan`], with TLS for peers and clients (client certificates required)
+    /// when `tls` is given.
+    pub fn plan_with(name: &str, tls: Option<Arc<TestPki>>) -> Self {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         EtcdProcess {
             name: name.to_string(),
-            peer_url: format!("http://127.0.0.1:{}", free_port()),
-            client_url: format!("http://127.0.0.1:{}", free_port()),
-            dir,
+            peer_url: format!("{scheme}://127.0.0.1:{}", free_port()),
+            client_url: format!("{scheme}://127.0.0.1:{}", free_port()),
+            tls,
+            dir: scratch(name),
             child: None,
+        }
+    }
+
+    /// The client endpoint as the operator reaches it.
+    pub fn endpoint(&self) -> Endpoint {
+        match &self.tls {
+            Some(pki) => Endpoint::new(
+                self.client_url.clone(),
+                Some(pki.client.clone()),
+                Some(TLS_NAME.into()),
+            ),
+            None => Endpoint::plain(self.client_url.clone()),
+        }
+    }
+
+    /// Where `etcd-gate` asks this member whether another was added (its peer port), in the
+    /// form the operator gives it.
+    pub fn gate_endpoint(&self) -> String {
+        match &self.tls {
+            Some(_) => format!("{TLS_NAME}={}", self.peer_url),
+            None => self.peer_url.clone(),
         }
     }
 
@@ -127,6 +227,7 @@ impl EtcdProcess {
             .arg(format!("--initial-cluster={initial_cluster}"))
             .arg(format!("--initial-cluster-state={state}"))
             .arg(format!("--initial-cluster-token={token}"))
+            .args(self.tls.as_ref().map(|t| t.flags()).unwrap_or_default())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -141,7 +242,8 @@ impl EtcdProcess {
 
     /// Whether something serves the client port now.
     pub fn listening(&self) -> bool {
-        std::net::TcpStream::connect(self.client_url.trim_start_matches("http://")).is_ok()
+        let addr = self.client_url.split_once("://").map_or("", |(_, a)| a);
+        std::net::TcpStream::connect(addr).is_ok()
     }
 
     /// Whether the process is still running.

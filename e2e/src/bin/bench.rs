@@ -282,7 +282,7 @@ fn pipeline_and_store(endpoint: &str, moto: &str) -> (Duration, Duration) {
         for _ in 0..2 {
             let start = Instant::now();
             snapshot::save(
-                endpoint,
+                &endpoint.into(),
                 &local,
                 &Path::from("pipeline.db"),
                 PutMultipartOptions::default(),

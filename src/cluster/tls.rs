@@ -1,0 +1,832 @@
+//! The TLS of one cluster, at the start of a pass: the Secrets of `TLS.static` checked before
+//! any pod mounts them, the PKI of `TLS.auto` made, renewed and rotated, and the operator's
+//! client identity read from either.
+//!
+//! A rotation of an automatic CA goes through three rolls, each finished (every pod made from
+//! the newest Secrets, every member a healthy voter) before the next begins, so that no two
+//! members ever fail to trust each other: the members trust the old and the new CA; their
+//! certificates come from the new CA; they trust only the new CA.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use time::OffsetDateTime;
+
+use super::act::addressing;
+use super::resources::MANAGER;
+use crate::api::EtcdCluster;
+use crate::etcd::ClientTls;
+use crate::pki::{self, Ca, Layout, Pair, Role};
+
+/// A new value rotates the CA of a `TLS.auto` cluster and every certificate it signed.
+pub const ROTATE_ANNOTATION: &str = "etcd.database.coreos.com/rotate-tls";
+/// On the CA Secret: where a rotation stands.
+const PHASE_ANNOTATION: &str = "etcd.database.coreos.com/tls-phase";
+/// On the CA Secret: the value of [`ROTATE_ANNOTATION`] last acted on.
+const ROTATED_FOR_ANNOTATION: &str = "etcd.database.coreos.com/tls-rotated-for";
+/// On a certificate Secret: the fingerprint of the CA certificate that signed it.
+const ISSUER_ANNOTATION: &str = "etcd.database.coreos.com/tls-issuer";
+
+/// What keeps a pass from going on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A TLS Secret the spec names is missing or unusable; reported on the cluster.
+    #[error("{message}")]
+    Invalid {
+        reason: &'static str,
+        message: String,
+    },
+    /// The API server refused or failed a read or a write.
+    #[error("{what} Secret {name}: {source}")]
+    Api {
+        what: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A certificate could not be made.
+    #[error("making the certificates of {cluster}: {source}")]
+    Pki {
+        cluster: String,
+        #[source]
+        source: pki::Error,
+    },
+}
+
+/// The Secrets a cluster's members mount and its clients use.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Secrets {
+    /// Peer certificate Secret (coreos `peer.*` layout).
+    pub peer: Option<String>,
+    /// Server certificate Secret (coreos `server.*` layout).
+    pub server: Option<String>,
+    /// Client certificate Secret (coreos `etcd-client.*` layout).
+    pub client: Option<String>,
+    /// Whether the operator makes them (`TLS.auto`).
+    pub auto: bool,
+}
+
+/// The Secrets of `cluster`.
+pub fn secrets(cluster: &EtcdCluster) -> Secrets {
+    let name = cluster.name_any();
+    let Some(tls) = cluster.spec.tls.as_ref() else {
+        return Secrets::default();
+    };
+    if tls.auto.is_some() {
+        return Secrets {
+            peer: Some(format!("{name}-peer-tls")),
+            server: Some(format!("{name}-server-tls")),
+            client: Some(format!("{name}-client-tls")),
+            auto: true,
+        };
+    }
+    let set = |s: Option<&String>| s.filter(|s| !s.is_empty()).cloned();
+    let st = tls.static_.as_ref();
+    let member = st.and_then(|s| s.member.as_ref());
+    Secrets {
+        peer: set(member.and_then(|m| m.peer_secret.as_ref())),
+        server: set(member.and_then(|m| m.server_secret.as_ref())),
+        client: set(st.and_then(|s| s.operator_secret.as_ref())),
+        auto: false,
+    }
+}
+
+/// What a pass needs of TLS.
+#[derive(Clone, Debug, Default)]
+pub struct Material {
+    /// The operator's client identity, for a cluster whose clients need one.
+    pub client: Option<Arc<ClientTls>>,
+    /// Fingerprint of the member Secrets' contents, part of the pod-template hash: a new
+    /// certificate rolls the members. Empty without TLS.
+    pub revision: String,
+    /// Where a rotation of an automatic CA stands.
+    auto: Option<AutoState>,
+}
+
+fn fingerprint(parts: &[&[u8]]) -> String {
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    for p in parts {
+        ctx.update(&(p.len() as u64).to_be_bytes());
+        ctx.update(p);
+    }
+    ctx.finish().as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn value(secret: &Secret, key: &str) -> Option<Vec<u8>> {
+    secret
+        .data
+        .as_ref()?
+        .get(key)
+        .map(|v| v.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()?
+                .get(key)
+                .map(|s| s.clone().into_bytes())
+        })
+}
+
+/// The client identity in a Secret of the coreos client layout.
+pub fn client_identity(secret: &Secret) -> Option<ClientTls> {
+    Some(ClientTls {
+        ca: value(secret, pki::CLIENT.ca)?,
+        cert: value(secret, pki::CLIENT.cert)?,
+        key: value(secret, pki::CLIENT.key)?,
+    })
+}
+
+/// The client identity in Secret `name` (coreos client layout), which `field` names: there,
+/// complete and valid at `now`.
+pub async fn read_client(
+    api: &Api<Secret>,
+    field: &str,
+    name: &str,
+    now: OffsetDateTime,
+) -> Result<Arc<ClientTls>, Error> {
+    let secret = read(api, field, name).await?;
+    pki::check_pair(|k| value(&secret, k), pki::CLIENT, &[], now)
+        .map_err(|problem| invalid_secret(field, api, name, &problem))?;
+    client_identity(&secret)
+        .map(Arc::new)
+        .ok_or_else(|| invalid_secret(field, api, name, "has no client certificate"))
+}
+
+/// The client identity of `cluster`, for a cluster whose clients need one.
+pub async fn cluster_client(
+    client: &kube::Client,
+    cluster: &EtcdCluster,
+) -> Result<Option<Arc<ClientTls>>, Error> {
+    let Some(name) = secrets(cluster).client else {
+        return Ok(None);
+    };
+    let api: Api<Secret> =
+        Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
+    let field = if secrets(cluster).auto {
+        "spec.TLS.auto"
+    } else {
+        "spec.TLS.static.operatorSecret"
+    };
+    read_client(&api, field, &name, OffsetDateTime::now_utc())
+        .await
+        .map(Some)
+}
+
+fn invalid_secret(field: &str, api: &Api<Secret>, name: &str, problem: &str) -> Error {
+    Error::Invalid {
+        reason: "InvalidTLSSecret",
+        message: format!(
+            "{field}: Secret {}/{name} {}{problem}",
+            api.namespace().unwrap_or_default(),
+            if problem.starts_with("has no") {
+                ""
+            } else {
+                "key "
+            }
+        ),
+    }
+}
+
+/// Reads Secret `name`, or says which field names it and that it does not exist.
+async fn read(api: &Api<Secret>, field: &str, name: &str) -> Result<Secret, Error> {
+    match api.get_opt(name).await {
+        Ok(Some(s)) => Ok(s),
+        Ok(None) => Err(Error::Invalid {
+            reason: "SecretNotFound",
+            message: format!(
+                "{field}: Secret {}/{name} does not exist",
+                api.namespace().unwrap_or_default()
+            ),
+        }),
+        Err(source) => Err(Error::Api {
+            what: "reading",
+            name: name.into(),
+            source,
+        }),
+    }
+}
+
+/// Checks and reads what `cluster` needs of TLS, making the Secrets of `TLS.auto` first.
+pub async fn prepare(
+    client: &kube::Client,
+    cluster: &EtcdCluster,
+    now: OffsetDateTime,
+) -> Result<Material, Error> {
+    let Some(policy) = cluster.spec.tls.as_ref() else {
+        return Ok(Material::default());
+    };
+    let api: Api<Secret> =
+        Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
+    if let Some(auto) = &policy.auto {
+        return prepare_auto(&api, cluster, auto.validity(), now).await;
+    }
+    let secrets = secrets(cluster);
+    // A member of the cluster by its DNS name; the placeholder label is what a wildcard name
+    // must stand for.
+    let member_host = addressing(cluster).host("<member>");
+    let mut material = Material::default();
+    let mut contents: Vec<Vec<u8>> = Vec::new();
+    for (field, name, layout, hosts) in [
+        (
+            "spec.TLS.static.member.peerSecret",
+            &secrets.peer,
+            pki::PEER,
+            vec![member_host.clone()],
+        ),
+        (
+            "spec.TLS.static.member.serverSecret",
+            &secrets.server,
+            pki::SERVER,
+            vec![member_host.clone()],
+        ),
+        (
+            "spec.TLS.static.operatorSecret",
+            &secrets.client,
+            pki::CLIENT,
+            vec![],
+        ),
+    ] {
+        let Some(name) = name else { continue };
+        let secret = read(&api, field, name).await?;
+        pki::check_pair(|k| value(&secret, k), layout, &hosts, now)
+            .map_err(|problem| invalid_secret(field, &api, name, &problem))?;
+        if layout == pki::CLIENT {
+            material.client = client_identity(&secret).map(Arc::new);
+        } else {
+            for key in [layout.cert, layout.key, layout.ca] {
+                contents.push(value(&secret, key).unwrap_or_default());
+            }
+        }
+    }
+    if !contents.is_empty() {
+        let parts: Vec<&[u8]> = contents.iter().map(Vec::as_slice).collect();
+        material.revision = fingerprint(&parts);
+    }
+    Ok(material)
+}
+
+/// Where a rotation of an automatic CA stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Phase {
+    /// One CA, trusted and signing.
+    #[default]
+    Steady,
+    /// A new CA is trusted beside the old one, which still signs.
+    TrustNext,
+    /// Both are trusted; the new one signs.
+    IssuedNext,
+}
+
+impl Phase {
+    fn parse(s: &str) -> Phase {
+        match s {
+            "trust-next" => Phase::TrustNext,
+            "issued-next" => Phase::IssuedNext,
+            _ => Phase::Steady,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::Steady => "steady",
+            Phase::TrustNext => "trust-next",
+            Phase::IssuedNext => "issued-next",
+        }
+    }
+}
+
+/// The CA Secret of an automatic PKI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct AutoState {
+    ca: Ca,
+    next: Option<Ca>,
+    phase: Phase,
+    rotated_for: String,
+    validity: Duration,
+}
+
+impl AutoState {
+    fn from_secret(secret: &Secret, validity: Duration) -> Option<AutoState> {
+        let text = |k: &str| value(secret, k).and_then(|v| String::from_utf8(v).ok());
+        let pair = |c: &str, k: &str| {
+            Some(Ca(Pair {
+                cert: text(c)?,
+                key: text(k)?,
+            }))
+        };
+        let ann = secret.annotations();
+        let next = pair("next.crt", "next.key");
+        Some(AutoState {
+            ca: pair("ca.crt", "ca.key")?,
+            phase: if next.is_some() {
+                Phase::parse(ann.get(PHASE_ANNOTATION).map_or("", String::as_str))
+            } else {
+                Phase::Steady
+            },
+            next,
+            rotated_for: ann.get(ROTATED_FOR_ANNOTATION).cloned().unwrap_or_default(),
+            validity,
+        })
+    }
+
+    fn to_data(&self) -> BTreeMap<String, ByteString> {
+        let mut data = BTreeMap::new();
+        let mut put = |k: &str, v: &str| {
+            data.insert(k.to_string(), ByteString(v.as_bytes().to_vec()));
+        };
+        put("ca.crt", &self.ca.0.cert);
+        put("ca.key", &self.ca.0.key);
+        if let Some(next) = &self.next {
+            put("next.crt", &next.0.cert);
+            put("next.key", &next.0.key);
+        }
+        data
+    }
+
+    /// The CAs members and clients trust.
+    fn bundle(&self) -> String {
+        let mut b = self.ca.0.cert.clone();
+        if let Some(next) = &self.next {
+            if !b.ends_with('\n') {
+                b.push('\n');
+            }
+            b.push_str(&next.0.cert);
+        }
+        b
+    }
+
+    /// The CA that signs new certificates.
+    fn issuer(&self) -> &Ca {
+        match (&self.next, self.phase) {
+            (Some(next), Phase::IssuedNext) => next,
+            _ => &self.ca,
+        }
+    }
+}
+
+/// The names a certificate of `role` carries for `cluster`: the members (by wildcard) and, for
+/// the server certificate, the client Service and the loopback a member's own gateway uses.
+fn names(cluster: &EtcdCluster, role: Role) -> Vec<String> {
+    let addr = addressing(cluster);
+    let (name, ns) = (addr.cluster.clone(), addr.namespace.clone());
+    let mut domains = vec![String::new(), ".cluster.local".to_string()];
+    if !addr.cluster_domain.is_empty() {
+        domains.push(format!(".{}", addr.cluster_domain));
+    }
+    domains.dedup();
+    let mut out = Vec::new();
+    match role {
+        Role::Peer | Role::Server => {
+            for d in &domains {
+                out.push(format!("*.{name}.{ns}.svc{d}"));
+            }
+        }
+        Role::Client => out.push(format!("{name}-client")),
+    }
+    if role == Role::Server {
+        out.push(format!("{name}-client"));
+        out.push(format!("{name}-client.{ns}"));
+        for d in &domains {
+            out.push(format!("{name}-client.{ns}.svc{d}"));
+        }
+        out.push("localhost".into());
+        out.push("127.0.0.1".into());
+        out.push("::1".into());
+    }
+    out
+}
+
+/// Whether a certificate Secret is what `state` would issue now: the CAs trusted, the signer,
+/// the names, and not yet due for renewal.
+fn leaf_current(
+    secret: &Secret,
+    layout: Layout,
+    state: &AutoState,
+    names: &[String],
+    now: OffsetDateTime,
+) -> bool {
+    let issuer = fingerprint(&[state.issuer().0.cert.as_bytes()]);
+    if secret.annotations().get(ISSUER_ANNOTATION) != Some(&issuer)
+        || value(secret, layout.ca).as_deref() != Some(state.bundle().as_bytes())
+        || value(secret, layout.key).is_none()
+    {
+        return false;
+    }
+    let Some(cert) = value(secret, layout.cert) else {
+        return false;
+    };
+    match pki::parse_certs(&cert) {
+        Ok(certs) => certs[0].names == names && !certs[0].renewal_due(now),
+        Err(_) => false,
+    }
+}
+
+fn owned_secret(cluster: &EtcdCluster, name: &str) -> Secret {
+    let mut labels = BTreeMap::new();
+    labels.insert("app".to_string(), "etcd".to_string());
+    labels.insert("etcd_cluster".to_string(), cluster.name_any());
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: cluster.namespace(),
+            labels: Some(labels),
+            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    }
+}
+
+fn pki_err(cluster: &EtcdCluster) -> impl FnOnce(pki::Error) -> Error {
+    let cluster = cluster.name_any();
+    move |source| Error::Pki { cluster, source }
+}
+
+async fn apply(api: &Api<Secret>, secret: &Secret) -> Result<Secret, Error> {
+    let name = secret.name_any();
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(secret),
+    )
+    .await
+    .map_err(|source| Error::Api {
+        what: "writing",
+        name,
+        source,
+    })
+}
+
+/// The Secrets of `TLS.auto`: the CA made once (and created, never overwritten, so that two
+/// writers cannot each make one), then every certificate Secret brought up to date.
+async fn prepare_auto(
+    api: &Api<Secret>,
+    cluster: &EtcdCluster,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<Material, Error> {
+    let ca_name = format!("{}-ca", cluster.name_any());
+    let existing = api.get_opt(&ca_name).await.map_err(|source| Error::Api {
+        what: "reading",
+        name: ca_name.clone(),
+        source,
+    })?;
+    let state = match existing
+        .as_ref()
+        .and_then(|s| AutoState::from_secret(s, validity))
+    {
+        Some(state) => state,
+        None if existing.is_some() => {
+            return Err(Error::Invalid {
+                reason: "InvalidTLSSecret",
+                message: format!(
+                    "spec.TLS.auto: Secret {}/{ca_name} has no ca.crt and ca.key; delete it \
+                     only if no member uses it yet",
+                    api.namespace().unwrap_or_default()
+                ),
+            });
+        }
+        None => {
+            let state = AutoState {
+                ca: Ca::new(&cluster.name_any(), now, validity * 10).map_err(pki_err(cluster))?,
+                next: None,
+                phase: Phase::Steady,
+                rotated_for: cluster
+                    .annotations()
+                    .get(ROTATE_ANNOTATION)
+                    .cloned()
+                    .unwrap_or_default(),
+                validity,
+            };
+            let mut secret = owned_secret(cluster, &ca_name);
+            secret.data = Some(state.to_data());
+            secret.metadata.annotations = Some(ca_annotations(&state));
+            match api.create(&PostParams::default(), &secret).await {
+                Ok(_) => state,
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    // Made meanwhile (by a previous leader): use that one.
+                    let s = api.get(&ca_name).await.map_err(|source| Error::Api {
+                        what: "reading",
+                        name: ca_name.clone(),
+                        source,
+                    })?;
+                    AutoState::from_secret(&s, validity).ok_or_else(|| Error::Invalid {
+                        reason: "InvalidTLSSecret",
+                        message: format!("spec.TLS.auto: Secret {ca_name} has no ca.crt"),
+                    })?
+                }
+                Err(source) => {
+                    return Err(Error::Api {
+                        what: "creating",
+                        name: ca_name,
+                        source,
+                    });
+                }
+            }
+        }
+    };
+
+    let secrets = secrets(cluster);
+    let mut material = Material::default();
+    let mut contents: Vec<Vec<u8>> = Vec::new();
+    for (name, layout, role) in [
+        (&secrets.peer, pki::PEER, Role::Peer),
+        (&secrets.server, pki::SERVER, Role::Server),
+        (&secrets.client, pki::CLIENT, Role::Client),
+    ] {
+        let Some(name) = name else { continue };
+        let want = names(cluster, role);
+        let existing = api.get_opt(name).await.map_err(|source| Error::Api {
+            what: "reading",
+            name: name.clone(),
+            source,
+        })?;
+        let secret = match existing {
+            Some(s) if leaf_current(&s, layout, &state, &want, now) => s,
+            _ => {
+                let common = match role {
+                    Role::Client => format!("{}-client", cluster.name_any()),
+                    _ => format!(
+                        "{}.{}",
+                        cluster.name_any(),
+                        cluster.namespace().unwrap_or_default()
+                    ),
+                };
+                let pair = state
+                    .issuer()
+                    .issue(role, &common, &want, now, validity)
+                    .map_err(pki_err(cluster))?;
+                let mut s = owned_secret(cluster, name);
+                let mut data = BTreeMap::new();
+                data.insert(layout.cert.to_string(), ByteString(pair.cert.into_bytes()));
+                data.insert(layout.key.to_string(), ByteString(pair.key.into_bytes()));
+                data.insert(
+                    layout.ca.to_string(),
+                    ByteString(state.bundle().into_bytes()),
+                );
+                s.data = Some(data);
+                s.metadata.annotations = Some(BTreeMap::from([(
+                    ISSUER_ANNOTATION.to_string(),
+                    fingerprint(&[state.issuer().0.cert.as_bytes()]),
+                )]));
+                apply(api, &s).await?
+            }
+        };
+        if layout == pki::CLIENT {
+            material.client = client_identity(&secret).map(Arc::new);
+        } else {
+            for key in [layout.cert, layout.key, layout.ca] {
+                contents.push(value(&secret, key).unwrap_or_default());
+            }
+        }
+    }
+    let parts: Vec<&[u8]> = contents.iter().map(Vec::as_slice).collect();
+    material.revision = fingerprint(&parts);
+    material.auto = Some(state);
+    Ok(material)
+}
+
+fn ca_annotations(state: &AutoState) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            PHASE_ANNOTATION.to_string(),
+            state.phase.as_str().to_string(),
+        ),
+        (
+            ROTATED_FOR_ANNOTATION.to_string(),
+            state.rotated_for.clone(),
+        ),
+    ])
+}
+
+/// The next state of a rotation once the members run on the current Secrets (`settled`), and
+/// what it does, for the Event. Pure.
+fn next_state(
+    state: &AutoState,
+    wanted_token: &str,
+    settled: bool,
+    cluster: &str,
+    now: OffsetDateTime,
+) -> Result<Option<(AutoState, String)>, pki::Error> {
+    if !settled {
+        return Ok(None);
+    }
+    let mut next = state.clone();
+    let message = match state.phase {
+        Phase::Steady => {
+            let due = pki::parse_certs(state.ca.0.cert.as_bytes())
+                .map(|c| c[0].renewal_due(now))
+                .unwrap_or(true);
+            let asked = !wanted_token.is_empty() && wanted_token != state.rotated_for;
+            if !due && !asked {
+                return Ok(None);
+            }
+            next.next = Some(Ca::new(cluster, now, state.validity * 10)?);
+            next.phase = Phase::TrustNext;
+            next.rotated_for = wanted_token.to_string();
+            format!(
+                "rotating the CA ({}): step 1 of 3, the members trust the new CA beside the old",
+                if asked {
+                    format!("{ROTATE_ANNOTATION} is {wanted_token}")
+                } else {
+                    "two thirds of its validity have passed".to_string()
+                }
+            )
+        }
+        Phase::TrustNext => {
+            next.phase = Phase::IssuedNext;
+            "rotating the CA: step 2 of 3, the members get certificates of the new CA".to_string()
+        }
+        Phase::IssuedNext => {
+            let Some(new) = state.next.clone() else {
+                return Ok(None);
+            };
+            next.ca = new;
+            next.next = None;
+            next.phase = Phase::Steady;
+            "rotating the CA: step 3 of 3, the members trust only the new CA".to_string()
+        }
+    };
+    Ok(Some((next, message)))
+}
+
+/// Moves a rotation of `cluster`'s automatic CA one step on, once the members run on the
+/// current Secrets (`settled`). Returns what it did, for an Event.
+pub async fn advance(
+    client: &kube::Client,
+    cluster: &EtcdCluster,
+    material: &Material,
+    settled: bool,
+    now: OffsetDateTime,
+) -> Result<Option<String>, Error> {
+    let Some(state) = &material.auto else {
+        return Ok(None);
+    };
+    let wanted = cluster
+        .annotations()
+        .get(ROTATE_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    let Some((next, message)) =
+        next_state(state, &wanted, settled, &cluster.name_any(), now).map_err(pki_err(cluster))?
+    else {
+        return Ok(None);
+    };
+    let api: Api<Secret> =
+        Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
+    let mut secret = owned_secret(cluster, &format!("{}-ca", cluster.name_any()));
+    secret.data = Some(next.to_data());
+    secret.metadata.annotations = Some(ca_annotations(&next));
+    // A Secret written by apply keeps keys another manager set; next.crt must go, so the whole
+    // object is replaced.
+    let name = secret.name_any();
+    let mut current = api.get(&name).await.map_err(|source| Error::Api {
+        what: "reading",
+        name: name.clone(),
+        source,
+    })?;
+    current.data = secret.data;
+    current.string_data = None;
+    current
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend(ca_annotations(&next));
+    api.replace(&name, &PostParams::default(), &current)
+        .await
+        .map_err(|source| Error::Api {
+            what: "writing",
+            name,
+            source,
+        })?;
+    Ok(Some(message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
+    }
+
+    const YEAR: Duration = Duration::from_secs(8760 * 3600);
+
+    fn steady() -> AutoState {
+        AutoState {
+            ca: Ca::new("c", now(), YEAR * 10).unwrap(),
+            next: None,
+            phase: Phase::Steady,
+            rotated_for: String::new(),
+            validity: YEAR,
+        }
+    }
+
+    #[test]
+    fn the_coreos_example_names_its_three_secrets() {
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/cluster-tls.yaml"
+        ))
+        .unwrap();
+        let cluster: EtcdCluster = serde_saphyr::from_str(&example).unwrap();
+        let s = secrets(&cluster);
+        assert!(!s.auto);
+        assert!(
+            s.peer.is_some() && s.server.is_some() && s.client.is_some(),
+            "{s:?}"
+        );
+        let addr = addressing(&cluster);
+        assert!(addr.peer_tls && addr.client_tls);
+    }
+
+    #[test]
+    fn a_rotation_takes_three_settled_steps_and_ends_on_the_new_ca() {
+        let s0 = steady();
+        assert_eq!(next_state(&s0, "", true, "c", now()).unwrap(), None);
+        assert_eq!(next_state(&s0, "r1", false, "c", now()).unwrap(), None);
+
+        let (s1, m1) = next_state(&s0, "r1", true, "c", now()).unwrap().unwrap();
+        assert_eq!(s1.phase, Phase::TrustNext);
+        assert!(m1.contains("step 1 of 3") && m1.contains("r1"), "{m1}");
+        let new = s1.next.clone().unwrap();
+        assert_ne!(new, s0.ca);
+        // Both trusted, the old one still signs.
+        assert_eq!(s1.issuer(), &s0.ca);
+        assert!(s1.bundle().contains(&s0.ca.0.cert) && s1.bundle().contains(&new.0.cert));
+        assert_eq!(next_state(&s1, "r1", false, "c", now()).unwrap(), None);
+
+        let (s2, _) = next_state(&s1, "r1", true, "c", now()).unwrap().unwrap();
+        assert_eq!(s2.phase, Phase::IssuedNext);
+        assert_eq!(s2.issuer(), &new);
+        assert_eq!(s2.bundle(), s1.bundle());
+
+        let (s3, m3) = next_state(&s2, "r1", true, "c", now()).unwrap().unwrap();
+        assert!(m3.contains("step 3 of 3"), "{m3}");
+        assert_eq!(s3.phase, Phase::Steady);
+        assert_eq!(s3.ca, new);
+        assert_eq!(s3.bundle(), new.0.cert);
+        // The same token does not rotate again.
+        assert_eq!(next_state(&s3, "r1", true, "c", now()).unwrap(), None);
+    }
+
+    #[test]
+    fn the_ca_rotates_by_itself_when_two_thirds_of_it_have_passed() {
+        let s0 = steady();
+        let later = now() + time::Duration::days(365 * 7);
+        let (s1, m) = next_state(&s0, "", true, "c", later).unwrap().unwrap();
+        assert_eq!(s1.phase, Phase::TrustNext);
+        assert!(m.contains("two thirds"), "{m}");
+    }
+
+    #[test]
+    fn a_leaf_is_reissued_when_its_signer_its_trust_or_its_age_changes() {
+        let s0 = steady();
+        let cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+            "spec": {"size": 3, "TLS": {"auto": {}}}
+        }))
+        .unwrap();
+        let want = names(&cluster, Role::Peer);
+        assert_eq!(want[0], "*.c.ns.svc");
+        let pair = s0
+            .issuer()
+            .issue(Role::Peer, "c", &want, now(), YEAR)
+            .unwrap();
+        let mut secret = owned_secret(&cluster, "c-peer-tls");
+        secret.data = Some(BTreeMap::from([
+            ("peer.crt".to_string(), ByteString(pair.cert.into_bytes())),
+            ("peer.key".to_string(), ByteString(pair.key.into_bytes())),
+            (
+                "peer-ca.crt".to_string(),
+                ByteString(s0.bundle().into_bytes()),
+            ),
+        ]));
+        secret.metadata.annotations = Some(BTreeMap::from([(
+            ISSUER_ANNOTATION.to_string(),
+            fingerprint(&[s0.ca.0.cert.as_bytes()]),
+        )]));
+        assert!(leaf_current(&secret, pki::PEER, &s0, &want, now()));
+        let later = now() + time::Duration::days(250);
+        assert!(!leaf_current(&secret, pki::PEER, &s0, &want, later));
+        let (s1, _) = next_state(&s0, "r", true, "c", now()).unwrap().unwrap();
+        assert!(
+            !leaf_current(&secret, pki::PEER, &s1, &want, now()),
+            "trust changed"
+        );
+        assert!(
+            !leaf_current(&secret, pki::PEER, &s0, &want[1..], now()),
+            "names changed"
+        );
+    }
+}
