@@ -889,7 +889,7 @@ fn read_response(r: &mut BufReader<TcpStream>) -> std::io::Result<(u16, Vec<u8>,
 }
 
 /// Decodes standard base64 (etcd's gateway answers keys and values in it).
-fn unbase64(text: &str) -> Result<Vec<u8>, String> {
+pub fn unbase64(text: &str) -> Result<Vec<u8>, String> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = Vec::with_capacity(text.len() / 4 * 3);
     let (mut acc, mut bits) = (0u32, 0);

@@ -498,7 +498,13 @@ async fn report_invalid(
     reason: &str,
     message: &str,
 ) -> Result<(), Error> {
-    let obs = observe::observe(&apis.pods, &apis.pvcs, cluster, None, &mut memory.health).await?;
+    // The client certificate may still be usable when another TLS Secret is not, and without
+    // it the status would call every member of a TLS cluster silent.
+    let tls = tls::cluster_client(&ctx.client, cluster)
+        .await
+        .ok()
+        .flatten();
+    let obs = observe::observe(&apis.pods, &apis.pvcs, cluster, tls, &mut memory.health).await?;
     let wait = Action::Wait {
         reason: message.into(),
     };

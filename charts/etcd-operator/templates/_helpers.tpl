@@ -54,7 +54,10 @@ The rights the controllers use, and nothing else. Where each comes from:
                                       the claim of a removed member is deleted); observe.rs (which
                                       members still have their data)
   secrets               get           task.rs (checks that the Secrets the spec names exist);
-                                      backup/controller.rs (storage credentials)
+                                      cluster/tls.rs (checks TLS Secrets, reads the client
+                                      certificate); backup/controller.rs (storage credentials)
+                        create, patch, cluster/tls.rs (TLS.auto: the CA Secret is created once,
+                        update        certificate Secrets applied, the CA replaced on rotation)
   events                create, patch kube's event Recorder (events.k8s.io/v1)
 */}}
 {{- define "etcd-operator.rules" -}}
@@ -95,7 +98,7 @@ The rights the controllers use, and nothing else. Where each comes from:
   verbs: [create, list, delete]
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get]
+  verbs: [get, create, patch, update]
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]

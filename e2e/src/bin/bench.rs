@@ -58,6 +58,38 @@ fn apply_cluster(k: &Kubectl, ns: &str, name: &str, size: usize) {
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
 }
 
+/// Apply to Available for 3 members with `TLS.auto` (the operator makes the CA and the
+/// certificates first), beside the same without TLS.
+fn tls_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
+    let mut rows = Vec::new();
+    for (name, tls) in [("plain-3", None), ("auto-tls-3", Some(json!({"auto": {}})))] {
+        let mut c = json!({"apiVersion": "etcd.database.coreos.com/v1beta2",
+            "kind": "EtcdCluster", "metadata": {"name": name},
+            "spec": {"size": 3, "version": "3.6.16"}});
+        if let Some(tls) = tls {
+            c["spec"]["TLS"] = tls;
+        }
+        let start = Instant::now();
+        k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
+        until(&format!("{name} Available"), 600, || {
+            healthy_at_size(k, ns, name, 3)
+        });
+        rows.push((
+            format!(
+                "apply to Available, size 3, {}",
+                if name == "plain-3" {
+                    "plain"
+                } else {
+                    "auto TLS"
+                }
+            ),
+            secs(start.elapsed()),
+            "< 10 s",
+        ));
+    }
+    rows
+}
+
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -402,6 +434,11 @@ fn main() {
         print_table(upgrade_rows(&k, ns), floor, vec![]);
         return;
     }
+    // `BENCH_ONLY=tls`: apply to Available with automatic TLS beside plain.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("tls") {
+        print_table(tls_rows(&k, ns), floor, vec![]);
+        return;
+    }
     let mut rows: Vec<(String, String, &str)> = Vec::new();
     for size in [1, 3, 5] {
         let name = format!("size-{size}");
@@ -505,6 +542,7 @@ fn main() {
     ));
 
     rows.extend(upgrade_rows(&k, ns));
+    rows.extend(tls_rows(&k, ns));
     let backup = backup_rows(&k, ns, &operator);
 
     print_table(rows, floor, backup);

@@ -1,0 +1,431 @@
+//! TLS on the real local cluster, the operator installed by the chart:
+//! - `examples/cluster-tls.yaml` unchanged, with the three coreos Secrets the test makes: three
+//!   members, `etcdctl --cacert/--cert/--key` in a pod sees three healthy members over https,
+//!   plain HTTP is refused, and a backup by `clusterName` succeeds with the cluster's own
+//!   client certificate;
+//! - a Secret whose certificate does not name the members: a condition and an Event naming the
+//!   Secret, and no pod;
+//! - `TLS.auto`: the operator's own CA; a forced rotation (the `rotate-tls` annotation) rolls the
+//!   members three times while a client writes over TLS, and no acknowledged write is lost.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use e2e::backups::{aws_secret, manifest, s3_spec, store_host, until_status};
+use e2e::stores::Moto;
+use e2e::{Kubectl, Operator, event_count, get, healthy_at_size, holds_for, pod_names, until};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
+use etcd_operator::pki::{self, Ca, Layout, Role};
+use serde_json::{Value, json};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn now() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc()
+}
+
+/// Applies Secret `name` with `data` (text values) in `ns`.
+fn secret(k: &Kubectl, ns: &str, name: &str, data: &BTreeMap<&str, String>) {
+    let s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "stringData": data});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&s.to_string()));
+}
+
+fn layout_data(layout: Layout, pair: &pki::Pair, ca: &Ca) -> BTreeMap<&'static str, String> {
+    BTreeMap::from([
+        (layout.cert, pair.cert.clone()),
+        (layout.key, pair.key.clone()),
+        (layout.ca, ca.0.cert.clone()),
+    ])
+}
+
+/// The three Secrets of `examples/cluster-tls.yaml`, as the coreos TLS guide has users make
+/// them; the member certificates name `member_names` (a wildcard for the members).
+fn coreos_secrets(k: &Kubectl, ns: &str, member_names: &[String]) -> Ca {
+    let ca = Ca::new("test", now(), 10 * DAY).unwrap();
+    let mut server_names = member_names.to_vec();
+    server_names.extend([
+        format!("example-tls-client.{ns}.svc"),
+        "localhost".to_string(),
+    ]);
+    let peer = ca
+        .issue(Role::Peer, "peer", member_names, now(), DAY)
+        .unwrap();
+    let server = ca
+        .issue(Role::Server, "server", &server_names, now(), DAY)
+        .unwrap();
+    let client = ca.issue(Role::Client, "client", &[], now(), DAY).unwrap();
+    secret(k, ns, "etcd-peer-tls", &layout_data(pki::PEER, &peer, &ca));
+    secret(
+        k,
+        ns,
+        "etcd-server-tls",
+        &layout_data(pki::SERVER, &server, &ca),
+    );
+    secret(
+        k,
+        ns,
+        "etcd-client-tls",
+        &layout_data(pki::CLIENT, &client, &ca),
+    );
+    ca
+}
+
+fn example_tls() -> String {
+    std::fs::read_to_string(e2e::repo_root().join("examples/cluster-tls.yaml")).unwrap()
+}
+
+/// Runs `etcdctl endpoint health --cluster` in a pod of the etcd image with client Secret
+/// `client_secret` mounted, against the client Service of `cluster`; returns its JSON answer.
+fn etcdctl_health(k: &Kubectl, ns: &str, cluster: &str, client_secret: &str, pod: &str) -> Value {
+    let spec = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+        "spec": {"restartPolicy": "Never",
+            "containers": [{"name": "etcdctl", "image": "quay.io/coreos/etcd:v3.6.16",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/usr/local/bin/etcdctl",
+                    format!("--endpoints=https://{cluster}-client.{ns}.svc:2379"),
+                    "--cacert=/tls/etcd-client-ca.crt", "--cert=/tls/etcd-client.crt",
+                    "--key=/tls/etcd-client.key", "endpoint", "health", "--cluster",
+                    "--write-out=json"],
+                "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}]}],
+            "volumes": [{"name": "tls", "secret": {"secretName": client_secret}}]}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&spec.to_string()));
+    until("etcdctl to finish", 120, || {
+        let phase = get(k, ns, &format!("pod/{pod}"))["status"]["phase"].clone();
+        phase == "Succeeded" || phase == "Failed"
+    });
+    let logs = k.ok(&["logs", "-n", ns, pod], None);
+    let phase = get(k, ns, &format!("pod/{pod}"))["status"]["phase"].clone();
+    assert_eq!(phase, "Succeeded", "etcdctl failed: {logs}");
+    serde_json::from_str(logs.trim()).unwrap_or_else(|e| panic!("{e}: {logs}"))
+}
+
+fn all_healthy(health: &Value, n: usize) -> bool {
+    health
+        .as_array()
+        .is_some_and(|a| a.len() == n && a.iter().all(|h| h["health"] == true))
+}
+
+#[test]
+fn the_coreos_tls_example_runs_with_secrets_the_user_made() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let moto = Moto::start(&store_host());
+    moto.create_bucket("tls-backups");
+    let namespace = k.namespace("tls-static");
+    let ns = namespace.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+    let names = vec![
+        format!("*.example-tls.{ns}.svc"),
+        format!("*.example-tls.{ns}.svc.cluster.local"),
+    ];
+    coreos_secrets(&k, ns, &names);
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&example_tls()));
+    let took = until("3 healthy members over TLS", 240, || {
+        healthy_at_size(&k, ns, "example-tls", 3)
+    });
+    eprintln!("static TLS: 3 members healthy after {took:?}");
+
+    // A client in a pod with the client certificate sees three healthy members over https.
+    let health = etcdctl_health(&k, ns, "example-tls", "etcd-client-tls", "etcdctl");
+    assert!(all_healthy(&health, 3), "{health}");
+    for h in health.as_array().unwrap() {
+        assert!(
+            h["endpoint"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("https://")),
+            "{h}"
+        );
+    }
+    // Plain HTTP to a member's client port is refused.
+    let ip = e2e::member_ip(&k, ns, "example-tls");
+    let plain = e2e::keys_under(&format!("http://{ip}:2379"), "a");
+    assert!(plain.is_err(), "plain HTTP was answered: {plain:?}");
+    eprintln!("plain HTTP: {}", plain.unwrap_err());
+    let pods: Vec<Value> = pod_names(&k, ns, "example-tls")
+        .iter()
+        .map(|p| get(&k, ns, &format!("pod/{p}")))
+        .collect();
+    for pod in &pods {
+        let args = pod["spec"]["containers"][0]["args"].to_string()
+            + &pod["spec"]["containers"][0]["command"].to_string();
+        assert!(args.contains("--client-cert-auth=true"), "{args}");
+        assert!(args.contains("--peer-client-cert-auth=true"), "{args}");
+    }
+
+    // A backup by clusterName uses the cluster's own client certificate.
+    aws_secret(&k, ns);
+    let backup = manifest(
+        "EtcdBackup",
+        "tls-backup",
+        json!({"clusterName": "example-tls", "storageType": "S3",
+            "s3": s3_spec(&moto, "tls-backups", "etcd/tls.db", "aws")}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&backup));
+    until_status(&k, ns, "etcdbackup/tls-backup", 120, |s| {
+        s["succeeded"] == true
+    });
+    let object = moto.curl(&[], "/tls-backups/etcd/tls.db");
+    assert!(object.len() > 1000, "{} bytes", object.len());
+
+    // And the coreos way, by endpoints and `clientTLSSecret`.
+    let backup = manifest(
+        "EtcdBackup",
+        "tls-endpoints",
+        json!({"etcdEndpoints": [format!("https://example-tls-client.{ns}.svc:2379")],
+            "clientTLSSecret": "etcd-client-tls", "storageType": "S3",
+            "s3": s3_spec(&moto, "tls-backups", "etcd/endpoints.db", "aws")}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&backup));
+    until_status(&k, ns, "etcdbackup/tls-endpoints", 120, |s| {
+        s["succeeded"] == true
+    });
+}
+
+#[test]
+fn a_certificate_that_does_not_name_the_members_is_reported_before_any_pod() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let namespace = k.namespace("tls-san");
+    let ns = namespace.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+    coreos_secrets(&k, ns, &["*.somebody-else.default.svc".to_string()]);
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&example_tls()));
+    until("the Degraded condition naming the Secret", 60, || {
+        let c = get(&k, ns, "etcdcluster/example-tls");
+        c["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["type"] == "Degraded"
+                    && c["status"] == "True"
+                    && c["reason"] == "InvalidTLSSecret"
+                    && c["message"].as_str().is_some_and(|m| {
+                        m.contains("spec.TLS.static.member.peerSecret")
+                            && m.contains("etcd-peer-tls")
+                            && m.contains("do not cover")
+                    })
+            })
+        })
+    });
+    assert!(event_count(&k, ns, "example-tls", "InvalidTLSSecret") >= 1);
+    holds_for("no member pod", 10, || {
+        pod_names(&k, ns, "example-tls").is_empty()
+    });
+}
+
+/// A client writing unique keys through the client Service over TLS, as an application would;
+/// on an error it connects again with the client Secret as it is then (a rotation replaces
+/// it).
+struct TlsWriter {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(Vec<u64>, u64, Duration)>>,
+}
+
+/// A client of the cluster's Service by its ClusterIP, its certificate checked against the
+/// Service's name, with the identity in Secret `secret` as it is now.
+async fn tls_client(k: &Kubectl, ns: &str, cluster: &str, secret: &str) -> Result<Client, String> {
+    let ip = get(k, ns, &format!("service/{cluster}-client"))["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let s = get(k, ns, &format!("secret/{secret}"));
+    let field = |key: &str| -> Vec<u8> {
+        let b64 = s["data"][key].as_str().unwrap_or_default();
+        e2e::unbase64(b64).unwrap_or_default()
+    };
+    let tls = TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(field("etcd-client-ca.crt")))
+        .identity(Identity::from_pem(
+            field("etcd-client.crt"),
+            field("etcd-client.key"),
+        ))
+        .domain_name(format!("{cluster}-client.{ns}.svc"));
+    let options = ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_timeout(Duration::from_secs(5));
+    Client::connect([format!("https://{ip}:2379")], Some(options))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+impl TlsWriter {
+    fn start(ns: &str, cluster: &str, secret: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ns, cluster, secret) = (ns.to_string(), cluster.to_string(), secret.to_string());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let k = Kubectl::from_env();
+                let (mut acked, mut errors, mut n) = (Vec::new(), 0u64, 0u64);
+                let (mut longest, mut last) = (Duration::ZERO, Instant::now());
+                let mut client = None;
+                while !flag.load(Ordering::Relaxed) {
+                    if client.is_none() {
+                        client = tls_client(&k, &ns, &cluster, &secret).await.ok();
+                        if client.is_none() {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            continue;
+                        }
+                    }
+                    let c = client.as_mut().unwrap();
+                    match c.put(format!("e2e-tls/{n}"), format!("v{n}"), None).await {
+                        Ok(_) => {
+                            acked.push(n);
+                            longest = longest.max(last.elapsed());
+                            last = Instant::now();
+                        }
+                        Err(e) => {
+                            errors += 1;
+                            eprintln!("tls writer: {e}");
+                            client = None;
+                        }
+                    }
+                    n += 1;
+                }
+                (acked, errors, longest)
+            })
+        });
+        TlsWriter {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(&mut self) -> (Vec<u64>, u64, Duration) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .map(|t| t.join().unwrap())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for TlsWriter {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// The CA Secret's rotation phase and the token it last acted on.
+fn rotation(k: &Kubectl, ns: &str) -> (String, String, String) {
+    let s = get(k, ns, "secret/example-ca");
+    let ann = &s["metadata"]["annotations"];
+    (
+        ann["etcd.database.coreos.com/tls-phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        ann["etcd.database.coreos.com/tls-rotated-for"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        s["data"]["ca.crt"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[test]
+fn auto_tls_comes_up_and_a_forced_rotation_rolls_the_members_without_losing_a_write() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let namespace = k.namespace("tls-auto");
+    let ns = namespace.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "example"},
+        "spec": {"size": 3, "version": "3.6.16", "TLS": {"auto": {}}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+    let took = until("3 healthy members with auto TLS", 240, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+    eprintln!("auto TLS: 3 members healthy after {took:?}");
+    for s in [
+        "example-ca",
+        "example-peer-tls",
+        "example-server-tls",
+        "example-client-tls",
+    ] {
+        let secret = get(&k, ns, &format!("secret/{s}"));
+        assert_eq!(
+            secret["metadata"]["ownerReferences"][0]["kind"], "EtcdCluster",
+            "{s} is not owned by the cluster"
+        );
+    }
+    let health = etcdctl_health(&k, ns, "example", "example-client-tls", "etcdctl-before");
+    assert!(all_healthy(&health, 3), "{health}");
+
+    let before_ids = e2e::RollView::of(&k, ns, "example").ids();
+    let (_, _, old_ca) = rotation(&k, ns);
+    let mut writer = TlsWriter::start(ns, "example", "example-client-tls");
+    std::thread::sleep(Duration::from_secs(3));
+    k.ok(
+        &[
+            "annotate",
+            "-n",
+            ns,
+            "etcdcluster/example",
+            "etcd.database.coreos.com/rotate-tls=now",
+        ],
+        None,
+    );
+    let took = until("the rotation to finish", 600, || {
+        let (phase, token, ca) = rotation(&k, ns);
+        let view = e2e::RollView::of(&k, ns, "example");
+        assert!(
+            view.available,
+            "the cluster left Available mid-rotation: {view:?}"
+        );
+        phase == "steady"
+            && token == "now"
+            && ca != old_ca
+            && healthy_at_size(&k, ns, "example", 3)
+            && event_count(&k, ns, "example", "CertificatesRotating") >= 3
+            && get(&k, ns, "etcdcluster/example")["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Progressing" && c["status"] == "False")
+                })
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let (acked, errors, longest) = writer.finish();
+    eprintln!(
+        "rotation took {took:?}; {} writes acknowledged, {errors} failed, longest stall {longest:?}",
+        acked.len()
+    );
+    assert!(
+        acked.len() > 100,
+        "the writer barely wrote: {}",
+        acked.len()
+    );
+    let after_ids = e2e::RollView::of(&k, ns, "example").ids();
+    assert!(
+        after_ids.iter().all(|m| !before_ids.contains(m)),
+        "some member was not rolled: before {before_ids:?}, after {after_ids:?}"
+    );
+
+    // Every acknowledged write is there, read with the new client certificate.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let present: std::collections::BTreeSet<u64> = rt.block_on(async {
+        let mut c = tls_client(&k, ns, "example", "example-client-tls")
+            .await
+            .unwrap();
+        let resp = c
+            .get(
+                "e2e-tls/",
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .unwrap();
+        resp.kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok()?.strip_prefix("e2e-tls/")?.parse().ok())
+            .collect()
+    });
+    let lost: Vec<&u64> = acked.iter().filter(|n| !present.contains(n)).collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    let health = etcdctl_health(&k, ns, "example", "example-client-tls", "etcdctl-after");
+    assert!(all_healthy(&health, 3), "{health}");
+}
