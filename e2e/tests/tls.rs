@@ -2,7 +2,7 @@
 //! - `examples/cluster-tls.yaml` unchanged, with the three coreos Secrets the test makes: three
 //!   members, `etcdctl --cacert/--cert/--key` in a pod sees three healthy members over https,
 //!   plain HTTP is refused, and a backup by `clusterName` succeeds with the cluster's own
-//!   client certificate;
+//!   client certificate, and a restore from it brings the cluster back over TLS;
 //! - a Secret whose certificate does not name the members: a condition and an Event naming the
 //!   Secret, and no pod;
 //! - `TLS.auto`: the operator's own CA; a forced rotation (the `rotate-tls` annotation) rolls the
@@ -157,6 +157,7 @@ fn the_coreos_tls_example_runs_with_secrets_the_user_made() {
 
     // A backup by clusterName uses the cluster's own client certificate.
     aws_secret(&k, ns);
+    put_key(&k, ns, "example-tls", "etcd-client-tls", "before-backup");
     let backup = manifest(
         "EtcdBackup",
         "tls-backup",
@@ -182,6 +183,53 @@ fn the_coreos_tls_example_runs_with_secrets_the_user_made() {
     until_status(&k, ns, "etcdbackup/tls-endpoints", 120, |s| {
         s["succeeded"] == true
     });
+
+    // A restore of the TLS cluster from its backup: members over TLS again, the data of then.
+    put_key(&k, ns, "example-tls", "etcd-client-tls", "after-backup");
+    let restore = manifest(
+        "EtcdRestore",
+        "tls-restore",
+        json!({"etcdCluster": {"name": "example-tls"}, "backupStorageType": "S3",
+            "s3": s3_spec(&moto, "tls-backups", "etcd/tls.db", "aws")}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&restore));
+    until_status(&k, ns, "etcdrestore/tls-restore", 300, |s| {
+        assert_ne!(s["phase"], "Failed", "{s}");
+        s["phase"] == "Completed"
+    });
+    until("3 healthy members after the restore", 240, || {
+        healthy_at_size(&k, ns, "example-tls", 3)
+    });
+    let keys = keys_of(&k, ns, "example-tls", "etcd-client-tls");
+    assert!(keys.contains(&"before-backup".to_string()), "{keys:?}");
+    assert!(!keys.contains(&"after-backup".to_string()), "{keys:?}");
+    let health = etcdctl_health(&k, ns, "example-tls", "etcd-client-tls", "etcdctl-restored");
+    assert!(all_healthy(&health, 3), "{health}");
+}
+
+/// Puts `key` through the client Service over TLS.
+fn put_key(k: &Kubectl, ns: &str, cluster: &str, secret: &str, key: &str) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = tls_client(k, ns, cluster, secret).await.unwrap();
+        c.put(key, "v", None).await.unwrap();
+    });
+}
+
+/// Every key, read through the client Service over TLS.
+fn keys_of(k: &Kubectl, ns: &str, cluster: &str, secret: &str) -> Vec<String> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = tls_client(k, ns, cluster, secret).await.unwrap();
+        let r = c
+            .get("", Some(GetOptions::new().with_all_keys().with_keys_only()))
+            .await
+            .unwrap();
+        r.kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok().map(String::from))
+            .collect()
+    })
 }
 
 #[test]
