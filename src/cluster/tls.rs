@@ -496,6 +496,29 @@ async fn prepare_auto(
             });
         }
         None => {
+            // Certificates without their CA: members run on a CA whose key is gone. A new CA
+            // would roll in members that no old member trusts, so nothing is made.
+            let peer = secrets(cluster).peer.unwrap_or_default();
+            if api
+                .get_metadata_opt(&peer)
+                .await
+                .map_err(|source| Error::Api {
+                    what: "reading",
+                    name: peer.clone(),
+                    source,
+                })?
+                .is_some()
+            {
+                return Err(Error::Invalid {
+                    reason: "InvalidTLSSecret",
+                    message: format!(
+                        "spec.TLS.auto: Secret {ns}/{ca_name} (the cluster's CA) is gone while \
+                         {ns}/{peer} holds certificates it signed; put it back from a backup of \
+                         the namespace, or restore a backup of the data into a new cluster",
+                        ns = api.namespace().unwrap_or_default()
+                    ),
+                });
+            }
             let state = AutoState {
                 ca: Ca::new(&cluster.name_any(), now, validity * 10).map_err(pki_err(cluster))?,
                 next: None,
