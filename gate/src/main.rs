@@ -325,20 +325,47 @@ fn member_list(ep: &Peer, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<Str
                 rustls::ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
             let mut stream = rustls::StreamOwned::new(session, conn);
             stream.write_all(request.as_bytes()).map_err(err)?;
-            // A server that closes without TLS's close_notify still sent the whole answer.
-            match stream.take(MAX_RESPONSE).read_to_end(&mut raw) {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-                Err(e) => return Err(e.to_string()),
-            }
+            read_answer(&mut stream, &mut raw)?;
         }
         _ => {
             let mut conn = conn;
             conn.write_all(request.as_bytes()).map_err(err)?;
-            conn.take(MAX_RESPONSE).read_to_end(&mut raw).map_err(err)?;
+            read_answer(&mut conn, &mut raw)?;
         }
     }
     response_body(&raw)
+}
+
+/// Reads one HTTP answer into `raw`: up to its Content-Length when it has one, else to the end
+/// of the connection. Not waiting for the close matters over TLS: etcd's peer listener ends a
+/// TLS connection late (or without close_notify), which would cost a read timeout per ask.
+fn read_answer(r: &mut impl Read, raw: &mut Vec<u8>) -> Result<(), String> {
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            if length.is_some_and(|n| raw.len() >= end + 4 + n) {
+                return Ok(());
+            }
+        }
+        if raw.len() as u64 > MAX_RESPONSE {
+            return Err("an answer larger than a member list".into());
+        }
+        match r.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A TLS peer that closes without close_notify has still sent the whole answer.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {
+                return Ok(());
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
 
 fn response_body(raw: &[u8]) -> Result<String, String> {
@@ -477,7 +504,7 @@ mod tests {
         X-Etcd-Cluster-Id: 48276a8f75b6a87\r\nContent-Length: 198\r\n\r\n\
         [{\"id\":3319814642761637952,\"peerURLs\":[\"http://127.0.0.1:23800\"],\"name\":\"default\",\
         \"clientURLs\":[\"http://127.0.0.1:23799\"]},\
-        {\"id\":4983906108875318790,\"peerURLs\":[\"http://m2:2380\"],\"isLearner\":true}]";
+        {\"id\":4983906108875318790,\"peerURLs\":[\"http://m2:2380\"],\"isLearner\":true}]\n";
 
     #[test]
     fn reads_the_peer_urls_of_a_member_list() {
@@ -486,6 +513,28 @@ mod tests {
             peer_urls(&body).unwrap(),
             vec!["http://127.0.0.1:23800", "http://m2:2380"]
         );
+    }
+
+    #[test]
+    fn an_answer_is_read_up_to_its_length_without_waiting_for_the_close() {
+        // A reader that would block after the answer, as a connection the server keeps open.
+        struct Open<'a>(&'a [u8]);
+        impl Read for Open<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if self.0.is_empty() {
+                    return Err(std::io::ErrorKind::WouldBlock.into());
+                }
+                let n = buf.len().min(self.0.len()).min(7);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let mut raw = Vec::new();
+        read_answer(&mut Open(ANSWER), &mut raw).unwrap();
+        assert_eq!(raw, ANSWER);
+        let mut raw = Vec::new();
+        assert!(read_answer(&mut Open(&ANSWER[..ANSWER.len() - 1]), &mut raw).is_err());
     }
 
     #[test]
