@@ -218,11 +218,7 @@ pub(crate) async fn cluster_endpoint(
         })?;
         if let Some(ip) = pod.and_then(|p| p.status?.pod_ip) {
             let endpoint = Endpoint::new(
-                format!(
-                    "{}://{ip}:{}",
-                    if addr.client_tls { "https" } else { "http" },
-                    crate::cluster::members::CLIENT_PORT
-                ),
+                addr.client_url_at(&ip),
                 tls.clone(),
                 Some(addr.host(&m.name)),
             );

@@ -88,17 +88,26 @@ impl Addressing {
         format!("{}://{h}:{CLIENT_PORT}", Self::scheme(self.client_tls))
     }
 
+    /// A member's client URL by pod IP (how the operator reaches it: no DNS needed).
+    pub fn client_url_at(&self, ip: &str) -> String {
+        format!(
+            "{}://{}:{CLIENT_PORT}",
+            Self::scheme(self.client_tls),
+            url_host(ip)
+        )
+    }
+
     /// Where `etcd-gate` asks member `member` (at pod IP `ip`) for the member list: its peer
     /// port, which serves the list (`/members`) with no client certificate beyond the peer
     /// certificate every member has. With peer TLS the entry is `<host>=https://<ip>:2380`:
     /// the certificate is checked against the member's DNS name, which the gate must not look
     /// up.
     pub fn gate_endpoint(&self, member: &str, ip: &str) -> String {
-        let ip = match ip.parse::<std::net::IpAddr>() {
-            Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
-            _ => ip.to_string(),
-        };
-        let url = format!("{}://{ip}:{PEER_PORT}", Self::scheme(self.peer_tls));
+        let url = format!(
+            "{}://{}:{PEER_PORT}",
+            Self::scheme(self.peer_tls),
+            url_host(ip)
+        );
         if self.peer_tls {
             format!("{}={url}", self.host(member))
         } else {
@@ -113,6 +122,14 @@ impl Addressing {
             .map(|m| format!("{m}={}", self.peer_url(m)))
             .collect::<Vec<_>>()
             .join(",")
+    }
+}
+
+/// An IP address as the host part of a URL (IPv6 in brackets).
+fn url_host(ip: &str) -> String {
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+        _ => ip.to_string(),
     }
 }
 
@@ -144,7 +161,7 @@ pub fn etcd_args(
     initial_cluster: &str,
     state: &ClusterState,
 ) -> Vec<String> {
-    let scheme = |tls| if tls { "https" } else { "http" };
+    let scheme = Addressing::scheme;
     let mut args = vec![
         format!("--data-dir={DATA_DIR}"),
         format!("--name={member}"),
@@ -259,6 +276,8 @@ mod tests {
             addr.gate_endpoint("c-1", "10.0.0.1"),
             "c-1.c.ns.svc=https://10.0.0.1:2380"
         );
+        addr.client_tls = true;
+        assert_eq!(addr.client_url_at("10.0.0.1"), "https://10.0.0.1:2379");
     }
 
     #[test]

@@ -53,16 +53,11 @@ impl Observed {
     /// certificate is checked against the member's DNS name.
     pub fn pod_endpoint(&self, name: &str) -> Option<Endpoint> {
         let ip = self.pod_ip(name)?;
-        let ip = match ip.parse::<std::net::IpAddr>() {
-            Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
-            _ => ip,
-        };
         let Some(addr) = &self.addr else {
             return Some(Endpoint::plain(format!("http://{ip}:{CLIENT_PORT}")));
         };
-        let scheme = if addr.client_tls { "https" } else { "http" };
         Some(Endpoint::new(
-            format!("{scheme}://{ip}:{CLIENT_PORT}"),
+            addr.client_url_at(&ip),
             self.tls.clone(),
             Some(addr.host(name)),
         ))

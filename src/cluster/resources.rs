@@ -621,6 +621,26 @@ mod tests {
     }
 
     #[test]
+    fn the_template_hash_of_plain_clusters_is_pinned_and_tls_content_changes_it() {
+        let c = cluster(EtcdClusterSpec {
+            size: 3,
+            version: Some("3.6.16".into()),
+            ..Default::default()
+        });
+        // Pinned: a new value would roll every plain cluster when the operator is upgraded.
+        assert_eq!(template_hash(&c, ""), "ef26387abf40434d");
+        let tls: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "example", "namespace": "prod"},
+            "spec": {"size": 3, "version": "3.6.16", "TLS": {"auto": {}}}
+        }))
+        .unwrap();
+        let (a, b) = (template_hash(&tls, "rev-a"), template_hash(&tls, "rev-b"));
+        assert_ne!(a, b, "a renewed certificate rolls the members");
+        assert_ne!(a, template_hash(&c, ""));
+    }
+
+    #[test]
     fn services_select_members_and_are_owned() {
         let c = cluster(EtcdClusterSpec {
             size: 3,
