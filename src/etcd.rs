@@ -248,14 +248,6 @@ impl Endpoint {
         }
     }
 
-    /// The same endpoint reached with client identity `tls`.
-    pub fn with_tls(self, tls: Arc<ClientTls>) -> Self {
-        Endpoint {
-            tls: Some(tls),
-            ..self
-        }
-    }
-
     fn options(&self, options: ConnectOptions) -> ConnectOptions {
         if !self.url.starts_with("https://") {
             return options;
@@ -276,18 +268,6 @@ impl Endpoint {
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.url)
-    }
-}
-
-impl From<&str> for Endpoint {
-    fn from(url: &str) -> Self {
-        Endpoint::plain(url)
-    }
-}
-
-impl From<String> for Endpoint {
-    fn from(url: String) -> Self {
-        Endpoint::plain(url)
     }
 }
 

@@ -227,6 +227,17 @@ pub struct Layout {
     pub ca: &'static str,
 }
 
+impl Layout {
+    /// The entries of a Secret in this layout holding `pair` and the CA bundle `ca`.
+    pub fn entries(&self, pair: &Pair, ca: &str) -> [(&'static str, String); 3] {
+        [
+            (self.cert, pair.cert.clone()),
+            (self.key, pair.key.clone()),
+            (self.ca, ca.to_string()),
+        ]
+    }
+}
+
 /// `TLS.static.member.peerSecret`.
 pub const PEER: Layout = Layout {
     cert: "peer.crt",
@@ -315,11 +326,7 @@ mod tests {
     }
 
     fn secret(layout: Layout, pair: &Pair, ca: &Ca) -> impl Fn(&str) -> Option<Vec<u8>> {
-        let map = [
-            (layout.cert, pair.cert.clone()),
-            (layout.key, pair.key.clone()),
-            (layout.ca, ca.0.cert.clone()),
-        ];
+        let map = layout.entries(pair, &ca.0.cert);
         move |k| {
             map.iter()
                 .find(|(name, _)| *name == k)

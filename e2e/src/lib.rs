@@ -1016,6 +1016,21 @@ pub fn condition(object: &Value, type_: &str) -> String {
         .to_string()
 }
 
+/// Whether `object` is `Degraded` with `reason` and a message that contains every one of
+/// `parts` (a field, a Secret, the problem).
+pub fn degraded_with(object: &Value, reason: &str, parts: &[&str]) -> bool {
+    object["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter().any(|c| {
+            c["type"] == "Degraded"
+                && c["status"] == "True"
+                && c["reason"] == reason
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| parts.iter().all(|p| m.contains(p)))
+        })
+    })
+}
+
 /// Names of the member pods of `cluster`, sorted.
 pub fn pod_names(k: &Kubectl, ns: &str, cluster: &str) -> Vec<String> {
     let selector = format!("etcd_cluster={cluster}");

@@ -351,17 +351,11 @@ fn a_missing_secret_is_reported_by_field_until_it_exists() {
 
     let field = "spec.pod.etcdEnv[0].valueFrom.secretKeyRef.name";
     until("a Degraded condition naming the field", 60, || {
-        let c = get(&k, ns, "etcdcluster/example");
-        c["status"]["conditions"].as_array().is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c["type"] == "Degraded"
-                    && c["status"] == "True"
-                    && c["reason"] == "SecretNotFound"
-                    && c["message"]
-                        .as_str()
-                        .is_some_and(|m| m.contains(field) && m.contains("etcd-auth"))
-            })
-        })
+        e2e::degraded_with(
+            &get(&k, ns, "etcdcluster/example"),
+            "SecretNotFound",
+            &[field, "etcd-auth"],
+        )
     });
     let events = k.ok(
         &[

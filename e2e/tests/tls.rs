@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 
 use e2e::backups::{aws_secret, manifest, s3_spec, store_host, until_status};
 use e2e::stores::Moto;
-use e2e::{Kubectl, Operator, event_count, get, healthy_at_size, holds_for, pod_names, until};
+use e2e::{
+    Kubectl, Operator, degraded_with, event_count, get, healthy_at_size, holds_for, pod_names,
+    until,
+};
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 use etcd_operator::pki::{self, Ca, Layout, Role};
 use serde_json::{Value, json};
@@ -34,11 +37,7 @@ fn secret(k: &Kubectl, ns: &str, name: &str, data: &BTreeMap<&str, String>) {
 }
 
 fn layout_data(layout: Layout, pair: &pki::Pair, ca: &Ca) -> BTreeMap<&'static str, String> {
-    BTreeMap::from([
-        (layout.cert, pair.cert.clone()),
-        (layout.key, pair.key.clone()),
-        (layout.ca, ca.0.cert.clone()),
-    ])
+    BTreeMap::from(layout.entries(pair, &ca.0.cert))
 }
 
 /// The three Secrets of `examples/cluster-tls.yaml`, as the coreos TLS guide has users make
@@ -242,19 +241,15 @@ fn a_certificate_that_does_not_name_the_members_is_reported_before_any_pod() {
     coreos_secrets(&k, ns, &["*.somebody-else.default.svc".to_string()]);
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&example_tls()));
     until("the Degraded condition naming the Secret", 60, || {
-        let c = get(&k, ns, "etcdcluster/example-tls");
-        c["status"]["conditions"].as_array().is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c["type"] == "Degraded"
-                    && c["status"] == "True"
-                    && c["reason"] == "InvalidTLSSecret"
-                    && c["message"].as_str().is_some_and(|m| {
-                        m.contains("spec.TLS.static.member.peerSecret")
-                            && m.contains("etcd-peer-tls")
-                            && m.contains("do not cover")
-                    })
-            })
-        })
+        degraded_with(
+            &get(&k, ns, "etcdcluster/example-tls"),
+            "InvalidTLSSecret",
+            &[
+                "spec.TLS.static.member.peerSecret",
+                "etcd-peer-tls",
+                "do not cover",
+            ],
+        )
     });
     assert!(event_count(&k, ns, "example-tls", "InvalidTLSSecret") >= 1);
     holds_for("no member pod", 10, || {

@@ -185,12 +185,13 @@ fn timeout_of(backup: &EtcdBackup) -> Duration {
 }
 
 /// The client endpoint of a member to take the snapshot from: a healthy follower of the named
-/// EtcdCluster (so the leader is not loaded), else its leader; reached with the cluster's own
-/// client certificate when it runs TLS.
+/// EtcdCluster (so the leader is not loaded), else its leader; reached with `tls`, else the
+/// cluster's own client certificate when it runs TLS.
 pub(crate) async fn cluster_endpoint(
     client: &Client,
     ns: &str,
     name: &str,
+    tls: Option<Arc<ClientTls>>,
 ) -> Result<Endpoint, Error> {
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), ns);
     let cluster = clusters
@@ -201,7 +202,10 @@ pub(crate) async fn cluster_endpoint(
             source,
         })?
         .ok_or_else(|| Error::ClusterNotFound(name.into()))?;
-    let tls = crate::cluster::tls::cluster_client(client, &cluster).await?;
+    let tls = match tls {
+        Some(tls) => Some(tls),
+        None => crate::cluster::tls::cluster_client(client, &cluster).await?,
+    };
     let addr = crate::cluster::act::addressing(&cluster);
     let status = cluster.status.unwrap_or_default();
     let mut candidates: Vec<_> = status
@@ -255,7 +259,7 @@ async fn any_endpoint(
         let ep = Endpoint::new(url.clone(), tls.clone(), None);
         match etcd::status(&ep, CONNECT_TIMEOUT).await {
             Ok(s) if s.leader != 0 && s.leader != s.member_id && !s.is_learner => {
-                return Ok(ep.clone());
+                return Ok(ep);
             }
             Ok(s) if s.leader != 0 && !s.is_learner => leader = leader.or(Some(ep.clone())),
             _ => {}
@@ -387,13 +391,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         None => None,
     };
     let endpoint = match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
-        Some(cluster) => {
-            let ep = cluster_endpoint(&ctx.client, ns, cluster).await?;
-            match tls {
-                Some(tls) => ep.with_tls(tls),
-                None => ep,
-            }
-        }
+        Some(cluster) => cluster_endpoint(&ctx.client, ns, cluster, tls).await?,
         None => any_endpoint(&spec.etcd_endpoints, tls).await?,
     };
     let (target, spec_path) = target(&ctx.client, ns, spec.into()).await?;

@@ -66,7 +66,8 @@ pub fn labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
     l
 }
 
-fn meta(cluster: &EtcdCluster, name: &str, component: &str) -> ObjectMeta {
+/// Metadata of an object the cluster owns: its labels and the controller reference.
+pub(super) fn meta(cluster: &EtcdCluster, name: &str, component: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.into()),
         namespace: cluster.namespace(),

@@ -393,7 +393,7 @@ async fn reconcile(
             // Every member runs on the newest certificates: a CA rotation may take its next
             // step, which the next pass rolls out.
             let now = time::OffsetDateTime::now_utc();
-            match tls::advance(&ctx.client, cluster, &material, true, now).await? {
+            match tls::advance(&ctx.client, cluster, &material, now).await? {
                 Some(step) => {
                     info!("{step}");
                     publish(

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use time::OffsetDateTime;
 
 use super::act::addressing;
-use super::resources::MANAGER;
+use super::resources::{MANAGER, meta};
 use crate::api::EtcdCluster;
 use crate::etcd::ClientTls;
 use crate::pki::{self, Ca, Layout, Pair, Role};
@@ -104,8 +104,23 @@ pub struct Material {
     /// Fingerprint of the member Secrets' contents, part of the pod-template hash: a new
     /// certificate rolls the members. Empty without TLS.
     pub revision: String,
-    /// Where a rotation of an automatic CA stands.
-    auto: Option<AutoState>,
+    /// Where a rotation of an automatic CA stands, and the CA Secret as read this pass (a
+    /// rotation step replaces it at that resourceVersion, so a concurrent change fails it).
+    auto: Option<(AutoState, Secret)>,
+}
+
+impl Material {
+    /// Takes what a checked TLS Secret in `layout` gives: the client identity, or member
+    /// contents for the revision.
+    fn add(&mut self, contents: &mut Vec<Vec<u8>>, layout: Layout, secret: &Secret) {
+        if layout == pki::CLIENT {
+            self.client = client_identity(secret).map(Arc::new);
+        } else {
+            for key in [layout.cert, layout.key, layout.ca] {
+                contents.push(value(secret, key).unwrap_or_default());
+            }
+        }
+    }
 }
 
 fn fingerprint(parts: &[&[u8]]) -> String {
@@ -121,18 +136,7 @@ fn fingerprint(parts: &[&[u8]]) -> String {
 }
 
 fn value(secret: &Secret, key: &str) -> Option<Vec<u8>> {
-    secret
-        .data
-        .as_ref()?
-        .get(key)
-        .map(|v| v.0.clone())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()?
-                .get(key)
-                .map(|s| s.clone().into_bytes())
-        })
+    secret.data.as_ref()?.get(key).map(|v| v.0.clone())
 }
 
 /// The client identity in a Secret of the coreos client layout.
@@ -165,12 +169,13 @@ pub async fn cluster_client(
     client: &kube::Client,
     cluster: &EtcdCluster,
 ) -> Result<Option<Arc<ClientTls>>, Error> {
-    let Some(name) = secrets(cluster).client else {
+    let secrets = secrets(cluster);
+    let Some(name) = secrets.client else {
         return Ok(None);
     };
     let api: Api<Secret> =
         Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
-    let field = if secrets(cluster).auto {
+    let field = if secrets.auto {
         "spec.TLS.auto"
     } else {
         "spec.TLS.static.operatorSecret"
@@ -206,11 +211,7 @@ async fn read(api: &Api<Secret>, field: &str, name: &str) -> Result<Secret, Erro
                 api.namespace().unwrap_or_default()
             ),
         }),
-        Err(source) => Err(Error::Api {
-            what: "reading",
-            name: name.into(),
-            source,
-        }),
+        Err(e) => Err(api_err("reading", name)(e)),
     }
 }
 
@@ -258,13 +259,7 @@ pub async fn prepare(
         let secret = read(&api, field, name).await?;
         pki::check_pair(|k| value(&secret, k), layout, &hosts, now)
             .map_err(|problem| invalid_secret(field, &api, name, &problem))?;
-        if layout == pki::CLIENT {
-            material.client = client_identity(&secret).map(Arc::new);
-        } else {
-            for key in [layout.cert, layout.key, layout.ca] {
-                contents.push(value(&secret, key).unwrap_or_default());
-            }
-        }
+        material.add(&mut contents, layout, &secret);
     }
     if !contents.is_empty() {
         let parts: Vec<&[u8]> = contents.iter().map(Vec::as_slice).collect();
@@ -430,20 +425,16 @@ fn leaf_current(
 }
 
 fn owned_secret(cluster: &EtcdCluster, name: &str) -> Secret {
-    let mut labels = BTreeMap::new();
-    labels.insert("app".to_string(), "etcd".to_string());
-    labels.insert("etcd_cluster".to_string(), cluster.name_any());
     Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: cluster.namespace(),
-            labels: Some(labels),
-            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
+        metadata: meta(cluster, name, "tls"),
         type_: Some("Opaque".into()),
         ..Secret::default()
     }
+}
+
+fn api_err(what: &'static str, name: &str) -> impl FnOnce(kube::Error) -> Error {
+    let name = name.to_string();
+    move |source| Error::Api { what, name, source }
 }
 
 fn pki_err(cluster: &EtcdCluster) -> impl FnOnce(pki::Error) -> Error {
@@ -459,11 +450,7 @@ async fn apply(api: &Api<Secret>, secret: &Secret) -> Result<Secret, Error> {
         &Patch::Apply(secret),
     )
     .await
-    .map_err(|source| Error::Api {
-        what: "writing",
-        name,
-        source,
-    })
+    .map_err(api_err("writing", &name))
 }
 
 /// The Secrets of `TLS.auto`: the CA made once (and created, never overwritten, so that two
@@ -475,17 +462,16 @@ async fn prepare_auto(
     now: OffsetDateTime,
 ) -> Result<Material, Error> {
     let ca_name = format!("{}-ca", cluster.name_any());
-    let existing = api.get_opt(&ca_name).await.map_err(|source| Error::Api {
-        what: "reading",
-        name: ca_name.clone(),
-        source,
-    })?;
-    let state = match existing
-        .as_ref()
-        .and_then(|s| AutoState::from_secret(s, validity))
+    let existing = api
+        .get_opt(&ca_name)
+        .await
+        .map_err(api_err("reading", &ca_name))?;
+    let ca_present = existing.is_some();
+    let (state, ca_secret) = match existing
+        .and_then(|s| Some((AutoState::from_secret(&s, validity)?, s)))
     {
-        Some(state) => state,
-        None if existing.is_some() => {
+        Some(found) => found,
+        None if ca_present => {
             return Err(Error::Invalid {
                 reason: "InvalidTLSSecret",
                 message: format!(
@@ -502,11 +488,7 @@ async fn prepare_auto(
             if api
                 .get_metadata_opt(&peer)
                 .await
-                .map_err(|source| Error::Api {
-                    what: "reading",
-                    name: peer.clone(),
-                    source,
-                })?
+                .map_err(api_err("reading", &peer))?
                 .is_some()
             {
                 return Err(Error::Invalid {
@@ -534,26 +516,21 @@ async fn prepare_auto(
             secret.data = Some(state.to_data());
             secret.metadata.annotations = Some(ca_annotations(&state));
             match api.create(&PostParams::default(), &secret).await {
-                Ok(_) => state,
+                Ok(created) => (state, created),
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     // Made meanwhile (by a previous leader): use that one.
-                    let s = api.get(&ca_name).await.map_err(|source| Error::Api {
-                        what: "reading",
-                        name: ca_name.clone(),
-                        source,
-                    })?;
-                    AutoState::from_secret(&s, validity).ok_or_else(|| Error::Invalid {
-                        reason: "InvalidTLSSecret",
-                        message: format!("spec.TLS.auto: Secret {ca_name} has no ca.crt"),
-                    })?
+                    let s = api
+                        .get(&ca_name)
+                        .await
+                        .map_err(api_err("reading", &ca_name))?;
+                    let state =
+                        AutoState::from_secret(&s, validity).ok_or_else(|| Error::Invalid {
+                            reason: "InvalidTLSSecret",
+                            message: format!("spec.TLS.auto: Secret {ca_name} has no ca.crt"),
+                        })?;
+                    (state, s)
                 }
-                Err(source) => {
-                    return Err(Error::Api {
-                        what: "creating",
-                        name: ca_name,
-                        source,
-                    });
-                }
+                Err(e) => return Err(api_err("creating", &ca_name)(e)),
             }
         }
     };
@@ -568,11 +545,7 @@ async fn prepare_auto(
     ] {
         let Some(name) = name else { continue };
         let want = names(cluster, role);
-        let existing = api.get_opt(name).await.map_err(|source| Error::Api {
-            what: "reading",
-            name: name.clone(),
-            source,
-        })?;
+        let existing = api.get_opt(name).await.map_err(api_err("reading", name))?;
         let secret = match existing {
             Some(s) if leaf_current(&s, layout, &state, &want, now) => s,
             _ => {
@@ -589,14 +562,13 @@ async fn prepare_auto(
                     .issue(role, &common, &want, now, validity)
                     .map_err(pki_err(cluster))?;
                 let mut s = owned_secret(cluster, name);
-                let mut data = BTreeMap::new();
-                data.insert(layout.cert.to_string(), ByteString(pair.cert.into_bytes()));
-                data.insert(layout.key.to_string(), ByteString(pair.key.into_bytes()));
-                data.insert(
-                    layout.ca.to_string(),
-                    ByteString(state.bundle().into_bytes()),
+                s.data = Some(
+                    layout
+                        .entries(&pair, &state.bundle())
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+                        .collect(),
                 );
-                s.data = Some(data);
                 s.metadata.annotations = Some(BTreeMap::from([(
                     ISSUER_ANNOTATION.to_string(),
                     fingerprint(&[state.issuer().0.cert.as_bytes()]),
@@ -604,17 +576,11 @@ async fn prepare_auto(
                 apply(api, &s).await?
             }
         };
-        if layout == pki::CLIENT {
-            material.client = client_identity(&secret).map(Arc::new);
-        } else {
-            for key in [layout.cert, layout.key, layout.ca] {
-                contents.push(value(&secret, key).unwrap_or_default());
-            }
-        }
+        material.add(&mut contents, layout, &secret);
     }
     let parts: Vec<&[u8]> = contents.iter().map(Vec::as_slice).collect();
     material.revision = fingerprint(&parts);
-    material.auto = Some(state);
+    material.auto = Some((state, ca_secret));
     Ok(material)
 }
 
@@ -631,18 +597,14 @@ fn ca_annotations(state: &AutoState) -> BTreeMap<String, String> {
     ])
 }
 
-/// The next state of a rotation once the members run on the current Secrets (`settled`), and
-/// what it does, for the Event. Pure.
+/// The next state of a rotation, for members that run on the current Secrets, and what it
+/// does, for the Event. Pure.
 fn next_state(
     state: &AutoState,
     wanted_token: &str,
-    settled: bool,
     cluster: &str,
     now: OffsetDateTime,
 ) -> Result<Option<(AutoState, String)>, pki::Error> {
-    if !settled {
-        return Ok(None);
-    }
     let mut next = state.clone();
     let message = match state.phase {
         Phase::Steady => {
@@ -682,16 +644,17 @@ fn next_state(
     Ok(Some((next, message)))
 }
 
-/// Moves a rotation of `cluster`'s automatic CA one step on, once the members run on the
-/// current Secrets (`settled`). Returns what it did, for an Event.
+/// Moves a rotation of `cluster`'s automatic CA one step on. Called only when the members run
+/// on the current Secrets (the planner finds the cluster steady: every pod current, every
+/// member a healthy voter), so that each step's roll has finished before the next begins.
+/// Returns what it did, for an Event.
 pub async fn advance(
     client: &kube::Client,
     cluster: &EtcdCluster,
     material: &Material,
-    settled: bool,
     now: OffsetDateTime,
 ) -> Result<Option<String>, Error> {
-    let Some(state) = &material.auto else {
+    let Some((state, ca_secret)) = &material.auto else {
         return Ok(None);
     };
     let wanted = cluster
@@ -700,37 +663,24 @@ pub async fn advance(
         .cloned()
         .unwrap_or_default();
     let Some((next, message)) =
-        next_state(state, &wanted, settled, &cluster.name_any(), now).map_err(pki_err(cluster))?
+        next_state(state, &wanted, &cluster.name_any(), now).map_err(pki_err(cluster))?
     else {
         return Ok(None);
     };
     let api: Api<Secret> =
         Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
-    let mut secret = owned_secret(cluster, &format!("{}-ca", cluster.name_any()));
+    // Replaced whole, not applied: apply would keep next.crt, which the last step removes.
+    let mut secret = ca_secret.clone();
     secret.data = Some(next.to_data());
-    secret.metadata.annotations = Some(ca_annotations(&next));
-    // A Secret written by apply keeps keys another manager set; next.crt must go, so the whole
-    // object is replaced.
-    let name = secret.name_any();
-    let mut current = api.get(&name).await.map_err(|source| Error::Api {
-        what: "reading",
-        name: name.clone(),
-        source,
-    })?;
-    current.data = secret.data;
-    current.string_data = None;
-    current
+    secret
         .metadata
         .annotations
         .get_or_insert_with(BTreeMap::new)
         .extend(ca_annotations(&next));
-    api.replace(&name, &PostParams::default(), &current)
+    let name = secret.name_any();
+    api.replace(&name, &PostParams::default(), &secret)
         .await
-        .map_err(|source| Error::Api {
-            what: "writing",
-            name,
-            source,
-        })?;
+        .map_err(api_err("writing", &name))?;
     Ok(Some(message))
 }
 
@@ -775,10 +725,9 @@ mod tests {
     #[test]
     fn a_rotation_takes_three_settled_steps_and_ends_on_the_new_ca() {
         let s0 = steady();
-        assert_eq!(next_state(&s0, "", true, "c", now()).unwrap(), None);
-        assert_eq!(next_state(&s0, "r1", false, "c", now()).unwrap(), None);
+        assert_eq!(next_state(&s0, "", "c", now()).unwrap(), None);
 
-        let (s1, m1) = next_state(&s0, "r1", true, "c", now()).unwrap().unwrap();
+        let (s1, m1) = next_state(&s0, "r1", "c", now()).unwrap().unwrap();
         assert_eq!(s1.phase, Phase::TrustNext);
         assert!(m1.contains("step 1 of 3") && m1.contains("r1"), "{m1}");
         let new = s1.next.clone().unwrap();
@@ -786,27 +735,26 @@ mod tests {
         // Both trusted, the old one still signs.
         assert_eq!(s1.issuer(), &s0.ca);
         assert!(s1.bundle().contains(&s0.ca.0.cert) && s1.bundle().contains(&new.0.cert));
-        assert_eq!(next_state(&s1, "r1", false, "c", now()).unwrap(), None);
 
-        let (s2, _) = next_state(&s1, "r1", true, "c", now()).unwrap().unwrap();
+        let (s2, _) = next_state(&s1, "r1", "c", now()).unwrap().unwrap();
         assert_eq!(s2.phase, Phase::IssuedNext);
         assert_eq!(s2.issuer(), &new);
         assert_eq!(s2.bundle(), s1.bundle());
 
-        let (s3, m3) = next_state(&s2, "r1", true, "c", now()).unwrap().unwrap();
+        let (s3, m3) = next_state(&s2, "r1", "c", now()).unwrap().unwrap();
         assert!(m3.contains("step 3 of 3"), "{m3}");
         assert_eq!(s3.phase, Phase::Steady);
         assert_eq!(s3.ca, new);
         assert_eq!(s3.bundle(), new.0.cert);
         // The same token does not rotate again.
-        assert_eq!(next_state(&s3, "r1", true, "c", now()).unwrap(), None);
+        assert_eq!(next_state(&s3, "r1", "c", now()).unwrap(), None);
     }
 
     #[test]
     fn the_ca_rotates_by_itself_when_two_thirds_of_it_have_passed() {
         let s0 = steady();
         let later = now() + time::Duration::days(365 * 7);
-        let (s1, m) = next_state(&s0, "", true, "c", later).unwrap().unwrap();
+        let (s1, m) = next_state(&s0, "", "c", later).unwrap().unwrap();
         assert_eq!(s1.phase, Phase::TrustNext);
         assert!(m.contains("two thirds"), "{m}");
     }
@@ -842,7 +790,7 @@ mod tests {
         assert!(leaf_current(&secret, pki::PEER, &s0, &want, now()));
         let later = now() + time::Duration::days(250);
         assert!(!leaf_current(&secret, pki::PEER, &s0, &want, later));
-        let (s1, _) = next_state(&s0, "r", true, "c", now()).unwrap().unwrap();
+        let (s1, _) = next_state(&s0, "r", "c", now()).unwrap().unwrap();
         assert!(
             !leaf_current(&secret, pki::PEER, &s1, &want, now()),
             "trust changed"

@@ -342,7 +342,7 @@ async fn safety_snapshot(
     target: &storage::Target,
     path: &str,
 ) -> Result<Option<(String, i64)>, Error> {
-    let endpoint = match backup::cluster_endpoint(client, ns, cluster).await {
+    let endpoint = match backup::cluster_endpoint(client, ns, cluster, None).await {
         Ok(e) => e,
         Err(backup::Error::NoHealthyMember { .. }) => return Ok(None),
         Err(e) => return Err(e.into()),
@@ -434,7 +434,8 @@ async fn follow(
         write_status(ctx, restore, &next).await?;
         return Ok(Action::requeue(POLL));
     }
-    let revision = match backup::cluster_endpoint(&ctx.client, &ns, &cluster.name_any()).await {
+    let revision = match backup::cluster_endpoint(&ctx.client, &ns, &cluster.name_any(), None).await
+    {
         Ok(endpoint) => crate::etcd::status(&endpoint, CONNECT_TIMEOUT)
             .await
             .ok()

@@ -96,9 +96,9 @@ impl TestPki {
         let dir = scratch("pki");
         for (role, layout) in [(Role::Peer, pki::PEER), (Role::Server, pki::SERVER)] {
             let pair = ca.issue(role, TLS_NAME, &names, now, day).unwrap();
-            std::fs::write(dir.join(layout.cert), &pair.cert).unwrap();
-            std::fs::write(dir.join(layout.key), &pair.key).unwrap();
-            std::fs::write(dir.join(layout.ca), &ca.0.cert).unwrap();
+            for (file, text) in layout.entries(&pair, &ca.0.cert) {
+                std::fs::write(dir.join(file), text).unwrap();
+            }
         }
         let client = ca.issue(Role::Client, "operator", &[], now, day).unwrap();
         Arc::new(TestPki {

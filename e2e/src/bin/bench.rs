@@ -314,7 +314,7 @@ fn pipeline_and_store(endpoint: &str, moto: &str) -> (Duration, Duration) {
         for _ in 0..2 {
             let start = Instant::now();
             snapshot::save(
-                &endpoint.into(),
+                &etcd_operator::etcd::Endpoint::plain(endpoint),
                 &local,
                 &Path::from("pipeline.db"),
                 PutMultipartOptions::default(),
