@@ -213,6 +213,29 @@ fn init_logs(level: &str, format: LogFormat) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A client whose every request is counted in `etcd_operator_api_requests_total`, so that what
+/// the operator costs the API server is measured by the operator itself.
+fn counted_client(
+    config: kube::Config,
+    metrics: &std::sync::Arc<metrics::Metrics>,
+) -> anyhow::Result<kube::Client> {
+    let metrics = metrics.clone();
+    let count = tower::util::MapRequestLayer::new(
+        move |req: hyper::Request<kube::client::Body>| {
+            metrics.api_request(metrics::request_labels(
+                req.method().as_str(),
+                req.uri().path(),
+                req.uri().query(),
+            ));
+            req
+        },
+    );
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .context("connecting to Kubernetes")?
+        .with_layer(&count)
+        .build())
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(&args.log_level, args.log_format)?;
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
@@ -222,15 +245,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("finding the Kubernetes configuration")?;
-    let watch_client =
-        kube::Client::try_from(config.clone()).context("connecting to Kubernetes")?;
+    let watch_client = counted_client(config.clone(), &metrics)?;
     let mut bounded = config;
     let timeout = Duration::from_secs(args.request_timeout);
     bounded.read_timeout = Some(timeout);
     bounded.write_timeout = Some(timeout);
     bounded.connect_timeout = Some(timeout);
     bounded.reset_reader_on_write = true;
-    let client = kube::Client::try_from(bounded).context("connecting to Kubernetes")?;
+    let client = counted_client(bounded, &metrics)?;
     let snapshots = std::sync::Arc::new(restore::serve::Snapshots {
         client: client.clone(),
     });

@@ -38,6 +38,55 @@ pub struct ErrorLabels {
     pub error: &'static str,
 }
 
+/// Labels of the API request series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete` (see [`request_labels`]).
+    pub verb: &'static str,
+    /// The resource's plural name (`pods`, `leases`, `etcdclusters`), with its subresource
+    /// (`etcdclusters/status`).
+    pub resource: String,
+}
+
+/// The verb and resource of a request to the Kubernetes API, from its method and URL: what an
+/// audit log would call it. Paths outside the resource API (`/version`) are `other`.
+pub fn request_labels(method: &str, path: &str, query: Option<&str>) -> RequestLabels {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // /api/v1/... or /apis/GROUP/VERSION/...
+    let rest = match segments.as_slice() {
+        ["api", _, rest @ ..] => rest,
+        ["apis", _, _, rest @ ..] => rest,
+        _ => {
+            return RequestLabels {
+                verb: "other",
+                resource: "other".into(),
+            };
+        }
+    };
+    let rest = match rest {
+        ["namespaces", _, r @ ..] if !r.is_empty() => r,
+        r => r,
+    };
+    let (resource, named) = match rest {
+        [] => ("other".to_string(), false),
+        [resource] => (resource.to_string(), false),
+        [resource, _name] => (resource.to_string(), true),
+        [resource, _name, sub, ..] => (format!("{resource}/{sub}"), true),
+    };
+    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    let verb = match method {
+        "GET" if watch => "watch",
+        "GET" if named => "get",
+        "GET" => "list",
+        "POST" => "create",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        _ => "other",
+    };
+    RequestLabels { verb, resource }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabels {
     phase: String,
@@ -62,6 +111,7 @@ pub struct Metrics {
     members_ready: Family<ClusterLabels, Gauge>,
     members_desired: Family<ClusterLabels, Gauge>,
     changes: Family<ChangeLabels, Counter>,
+    requests: Family<RequestLabels, Counter>,
     leader: Gauge,
     /// The phase each cluster was last counted under, so a cluster is counted once.
     phases: Mutex<HashMap<(String, String), String>>,
@@ -90,7 +140,14 @@ impl Metrics {
         let members_ready = Family::<ClusterLabels, Gauge>::default();
         let members_desired = Family::<ClusterLabels, Gauge>::default();
         let changes = Family::<ChangeLabels, Counter>::default();
+        let requests = Family::<RequestLabels, Counter>::default();
         let leader = Gauge::default();
+        registry.register(
+            "api_requests",
+            "Requests this process sent to the Kubernetes API, by verb and resource (watches \
+             count when they are opened)",
+            requests.clone(),
+        );
         registry.register(
             "reconciles",
             "Reconcile passes, by controller",
@@ -140,6 +197,7 @@ impl Metrics {
             members_ready,
             members_desired,
             changes,
+            requests,
             leader,
             phases: Mutex::default(),
             ready: AtomicBool::new(false),
@@ -217,6 +275,11 @@ impl Metrics {
                 change,
             })
             .inc();
+    }
+
+    /// A request to the Kubernetes API is being sent.
+    pub fn api_request(&self, labels: RequestLabels) {
+        self.requests.get_or_create(&labels).inc();
     }
 
     /// Whether this replica leads.
@@ -297,5 +360,28 @@ mod tests {
         ] {
             assert!(text.contains(series), "{series} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn requests_are_named_by_verb_and_resource() {
+        let cases = [
+            ("GET", "/api/v1/namespaces/ns/pods", None, "list", "pods"),
+            ("GET", "/api/v1/namespaces/ns/pods", Some("labelSelector=a&watch=true"), "watch", "pods"),
+            ("GET", "/api/v1/namespaces/ns/secrets/s", None, "get", "secrets"),
+            ("PUT", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", None, "update", "leases"),
+            ("PATCH", "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdclusters/c/status", Some("fieldManager=x"), "patch", "etcdclusters/status"),
+            ("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", None, "create", "events"),
+            ("GET", "/apis/etcd.database.coreos.com/v1beta2/etcdclusters", Some("watch=1"), "watch", "etcdclusters"),
+            ("DELETE", "/api/v1/namespaces/ns/pods/p", None, "delete", "pods"),
+            ("GET", "/api/v1/namespaces/ns", None, "get", "namespaces"),
+            ("GET", "/version", None, "other", "other"),
+        ];
+        for (method, path, query, verb, resource) in cases {
+            let l = request_labels(method, path, query);
+            assert_eq!((l.verb, l.resource.as_str()), (verb, resource), "{method} {path}");
+        }
+        let m = Metrics::new();
+        m.api_request(request_labels("GET", "/api/v1/namespaces/ns/pods", None));
+        assert!(m.encode().contains("etcd_operator_api_requests_total{verb=\"list\",resource=\"pods\"} 1"));
     }
 }
