@@ -220,16 +220,15 @@ fn counted_client(
     metrics: &std::sync::Arc<metrics::Metrics>,
 ) -> anyhow::Result<kube::Client> {
     let metrics = metrics.clone();
-    let count = tower::util::MapRequestLayer::new(
-        move |req: hyper::Request<kube::client::Body>| {
+    let count =
+        tower::util::MapRequestLayer::new(move |req: hyper::Request<kube::client::Body>| {
             metrics.api_request(metrics::request_labels(
                 req.method().as_str(),
                 req.uri().path(),
                 req.uri().query(),
             ));
             req
-        },
-    );
+        });
     Ok(kube::client::ClientBuilder::try_from(config)
         .context("connecting to Kubernetes")?
         .with_layer(&count)
@@ -302,6 +301,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics,
         gate_image: args.member_gate_image.clone().filter(|i| !i.is_empty()),
         snapshot_url: args.snapshot_url.clone().filter(|u| !u.is_empty()),
+        caches: Default::default(),
         timings: cluster::task::Timings {
             replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
             quorum_grace: Duration::from_secs(args.quorum_loss_grace),

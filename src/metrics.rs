@@ -366,22 +366,71 @@ mod tests {
     fn requests_are_named_by_verb_and_resource() {
         let cases = [
             ("GET", "/api/v1/namespaces/ns/pods", None, "list", "pods"),
-            ("GET", "/api/v1/namespaces/ns/pods", Some("labelSelector=a&watch=true"), "watch", "pods"),
-            ("GET", "/api/v1/namespaces/ns/secrets/s", None, "get", "secrets"),
-            ("PUT", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", None, "update", "leases"),
-            ("PATCH", "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdclusters/c/status", Some("fieldManager=x"), "patch", "etcdclusters/status"),
-            ("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", None, "create", "events"),
-            ("GET", "/apis/etcd.database.coreos.com/v1beta2/etcdclusters", Some("watch=1"), "watch", "etcdclusters"),
-            ("DELETE", "/api/v1/namespaces/ns/pods/p", None, "delete", "pods"),
+            (
+                "GET",
+                "/api/v1/namespaces/ns/pods",
+                Some("labelSelector=a&watch=true"),
+                "watch",
+                "pods",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/ns/secrets/s",
+                None,
+                "get",
+                "secrets",
+            ),
+            (
+                "PUT",
+                "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l",
+                None,
+                "update",
+                "leases",
+            ),
+            (
+                "PATCH",
+                "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdclusters/c/status",
+                Some("fieldManager=x"),
+                "patch",
+                "etcdclusters/status",
+            ),
+            (
+                "POST",
+                "/apis/events.k8s.io/v1/namespaces/ns/events",
+                None,
+                "create",
+                "events",
+            ),
+            (
+                "GET",
+                "/apis/etcd.database.coreos.com/v1beta2/etcdclusters",
+                Some("watch=1"),
+                "watch",
+                "etcdclusters",
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/ns/pods/p",
+                None,
+                "delete",
+                "pods",
+            ),
             ("GET", "/api/v1/namespaces/ns", None, "get", "namespaces"),
             ("GET", "/version", None, "other", "other"),
         ];
         for (method, path, query, verb, resource) in cases {
             let l = request_labels(method, path, query);
-            assert_eq!((l.verb, l.resource.as_str()), (verb, resource), "{method} {path}");
+            assert_eq!(
+                (l.verb, l.resource.as_str()),
+                (verb, resource),
+                "{method} {path}"
+            );
         }
         let m = Metrics::new();
         m.api_request(request_labels("GET", "/api/v1/namespaces/ns/pods", None));
-        assert!(m.encode().contains("etcd_operator_api_requests_total{verb=\"list\",resource=\"pods\"} 1"));
+        assert!(
+            m.encode()
+                .contains("etcd_operator_api_requests_total{verb=\"list\",resource=\"pods\"} 1")
+        );
     }
 }

@@ -204,7 +204,10 @@ pub(crate) async fn cluster_endpoint(
         .ok_or_else(|| Error::ClusterNotFound(name.into()))?;
     let tls = match tls {
         Some(tls) => Some(tls),
-        None => crate::cluster::tls::cluster_client(client, &cluster).await?,
+        None => {
+            let secrets = crate::cluster::cache::SecretApi::live(client, ns);
+            crate::cluster::tls::cluster_client(&secrets, &cluster).await?
+        }
     };
     let addr = crate::cluster::act::addressing(&cluster);
     let status = cluster.status.unwrap_or_default();
@@ -377,7 +380,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
     // `clusterName` the cluster's own is used unless the spec names one.
     let tls = match spec.client_tls_secret.as_deref().filter(|s| !s.is_empty()) {
         Some(name) => {
-            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+            let secrets = crate::cluster::cache::SecretApi::live(&ctx.client, ns);
             Some(
                 crate::cluster::tls::read_client(
                     &secrets,

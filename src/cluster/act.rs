@@ -2,6 +2,7 @@
 //! server-side applies or creates with the operator's field manager; children are owned by the
 //! EtcdCluster, so deleting it removes them.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
@@ -10,6 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 
+use super::cache::{Caches, Expect};
 use super::members::{self, Addressing, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::{Action, DeleteReason, RemoveReason};
@@ -117,9 +119,32 @@ pub struct Apis {
     pub snapshot_url: Option<String>,
     /// Fingerprint of the cluster's member TLS Secrets (see [`super::tls::Material`]).
     pub tls_revision: String,
+    /// The shared watch caches.
+    pub caches: Arc<Caches>,
+    /// Whether this pass may read pods and claims from the caches (they show every pod and
+    /// claim this task created or deleted; see [`super::cache::Expectations`]).
+    pub cached: bool,
+    /// The pods and claims this pass created or deleted.
+    pub writes: Mutex<Vec<Expect>>,
 }
 
 impl Apis {
+    fn wrote(&self, claim: bool, name: &str, present: bool) {
+        self.writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Expect {
+                claim,
+                name: name.into(),
+                present,
+            });
+    }
+
+    /// What this pass created or deleted.
+    pub fn take_writes(&self) -> Vec<Expect> {
+        std::mem::take(&mut *self.writes.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// The URL a restore's seed of `cluster` fetches the snapshot from.
     pub fn snapshot_url_of(&self, cluster: &EtcdCluster) -> Option<String> {
         let base = self.snapshot_url.as_deref()?.trim_end_matches('/');
@@ -151,22 +176,63 @@ pub fn addressing(cluster: &EtcdCluster) -> Addressing {
     addr
 }
 
+/// Whether `have` holds everything `want` says: every field of `want` is in `have` with the
+/// same value (lists element by element), whatever else the API server added (defaults, other
+/// managers' fields, status).
+pub fn holds(have: &serde_json::Value, want: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, wv)| h.get(k).is_some_and(|hv| holds(hv, wv))),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| holds(hv, wv))
+        }
+        (h, w) => h == w,
+    }
+}
+
+/// Whether the cached object named like `want` holds `want` (see [`holds`]); `None` when the
+/// cache cannot say (not listed yet).
+fn in_place<K: Resource + serde::Serialize>(
+    cached: &Option<Vec<Arc<K>>>,
+    want: &K,
+) -> Option<bool> {
+    let cached = cached.as_ref()?;
+    let Some(have) = cached.iter().find(|o| o.meta().name == want.meta().name) else {
+        return Some(false);
+    };
+    let (Ok(have), Ok(want)) = (serde_json::to_value(&**have), serde_json::to_value(want)) else {
+        return Some(false);
+    };
+    Some(holds(&have, &want))
+}
+
 /// Server-side applies the headless and the client Service, and the PodDisruptionBudget (or
-/// deletes it when the cluster is too small to need one).
+/// deletes it when the cluster is too small to need one); only what the caches show differs
+/// from what is wanted, so a cluster at rest makes no request.
 pub async fn ensure_services(apis: &Apis, cluster: &EtcdCluster) -> Result<(), Error> {
     let params = PatchParams::apply(MANAGER).force();
+    let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let services = apis.caches.services.group(&ns, &name);
     for svc in [
         resources::headless_service(cluster),
         resources::client_service(cluster),
     ] {
+        if in_place(&services, &svc) == Some(true) {
+            continue;
+        }
         let name = svc.name_any();
         apis.services
             .patch(&name, &params, &Patch::Apply(&svc))
             .await
             .map_err(|source| Error::ApplyService { name, source })?;
     }
-    let name = cluster.name_any();
+    let budgets = apis.caches.budgets.group(&ns, &name);
     match resources::disruption_budget(cluster) {
+        Some(budget) if in_place(&budgets, &budget) == Some(true) => {}
+        // Known to be absent.
+        None if budgets.as_ref().is_some_and(|b| b.is_empty()) => {}
         Some(budget) => {
             apis.budgets
                 .patch(&name, &params, &Patch::Apply(&budget))
@@ -228,16 +294,19 @@ async fn create_pod(
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(err(e)),
         }
+        apis.wrote(true, member, true);
     }
     let pod = resources::member_pod(cluster, member, args, gate, &apis.tls_revision);
     apis.pods
         .create(&PostParams::default(), &pod)
         .await
         .map_err(err)?;
+    apis.wrote(false, member, true);
     Ok(())
 }
 
 async fn delete_pod(apis: &Apis, name: &str) -> Result<(), Error> {
+    apis.wrote(false, name, false);
     match apis.pods.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
@@ -515,6 +584,7 @@ pub async fn act(
             }
         }
         Action::DeleteClaim { name } => {
+            apis.wrote(true, name, false);
             match apis.pvcs.delete(name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -603,5 +673,41 @@ pub async fn act(
         | Action::QuorumLost { .. }
         | Action::Paused
         | Action::Steady => Ok(Outcome::Done(None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_service_as_the_api_server_returns_it_holds_what_was_applied() {
+        let want = json!({
+            "metadata": {"name": "c", "labels": {"app": "etcd"}},
+            "spec": {"clusterIP": "None", "ports": [{"name": "client", "port": 2379}]},
+        });
+        let have = json!({
+            "metadata": {"name": "c", "labels": {"app": "etcd", "other": "x"},
+                         "resourceVersion": "7"},
+            "spec": {"clusterIP": "None", "clusterIPs": ["None"], "type": "ClusterIP",
+                     "ports": [{"name": "client", "port": 2379, "protocol": "TCP",
+                                "targetPort": 2379}]},
+            "status": {"loadBalancer": {}},
+        });
+        assert!(holds(&have, &want));
+        // A port changed or added by someone else, or a label gone: applied again.
+        let mut moved = have.clone();
+        moved["spec"]["ports"][0]["port"] = json!(2380);
+        assert!(!holds(&moved, &want));
+        let mut more = have.clone();
+        more["spec"]["ports"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "x", "port": 1}));
+        assert!(!holds(&more, &want));
+        let mut unlabeled = have;
+        unlabeled["metadata"]["labels"] = json!({});
+        assert!(!holds(&unlabeled, &want));
     }
 }

@@ -198,6 +198,34 @@ async fn list_claims(
         .collect())
 }
 
+/// The cluster's pods from the watch cache, when this pass may read it.
+fn cached_pods(apis: &super::act::Apis, cluster: &EtcdCluster) -> Option<Vec<Pod>> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let pods = apis
+        .cached
+        .then(|| apis.caches.pods.group(&ns, &cluster.name_any()))??;
+    Some(pods.iter().map(|p| (**p).clone()).collect())
+}
+
+/// The cluster's claims that are not being deleted, from the watch cache, when this pass may
+/// read it.
+fn cached_claims(
+    apis: &super::act::Apis,
+    cluster: &EtcdCluster,
+) -> Option<std::collections::BTreeSet<String>> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let claims = apis
+        .cached
+        .then(|| apis.caches.claims.group(&ns, &cluster.name_any()))??;
+    Some(
+        claims
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| c.metadata.name.clone())
+            .collect(),
+    )
+}
+
 async fn list_pods(pods_api: &Api<Pod>, name: &str) -> Result<Vec<Pod>, Error> {
     let selector = label_selector(name);
     pods_api
@@ -267,8 +295,7 @@ pub fn leader_of<'a>(healthy_voters: impl IntoIterator<Item = &'a Status>) -> Op
 /// each member is behind it from those answers. Every pod counts as current until
 /// [`mark_current`] says otherwise.
 pub async fn observe(
-    pods_api: &Api<Pod>,
-    pvcs: &Api<PersistentVolumeClaim>,
+    apis: &super::act::Apis,
     cluster: &EtcdCluster,
     tls: Option<Arc<ClientTls>>,
     memory: &mut HealthMemory,
@@ -287,7 +314,10 @@ pub async fn observe(
         .as_ref()
         .is_some_and(|p| p.persistent_volume_claim_spec.is_some())
     {
-        obs.plan.claims = list_claims(pvcs, &name).await?;
+        obs.plan.claims = match cached_claims(apis, cluster) {
+            Some(claims) => claims,
+            None => list_claims(&apis.pvcs, &name).await?,
+        };
     }
     obs.plan.known_members = cluster
         .status
@@ -295,7 +325,10 @@ pub async fn observe(
         .flat_map(|s| &s.member_statuses)
         .map(|m| m.name.clone())
         .collect();
-    let list = list_pods(pods_api, &name).await?;
+    let list = match cached_pods(apis, cluster) {
+        Some(pods) => pods,
+        None => list_pods(&apis.pods, &name).await?,
+    };
     let now = Timestamp::now();
     for pod in list {
         let age = pod

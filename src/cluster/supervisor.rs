@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -28,6 +27,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use super::cache;
 use super::task::{self, Context};
 use crate::api::EtcdCluster;
 
@@ -65,39 +65,32 @@ pub async fn run(
     };
     let resource = ApiResource::erase::<EtcdCluster>(&());
     let api = |ns: Option<&str>| match ns {
-        Some(ns) => (
-            Api::<DynamicObject>::namespaced_with(watch_client.clone(), ns, &resource),
-            Api::<Pod>::namespaced(watch_client.clone(), ns),
-        ),
-        None => (
-            Api::all_with(watch_client.clone(), &resource),
-            Api::all(watch_client.clone()),
-        ),
+        Some(ns) => Api::<DynamicObject>::namespaced_with(watch_client.clone(), ns, &resource),
+        None => Api::all_with(watch_client.clone(), &resource),
     };
     // Each event carries its scope, so a relist of one namespace only speaks for that namespace.
     let mut cluster_events = futures::stream::select_all(scopes.iter().map(|ns| {
-        let (clusters, _) = api(*ns);
+        let clusters = api(*ns);
         let scope = ns.map(String::from);
         watcher(clusters, watcher::Config::default())
             .default_backoff()
             .map(move |ev| (scope.clone(), ev))
             .boxed()
     }));
-    let mut pod_events = futures::stream::select_all(scopes.iter().map(|ns| {
-        let (_, pods) = api(*ns);
-        watcher(
-            pods,
-            watcher::Config::default().labels("app=etcd,etcd_cluster"),
-        )
-        .default_backoff()
-        .boxed()
-    }));
+    let mut cache_events = futures::stream::select_all(
+        scopes
+            .iter()
+            .map(|ns| cache::watches(&watch_client, ns.map(String::from)).boxed()),
+    );
     let mut known: BTreeMap<Key, EtcdCluster> = BTreeMap::new();
     let mut tasks: BTreeMap<Key, Handle> = BTreeMap::new();
     // Per scope: the keys listed so far while a (re)list is under way.
     let mut listed: BTreeMap<Option<String>, BTreeSet<Key>> = BTreeMap::new();
-    // Initial lists still to finish before the caches count as synced.
+    // Initial lists still to finish before the operator counts as ready: the EtcdClusters and
+    // the member pods. The other caches answer once listed; until then (or when RBAC refuses
+    // their watch) passes read from the API server.
     let mut unsynced = scopes.len() * 2;
+    let mut pods_listed: BTreeSet<Option<String>> = BTreeSet::new();
     let mut lead = *leading.borrow_and_update();
     ctx.metrics.set_leader(lead);
 
@@ -131,19 +124,29 @@ pub async fn run(
                 Some((_, Err(e))) => warn!("watching EtcdClusters: {e}"),
                 None => return,
             },
-            ev = pod_events.next() => match ev {
-                Some(Ok(Event::Apply(p) | Event::Delete(p) | Event::InitApply(p))) => {
-                    if let Some(cluster) = p.labels().get("etcd_cluster") {
-                        let k = (p.namespace().unwrap_or_default(), cluster.clone());
+            ev = cache_events.next() => match ev {
+                Some((scope, Ok(change))) => {
+                    let first_pods = matches!(&change, cache::Change::Pod(e) if matches!(**e, Event::InitDone))
+                        && pods_listed.insert(scope.clone());
+                    let woken = ctx.caches.apply(&scope, change);
+                    for k in woken.clusters {
                         if let Some(h) = tasks.get(&k) { h.wake.notify_one(); }
                     }
+                    for (ns, secret) in woken.secrets {
+                        for (k, c) in known.iter().filter(|(k, _)| k.0 == ns) {
+                            if references(c, &secret)
+                                && let Some(h) = tasks.get(k)
+                            {
+                                h.wake.notify_one();
+                            }
+                        }
+                    }
+                    if first_pods {
+                        unsynced = unsynced.saturating_sub(1);
+                        if unsynced == 0 { ctx.metrics.set_synced(); }
+                    }
                 }
-                Some(Ok(Event::InitDone)) => {
-                    unsynced = unsynced.saturating_sub(1);
-                    if unsynced == 0 { ctx.metrics.set_synced(); }
-                }
-                Some(Ok(Event::Init)) => {}
-                Some(Err(e)) => warn!("watching member pods: {e}"),
+                Some((_, Err(e))) => warn!("watching the clusters' objects: {e}"),
                 None => return,
             },
             changed = leading.changed() => {
@@ -174,6 +177,20 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     watcher::watcher(api, config)
+}
+
+/// Whether `cluster` reads Secret `name`: its TLS Secrets (the CA of `TLS.auto` included) and
+/// those its pods' environment names.
+fn references(cluster: &EtcdCluster, name: &str) -> bool {
+    let tls = super::tls::secrets(cluster);
+    let ca = tls.auto.then(|| format!("{}-ca", cluster.name_any()));
+    [tls.peer, tls.server, tls.client, ca]
+        .into_iter()
+        .flatten()
+        .any(|s| s == name)
+        || super::resources::referenced_secrets(&cluster.spec)
+            .iter()
+            .any(|(_, s)| s == name)
 }
 
 fn key(c: &EtcdCluster) -> Key {

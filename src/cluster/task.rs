@@ -7,13 +7,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Service};
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::act::{self, Apis, Outcome};
+use super::cache::{Caches, Expectations, SecretApi};
 use super::observe::{self, HealthMemory, Observed};
 use super::plan::{self, Action, Target};
 use super::resources::{self, MANAGER};
@@ -37,6 +38,14 @@ pub struct Context {
     pub timings: Timings,
     /// Where etcd pods reach this operator's HTTP server, for a restore's seed.
     pub snapshot_url: Option<String>,
+    /// The watch caches the passes read (fed by the supervisor).
+    pub caches: Arc<Caches>,
+}
+
+impl Context {
+    fn secrets(&self, ns: &str) -> SecretApi {
+        SecretApi::cached(&self.client, ns, self.caches.clone())
+    }
 }
 
 /// How long the planner gives members before it acts on their silence.
@@ -134,6 +143,8 @@ struct Memory {
     health: HealthMemory,
     /// When the status was last written in full (fast-changing figures included).
     refreshed: Option<Instant>,
+    /// Pods and claims this task created or deleted that the caches do not show yet.
+    expect: Expectations,
 }
 
 /// The status without the figures that change with every write to etcd, for deciding whether
@@ -171,11 +182,11 @@ impl From<tls::Error> for Error {
 /// The first problem that keeps the spec from being acted on: a Secret it names that does not
 /// exist or cannot be used; then what the pass needs of TLS (see [`tls::prepare`]).
 async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<tls::Material, Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secrets = ctx.secrets(ns);
     for (field, name) in resources::referenced_secrets(&cluster.spec) {
-        match secrets.get_metadata_opt(&name).await {
-            Ok(Some(_)) => {}
-            Ok(None) => {
+        match secrets.exists(&name).await {
+            Ok(true) => {}
+            Ok(false) => {
                 return Err(Error::Invalid {
                     reason: "SecretNotFound",
                     message: format!("{field}: Secret {ns}/{name} does not exist"),
@@ -184,7 +195,32 @@ async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<tls:
             Err(source) => return Err(Error::ReadSecret { name, source }),
         }
     }
-    Ok(tls::prepare(&ctx.client, cluster, time::OffsetDateTime::now_utc()).await?)
+    Ok(tls::prepare(&secrets, cluster, time::OffsetDateTime::now_utc()).await?)
+}
+
+/// Whether this pass may read the cluster's pods and claims from the caches: they show every
+/// pod and claim the task created or deleted (a cache behind the task's own writes would have
+/// it, say, bootstrap a second seed). Otherwise the pass lists them from the API server.
+fn caches_show_writes(ctx: &Context, cluster: &EtcdCluster, expect: &mut Expectations) -> bool {
+    let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let seen = |objects: Option<Vec<Arc<k8s_openapi::api::core::v1::Pod>>>| {
+        objects.map(|v| {
+            v.iter()
+                .map(|o| (o.name_any(), o.metadata.deletion_timestamp.is_some()))
+                .collect::<Vec<_>>()
+        })
+    };
+    let Some(pods) = seen(ctx.caches.pods.group(&ns, &name)) else {
+        return false;
+    };
+    let claims: Vec<(String, bool)> = match ctx.caches.claims.group(&ns, &name) {
+        Some(v) => v
+            .iter()
+            .map(|o| (o.name_any(), o.metadata.deletion_timestamp.is_some()))
+            .collect(),
+        None => return false,
+    };
+    expect.met(&pods, &claims)
 }
 
 /// The cluster as the actions must build it: the spec, unless its version is not a step etcd
@@ -245,6 +281,9 @@ async fn reconcile(
         gate_image: ctx.gate_image.clone(),
         snapshot_url: ctx.snapshot_url.clone(),
         tls_revision: String::new(),
+        caches: ctx.caches.clone(),
+        cached: caches_show_writes(ctx, cluster, &mut memory.expect),
+        writes: Default::default(),
     };
     let paused = cluster.spec.is_paused();
     let material = match validate(ctx, cluster, &ns).await {
@@ -263,14 +302,8 @@ async fn reconcile(
     if !paused {
         act::ensure_services(&apis, cluster).await?;
     }
-    let mut obs: Observed = observe::observe(
-        &apis.pods,
-        &apis.pvcs,
-        cluster,
-        material.client.clone(),
-        &mut memory.health,
-    )
-    .await?;
+    let mut obs: Observed =
+        observe::observe(&apis, cluster, material.client.clone(), &mut memory.health).await?;
     let (effective, pin) = effective_spec(cluster, &obs);
     observe::mark_current(&mut obs, &effective, &material.revision);
     let target = Target {
@@ -324,6 +357,7 @@ async fn reconcile(
         }
     }
     let outcome = act::act(&apis, &effective, &obs, &action).await;
+    memory.expect.add(apis.take_writes());
 
     let mut new_status = status::compute(cluster, &obs, &action);
     if let Some(handoff) = &restore {
@@ -393,7 +427,7 @@ async fn reconcile(
             // Every member runs on the newest certificates: a CA rotation may take its next
             // step, which the next pass rolls out.
             let now = time::OffsetDateTime::now_utc();
-            match tls::advance(&ctx.client, cluster, &material, now).await? {
+            match tls::advance(&ctx.secrets(&ns), cluster, &material, now).await? {
                 Some(step) => {
                     info!("{step}");
                     publish(
@@ -500,11 +534,9 @@ async fn report_invalid(
 ) -> Result<(), Error> {
     // The client certificate may still be usable when another TLS Secret is not, and without
     // it the status would call every member of a TLS cluster silent.
-    let tls = tls::cluster_client(&ctx.client, cluster)
-        .await
-        .ok()
-        .flatten();
-    let obs = observe::observe(&apis.pods, &apis.pvcs, cluster, tls, &mut memory.health).await?;
+    let secrets = ctx.secrets(&cluster.namespace().unwrap_or_default());
+    let tls = tls::cluster_client(&secrets, cluster).await.ok().flatten();
+    let obs = observe::observe(apis, cluster, tls, &mut memory.health).await?;
     let wait = Action::Wait {
         reason: message.into(),
     };

@@ -13,12 +13,13 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
+
+use super::cache::SecretApi;
 use time::OffsetDateTime;
 
 use super::act::addressing;
-use super::resources::{MANAGER, meta};
+use super::resources::meta;
 use crate::api::EtcdCluster;
 use crate::etcd::ClientTls;
 use crate::pki::{self, Ca, Layout, Pair, Role};
@@ -151,7 +152,7 @@ pub fn client_identity(secret: &Secret) -> Option<ClientTls> {
 /// The client identity in Secret `name` (coreos client layout), which `field` names: there,
 /// complete and valid at `now`.
 pub async fn read_client(
-    api: &Api<Secret>,
+    api: &SecretApi,
     field: &str,
     name: &str,
     now: OffsetDateTime,
@@ -166,31 +167,29 @@ pub async fn read_client(
 
 /// The client identity of `cluster`, for a cluster whose clients need one.
 pub async fn cluster_client(
-    client: &kube::Client,
+    api: &SecretApi,
     cluster: &EtcdCluster,
 ) -> Result<Option<Arc<ClientTls>>, Error> {
     let secrets = secrets(cluster);
     let Some(name) = secrets.client else {
         return Ok(None);
     };
-    let api: Api<Secret> =
-        Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
     let field = if secrets.auto {
         "spec.TLS.auto"
     } else {
         "spec.TLS.static.operatorSecret"
     };
-    read_client(&api, field, &name, OffsetDateTime::now_utc())
+    read_client(api, field, &name, OffsetDateTime::now_utc())
         .await
         .map(Some)
 }
 
-fn invalid_secret(field: &str, api: &Api<Secret>, name: &str, problem: &str) -> Error {
+fn invalid_secret(field: &str, api: &SecretApi, name: &str, problem: &str) -> Error {
     Error::Invalid {
         reason: "InvalidTLSSecret",
         message: format!(
             "{field}: Secret {}/{name} {}{problem}",
-            api.namespace().unwrap_or_default(),
+            api.namespace(),
             if problem.starts_with("has no") {
                 ""
             } else {
@@ -201,15 +200,12 @@ fn invalid_secret(field: &str, api: &Api<Secret>, name: &str, problem: &str) -> 
 }
 
 /// Reads Secret `name`, or says which field names it and that it does not exist.
-async fn read(api: &Api<Secret>, field: &str, name: &str) -> Result<Secret, Error> {
+async fn read(api: &SecretApi, field: &str, name: &str) -> Result<Secret, Error> {
     match api.get_opt(name).await {
         Ok(Some(s)) => Ok(s),
         Ok(None) => Err(Error::Invalid {
             reason: "SecretNotFound",
-            message: format!(
-                "{field}: Secret {}/{name} does not exist",
-                api.namespace().unwrap_or_default()
-            ),
+            message: format!("{field}: Secret {}/{name} does not exist", api.namespace()),
         }),
         Err(e) => Err(api_err("reading", name)(e)),
     }
@@ -217,17 +213,15 @@ async fn read(api: &Api<Secret>, field: &str, name: &str) -> Result<Secret, Erro
 
 /// Checks and reads what `cluster` needs of TLS, making the Secrets of `TLS.auto` first.
 pub async fn prepare(
-    client: &kube::Client,
+    api: &SecretApi,
     cluster: &EtcdCluster,
     now: OffsetDateTime,
 ) -> Result<Material, Error> {
     let Some(policy) = cluster.spec.tls.as_ref() else {
         return Ok(Material::default());
     };
-    let api: Api<Secret> =
-        Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
     if let Some(auto) = &policy.auto {
-        return prepare_auto(&api, cluster, auto.validity(), now).await;
+        return prepare_auto(api, cluster, auto.validity(), now).await;
     }
     let secrets = secrets(cluster);
     // A member of the cluster by its DNS name; the placeholder label is what a wildcard name
@@ -256,9 +250,9 @@ pub async fn prepare(
         ),
     ] {
         let Some(name) = name else { continue };
-        let secret = read(&api, field, name).await?;
+        let secret = read(api, field, name).await?;
         pki::check_pair(|k| value(&secret, k), layout, &hosts, now)
-            .map_err(|problem| invalid_secret(field, &api, name, &problem))?;
+            .map_err(|problem| invalid_secret(field, api, name, &problem))?;
         material.add(&mut contents, layout, &secret);
     }
     if !contents.is_empty() {
@@ -442,21 +436,16 @@ fn pki_err(cluster: &EtcdCluster) -> impl FnOnce(pki::Error) -> Error {
     move |source| Error::Pki { cluster, source }
 }
 
-async fn apply(api: &Api<Secret>, secret: &Secret) -> Result<Secret, Error> {
-    let name = secret.name_any();
-    api.patch(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(secret),
-    )
-    .await
-    .map_err(api_err("writing", &name))
+async fn apply(api: &SecretApi, secret: &Secret) -> Result<Secret, Error> {
+    api.apply(secret)
+        .await
+        .map_err(api_err("writing", &secret.name_any()))
 }
 
 /// The Secrets of `TLS.auto`: the CA made once (and created, never overwritten, so that two
 /// writers cannot each make one), then every certificate Secret brought up to date.
 async fn prepare_auto(
-    api: &Api<Secret>,
+    api: &SecretApi,
     cluster: &EtcdCluster,
     validity: Duration,
     now: OffsetDateTime,
@@ -477,7 +466,7 @@ async fn prepare_auto(
                 message: format!(
                     "spec.TLS.auto: Secret {}/{ca_name} has no ca.crt and ca.key; delete it \
                      only if no member uses it yet",
-                    api.namespace().unwrap_or_default()
+                    api.namespace()
                 ),
             });
         }
@@ -485,19 +474,14 @@ async fn prepare_auto(
             // Certificates without their CA: members run on a CA whose key is gone. A new CA
             // would roll in members that no old member trusts, so nothing is made.
             let peer = secrets(cluster).peer.unwrap_or_default();
-            if api
-                .get_metadata_opt(&peer)
-                .await
-                .map_err(api_err("reading", &peer))?
-                .is_some()
-            {
+            if api.exists(&peer).await.map_err(api_err("reading", &peer))? {
                 return Err(Error::Invalid {
                     reason: "InvalidTLSSecret",
                     message: format!(
                         "spec.TLS.auto: Secret {ns}/{ca_name} (the cluster's CA) is gone while \
                          {ns}/{peer} holds certificates it signed; put it back from a backup of \
                          the namespace, or restore a backup of the data into a new cluster",
-                        ns = api.namespace().unwrap_or_default()
+                        ns = api.namespace()
                     ),
                 });
             }
@@ -515,7 +499,7 @@ async fn prepare_auto(
             let mut secret = owned_secret(cluster, &ca_name);
             secret.data = Some(state.to_data());
             secret.metadata.annotations = Some(ca_annotations(&state));
-            match api.create(&PostParams::default(), &secret).await {
+            match api.create(&secret).await {
                 Ok(created) => (state, created),
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     // Made meanwhile (by a previous leader): use that one.
@@ -649,7 +633,7 @@ fn next_state(
 /// member a healthy voter), so that each step's roll has finished before the next begins.
 /// Returns what it did, for an Event.
 pub async fn advance(
-    client: &kube::Client,
+    api: &SecretApi,
     cluster: &EtcdCluster,
     material: &Material,
     now: OffsetDateTime,
@@ -667,8 +651,6 @@ pub async fn advance(
     else {
         return Ok(None);
     };
-    let api: Api<Secret> =
-        Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
     // Replaced whole, not applied: apply would keep next.crt, which the last step removes.
     let mut secret = ca_secret.clone();
     secret.data = Some(next.to_data());
@@ -677,10 +659,9 @@ pub async fn advance(
         .annotations
         .get_or_insert_with(BTreeMap::new)
         .extend(ca_annotations(&next));
-    let name = secret.name_any();
-    api.replace(&name, &PostParams::default(), &secret)
+    api.replace(&secret)
         .await
-        .map_err(api_err("writing", &name))?;
+        .map_err(api_err("writing", &secret.name_any()))?;
     Ok(Some(message))
 }
 

@@ -88,17 +88,20 @@ The rights the controllers use, and nothing else. Where each comes from:
   verbs: [list]
 - apiGroups: [""]
   resources: [services]
-  verbs: [patch, create]
+  # list, watch: a cache shows whether the Services are as wanted, so an idle pass applies none.
+  verbs: [list, watch, patch, create]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   # One budget per cluster, applied server-side; deleted when the cluster shrinks to one member.
-  verbs: [patch, create, delete]
+  verbs: [list, watch, patch, create, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [create, list, delete]
+  verbs: [create, list, watch, delete]
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, create, patch, update]
+  # list, watch: of metadata only (a cache of resourceVersions tells when a Secret's contents
+  # must be read again); get reads the contents of the Secrets a cluster names.
+  verbs: [get, list, watch, create, patch, update]
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]

@@ -1,0 +1,592 @@
+//! Shared watch caches of what every pass reads: the member pods, the Services, the
+//! PodDisruptionBudgets, the volume claims (metadata) and the Secrets (metadata; a Secret's
+//! contents are fetched once per resourceVersion). The supervisor feeds them from one watch per
+//! kind and scope; the tasks read them instead of listing, so a cluster at rest costs the API
+//! server nothing.
+//!
+//! A cache only answers for a scope whose first list has finished; before that (or when a watch
+//! is refused, e.g. by RBAC) the tasks read from the API server as they did before. A task that
+//! has just created or deleted a pod or claim reads live until the cache shows the change (see
+//! [`Expectations`]): a cache that lags its own writes would have it bootstrap twice.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::{Resource, ResourceExt};
+
+/// The label every object of a cluster carries, naming the cluster.
+pub const CLUSTER_LABEL: &str = "etcd_cluster";
+
+/// How long an expectation (or a Secret write) is waited for in the cache before the task
+/// stops waiting and the cache is trusted again; watch events arrive within milliseconds.
+pub const SETTLE: Duration = Duration::from_secs(30);
+
+/// Objects of one kind by namespace and group (the cluster they belong to, or for Secrets
+/// their own name), as the watches last told.
+pub struct Index<K> {
+    inner: RwLock<Inner<K>>,
+    group: fn(&K) -> Option<String>,
+}
+
+struct Inner<K> {
+    objects: HashMap<(String, String), BTreeMap<String, Arc<K>>>,
+    /// Scopes (`None`: every namespace) whose first list has finished.
+    synced: HashSet<Option<String>>,
+    /// Objects of a list under way, per scope.
+    relisting: HashMap<Option<String>, Vec<K>>,
+}
+
+/// The (namespace, group) keys a watch event touched, for waking their tasks.
+pub type Touched = Vec<(String, String)>;
+
+impl<K: Resource + Clone> Index<K> {
+    fn new(group: fn(&K) -> Option<String>) -> Self {
+        Index {
+            inner: RwLock::new(Inner {
+                objects: HashMap::new(),
+                synced: HashSet::new(),
+                relisting: HashMap::new(),
+            }),
+            group,
+        }
+    }
+
+    /// Grouped by the `etcd_cluster` label; objects without it are not kept.
+    pub fn by_cluster() -> Self {
+        Self::new(|o| o.labels().get(CLUSTER_LABEL).cloned())
+    }
+
+    /// Grouped by their own name.
+    pub fn by_name() -> Self {
+        Self::new(|o| o.meta().name.clone())
+    }
+
+    fn key(&self, o: &K) -> Option<((String, String), String)> {
+        Some((
+            (o.namespace().unwrap_or_default(), (self.group)(o)?),
+            o.meta().name.clone()?,
+        ))
+    }
+
+    /// Applies one event of the watch over `scope`.
+    pub fn apply(&self, scope: &Option<String>, event: Event<K>) -> Touched {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let mut touched = Vec::new();
+        match event {
+            Event::Init => {
+                inner.relisting.insert(scope.clone(), Vec::new());
+            }
+            Event::InitApply(o) => {
+                if let Some(buffer) = inner.relisting.get_mut(scope) {
+                    buffer.push(o);
+                }
+            }
+            Event::InitDone => {
+                let listed = inner.relisting.remove(scope).unwrap_or_default();
+                let in_scope = |ns: &str| scope.as_deref().is_none_or(|s| s == ns);
+                let old: Vec<(String, String)> = inner
+                    .objects
+                    .keys()
+                    .filter(|(ns, _)| in_scope(ns))
+                    .cloned()
+                    .collect();
+                for k in old {
+                    inner.objects.remove(&k);
+                    touched.push(k);
+                }
+                for o in listed {
+                    if let Some((k, name)) = self.key(&o) {
+                        touched.push(k.clone());
+                        inner
+                            .objects
+                            .entry(k)
+                            .or_default()
+                            .insert(name, Arc::new(o));
+                    }
+                }
+                inner.synced.insert(scope.clone());
+            }
+            Event::Apply(o) => {
+                if let Some((k, name)) = self.key(&o) {
+                    touched.push(k.clone());
+                    inner
+                        .objects
+                        .entry(k)
+                        .or_default()
+                        .insert(name, Arc::new(o));
+                }
+            }
+            Event::Delete(o) => {
+                if let Some((k, name)) = self.key(&o) {
+                    if let Some(group) = inner.objects.get_mut(&k) {
+                        group.remove(&name);
+                        if group.is_empty() {
+                            inner.objects.remove(&k);
+                        }
+                    }
+                    touched.push(k);
+                }
+            }
+        }
+        touched
+    }
+
+    /// The objects of `group` in `ns`, or `None` while no finished list covers `ns`.
+    pub fn group(&self, ns: &str, group: &str) -> Option<Vec<Arc<K>>> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let synced = inner.synced.contains(&None) || inner.synced.contains(&Some(ns.to_string()));
+        if !synced {
+            return None;
+        }
+        Some(
+            inner
+                .objects
+                .get(&(ns.to_string(), group.to_string()))
+                .map(|g| g.values().cloned().collect())
+                .unwrap_or_default(),
+        )
+    }
+
+    /// How many objects are kept (for the benchmark's memory figures and tests).
+    pub fn len(&self) -> usize {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.objects.values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A Secret's contents as last read, at the resourceVersion the read returned.
+struct Content {
+    version: String,
+    secret: Option<Arc<Secret>>,
+    /// When this operator last wrote the Secret: until the watch shows the write, reads go to
+    /// the API server.
+    written: Option<Instant>,
+}
+
+/// Every cache the tasks read.
+pub struct Caches {
+    /// Member pods (labels `app=etcd,etcd_cluster`), by cluster.
+    pub pods: Index<Pod>,
+    /// Services, by cluster.
+    pub services: Index<Service>,
+    /// PodDisruptionBudgets, by cluster.
+    pub budgets: Index<PodDisruptionBudget>,
+    /// Volume claims' metadata, by cluster.
+    pub claims: Index<PartialObjectMeta<PersistentVolumeClaim>>,
+    /// Secrets' metadata, by name.
+    pub secrets: Index<PartialObjectMeta<Secret>>,
+    contents: Mutex<HashMap<(String, String), Content>>,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        Caches {
+            pods: Index::by_cluster(),
+            services: Index::by_cluster(),
+            budgets: Index::by_cluster(),
+            claims: Index::by_cluster(),
+            secrets: Index::by_name(),
+            contents: Mutex::default(),
+        }
+    }
+}
+
+/// One event of one of the caches' watches (the large objects boxed, so that every event
+/// moves as a pointer).
+pub enum Change {
+    /// Member pods.
+    Pod(Box<Event<Pod>>),
+    /// Services.
+    Service(Box<Event<Service>>),
+    /// PodDisruptionBudgets.
+    Budget(Box<Event<PodDisruptionBudget>>),
+    /// Volume claims.
+    Claim(Event<PartialObjectMeta<PersistentVolumeClaim>>),
+    /// Secrets.
+    Secret(Event<PartialObjectMeta<Secret>>),
+}
+
+/// What a change touched: the clusters whose objects changed, and the Secrets that did, by
+/// (namespace, name).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Woken {
+    /// Clusters whose pods, Services, budgets or claims changed.
+    pub clusters: Touched,
+    /// Secrets that changed.
+    pub secrets: Touched,
+}
+
+/// Watch streams of every cache over `scope` (a namespace, or every namespace), each event
+/// tagged with the scope. Objects are kept without their managedFields, which no pass reads.
+pub fn watches(
+    client: &kube::Client,
+    scope: Option<String>,
+) -> impl futures::Stream<Item = (Option<String>, Result<Change, watcher::Error>)> + Send + use<> {
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    fn api<K>(client: &kube::Client, scope: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match scope {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let members = || watcher::Config::default().labels(&format!("app=etcd,{CLUSTER_LABEL}"));
+    let streams: Vec<futures::stream::BoxStream<'static, Result<Change, watcher::Error>>> = vec![
+        watcher::watcher(api::<Pod>(client, &scope), members())
+            .modify(clear_managed_fields::<Pod>)
+            .map(|e| e.map(|e| Change::Pod(Box::new(e))))
+            .boxed(),
+        watcher::watcher(api::<Service>(client, &scope), members())
+            .modify(clear_managed_fields::<Service>)
+            .map(|e| e.map(|e| Change::Service(Box::new(e))))
+            .boxed(),
+        watcher::watcher(api::<PodDisruptionBudget>(client, &scope), members())
+            .modify(clear_managed_fields::<PodDisruptionBudget>)
+            .map(|e| e.map(|e| Change::Budget(Box::new(e))))
+            .boxed(),
+        watcher::watcher(
+            api::<PartialObjectMeta<PersistentVolumeClaim>>(client, &scope),
+            members(),
+        )
+        .modify(clear_managed_fields::<PartialObjectMeta<PersistentVolumeClaim>>)
+        .map(|e| e.map(Change::Claim))
+        .boxed(),
+        watcher::watcher(
+            api::<PartialObjectMeta<Secret>>(client, &scope),
+            watcher::Config::default(),
+        )
+        .modify(clear_managed_fields::<PartialObjectMeta<Secret>>)
+        .map(|e| e.map(Change::Secret))
+        .boxed(),
+    ];
+    futures::stream::select_all(streams.into_iter().map(|s| {
+        let scope = scope.clone();
+        s.default_backoff().map(move |e| (scope.clone(), e)).boxed()
+    }))
+}
+
+fn clear_managed_fields<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+impl Caches {
+    /// Applies one watch event; says which clusters and Secrets it touched.
+    pub fn apply(&self, scope: &Option<String>, change: Change) -> Woken {
+        let mut woken = Woken::default();
+        match change {
+            Change::Pod(e) => woken.clusters = self.pods.apply(scope, *e),
+            Change::Service(e) => woken.clusters = self.services.apply(scope, *e),
+            Change::Budget(e) => woken.clusters = self.budgets.apply(scope, *e),
+            Change::Claim(e) => woken.clusters = self.claims.apply(scope, e),
+            Change::Secret(e) => {
+                if let Event::Delete(s) = &e {
+                    let mut contents = self.contents.lock().unwrap_or_else(|e| e.into_inner());
+                    contents.remove(&(s.namespace().unwrap_or_default(), s.name_any()));
+                }
+                woken.secrets = self.secrets.apply(scope, e);
+            }
+        }
+        woken
+    }
+}
+
+/// Secrets of one namespace, read through the caches when there are any.
+#[derive(Clone)]
+pub struct SecretApi {
+    api: Api<Secret>,
+    ns: String,
+    caches: Option<Arc<Caches>>,
+}
+
+impl SecretApi {
+    /// Every read goes to the API server.
+    pub fn live(client: &kube::Client, ns: &str) -> Self {
+        SecretApi {
+            api: Api::namespaced(client.clone(), ns),
+            ns: ns.into(),
+            caches: None,
+        }
+    }
+
+    /// Reads are answered from `caches` when they can be.
+    pub fn cached(client: &kube::Client, ns: &str, caches: Arc<Caches>) -> Self {
+        SecretApi {
+            caches: Some(caches),
+            ..Self::live(client, ns)
+        }
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    fn key(&self, name: &str) -> (String, String) {
+        (self.ns.clone(), name.to_string())
+    }
+
+    /// What the metadata cache says of `name`: `None` when it cannot say (not synced, or this
+    /// operator wrote the Secret moments ago), else its resourceVersion if it exists.
+    fn cached_version(&self, name: &str) -> Option<Option<String>> {
+        let caches = self.caches.as_ref()?;
+        let listed = caches.secrets.group(&self.ns, name)?;
+        let contents = caches.contents.lock().unwrap_or_else(|e| e.into_inner());
+        let recent = contents
+            .get(&self.key(name))
+            .and_then(|c| c.written)
+            .is_some_and(|at| at.elapsed() < SETTLE);
+        let version = listed.first().and_then(|m| m.resource_version());
+        match (&version, recent) {
+            // Written by us and not yet shown by the watch: only a read of the object knows.
+            (None, true) => None,
+            _ => Some(version),
+        }
+    }
+
+    /// Secret `name`, or `None` if it does not exist.
+    pub async fn get_opt(&self, name: &str) -> kube::Result<Option<Secret>> {
+        if let (Some(caches), Some(version)) = (&self.caches, self.cached_version(name)) {
+            let Some(version) = version else {
+                return Ok(None);
+            };
+            let contents = caches.contents.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(c) = contents
+                .get(&self.key(name))
+                .filter(|c| c.version == version)
+            {
+                return Ok(c.secret.as_deref().cloned());
+            }
+        }
+        let secret = self.api.get_opt(name).await?;
+        self.remember(name, secret.as_ref(), false);
+        Ok(secret)
+    }
+
+    /// Secret `name`, read from the API server.
+    pub async fn get(&self, name: &str) -> kube::Result<Secret> {
+        let secret = self.api.get(name).await?;
+        self.remember(name, Some(&secret), false);
+        Ok(secret)
+    }
+
+    /// Whether Secret `name` exists.
+    pub async fn exists(&self, name: &str) -> kube::Result<bool> {
+        if let Some(version) = self.cached_version(name) {
+            return Ok(version.is_some());
+        }
+        Ok(self.api.get_metadata_opt(name).await?.is_some())
+    }
+
+    /// Creates `secret`.
+    pub async fn create(&self, secret: &Secret) -> kube::Result<Secret> {
+        let made = self.api.create(&PostParams::default(), secret).await?;
+        self.remember(&made.name_any(), Some(&made), true);
+        Ok(made)
+    }
+
+    /// Server-side applies `secret` as the operator.
+    pub async fn apply(&self, secret: &Secret) -> kube::Result<Secret> {
+        let name = secret.name_any();
+        let params = PatchParams::apply(super::resources::MANAGER).force();
+        let applied = self
+            .api
+            .patch(&name, &params, &Patch::Apply(secret))
+            .await?;
+        self.remember(&name, Some(&applied), true);
+        Ok(applied)
+    }
+
+    /// Replaces `secret` whole (at its resourceVersion).
+    pub async fn replace(&self, secret: &Secret) -> kube::Result<Secret> {
+        let name = secret.name_any();
+        let replaced = self
+            .api
+            .replace(&name, &PostParams::default(), secret)
+            .await?;
+        self.remember(&name, Some(&replaced), true);
+        Ok(replaced)
+    }
+
+    fn remember(&self, name: &str, secret: Option<&Secret>, wrote: bool) {
+        let Some(caches) = &self.caches else { return };
+        let mut contents = caches.contents.lock().unwrap_or_else(|e| e.into_inner());
+        let key = self.key(name);
+        let written = if wrote {
+            Some(Instant::now())
+        } else {
+            contents.get(&key).and_then(|c| c.written)
+        };
+        contents.insert(
+            key,
+            Content {
+                version: secret
+                    .and_then(|s| s.resource_version())
+                    .unwrap_or_default(),
+                secret: secret.cloned().map(Arc::new),
+                written,
+            },
+        );
+    }
+}
+
+/// A pod or claim this task created or deleted, which the cache must show before it is read
+/// from again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expect {
+    /// A claim rather than a pod.
+    pub claim: bool,
+    /// Its name.
+    pub name: String,
+    /// Created (it must be listed) or deleted (it must be gone or being deleted).
+    pub present: bool,
+}
+
+/// The writes a task waits to see in the caches, with when it made them.
+#[derive(Debug, Default)]
+pub struct Expectations {
+    pending: Vec<(Expect, Instant)>,
+}
+
+impl Expectations {
+    /// Records writes made now.
+    pub fn add(&mut self, writes: impl IntoIterator<Item = Expect>) {
+        let now = Instant::now();
+        for e in writes {
+            // The last write of a name is the one that counts.
+            self.pending
+                .retain(|(p, _)| !(p.claim == e.claim && p.name == e.name));
+            self.pending.push((e, now));
+        }
+    }
+
+    /// Whether the caches show every write, dropping those they show (and those older than
+    /// [`SETTLE`]). `pods` and `claims` are the cluster's cached objects: (name, being
+    /// deleted).
+    pub fn met(&mut self, pods: &[(String, bool)], claims: &[(String, bool)]) -> bool {
+        self.pending.retain(|(e, at)| {
+            if at.elapsed() >= SETTLE {
+                return false;
+            }
+            let seen = if e.claim { claims } else { pods };
+            let alive = seen.iter().any(|(n, deleting)| *n == e.name && !deleting);
+            alive != e.present
+        });
+        self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn pod(ns: &str, name: &str, cluster: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                labels: Some([(CLUSTER_LABEL.to_string(), cluster.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    fn names(index: &Index<Pod>, ns: &str, group: &str) -> Option<Vec<String>> {
+        index
+            .group(ns, group)
+            .map(|v| v.iter().map(|p| p.name_any()).collect())
+    }
+
+    #[test]
+    fn an_index_answers_only_after_its_first_list_and_follows_the_watch() {
+        let index = Index::<Pod>::by_cluster();
+        let all = None;
+        assert_eq!(names(&index, "ns", "a"), None, "not listed yet");
+        index.apply(&all, Event::Init);
+        index.apply(&all, Event::InitApply(pod("ns", "a-1", "a")));
+        assert_eq!(names(&index, "ns", "a"), None, "list under way");
+        let touched = index.apply(&all, Event::InitDone);
+        assert_eq!(touched, vec![("ns".to_string(), "a".to_string())]);
+        assert_eq!(names(&index, "ns", "a"), Some(vec!["a-1".into()]));
+        assert_eq!(
+            names(&index, "ns", "b"),
+            Some(vec![]),
+            "listed: known empty"
+        );
+        index.apply(&all, Event::Apply(pod("ns", "a-2", "a")));
+        index.apply(&all, Event::Apply(pod("other", "a-1", "a")));
+        index.apply(&all, Event::Delete(pod("ns", "a-1", "a")));
+        assert_eq!(names(&index, "ns", "a"), Some(vec!["a-2".into()]));
+        assert_eq!(names(&index, "other", "a"), Some(vec!["a-1".into()]));
+        // A relist replaces what the scope held: a deletion missed while the watch was down
+        // is gone afterwards.
+        index.apply(&all, Event::Init);
+        index.apply(&all, Event::InitApply(pod("ns", "a-3", "a")));
+        index.apply(&all, Event::InitDone);
+        assert_eq!(names(&index, "ns", "a"), Some(vec!["a-3".into()]));
+        assert_eq!(names(&index, "other", "a"), Some(vec![]));
+        // Objects without the cluster label are not kept.
+        let mut stray = pod("ns", "x", "a");
+        stray.metadata.labels = None;
+        assert!(index.apply(&all, Event::Apply(stray)).is_empty());
+        assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn a_namespace_scope_answers_for_its_namespace_only() {
+        let index = Index::<Pod>::by_cluster();
+        let scope = Some("ns".to_string());
+        index.apply(&scope, Event::Init);
+        index.apply(&scope, Event::InitApply(pod("ns", "a-1", "a")));
+        index.apply(&scope, Event::InitDone);
+        assert_eq!(names(&index, "ns", "a"), Some(vec!["a-1".into()]));
+        assert_eq!(names(&index, "elsewhere", "a"), None);
+    }
+
+    #[test]
+    fn expectations_hold_until_the_cache_shows_the_writes() {
+        let mut e = Expectations::default();
+        assert!(e.met(&[], &[]));
+        e.add([
+            Expect {
+                claim: false,
+                name: "m1".into(),
+                present: true,
+            },
+            Expect {
+                claim: false,
+                name: "m0".into(),
+                present: false,
+            },
+        ]);
+        let m0 = ("m0".to_string(), false);
+        let m1 = ("m1".to_string(), false);
+        assert!(!e.met(std::slice::from_ref(&m0), &[]), "m1 not listed yet");
+        assert!(!e.met(&[m0.clone(), m1.clone()], &[]), "m0 still there");
+        // Being deleted counts as deleted.
+        assert!(e.met(&[("m0".into(), true), m1.clone()], &[]));
+        // A claim is looked for among claims, not pods.
+        e.add([Expect {
+            claim: true,
+            name: "m1".into(),
+            present: true,
+        }]);
+        assert!(!e.met(std::slice::from_ref(&m1), &[]));
+        assert!(e.met(&[], &[m1]));
+    }
+}
