@@ -5,7 +5,9 @@
 //! `cluster::resources`). The pod's init container copies this binary into a shared volume
 //! (`etcd-gate install`); the etcd container then runs `etcd-gate wait ... -- etcd ...`, which
 //! polls the other members' member list by pod IP and, once the new member's peer URL is
-//! listed, replaces itself with etcd (`execve`, so etcd is still the container's PID 1).
+//! listed together with every other peer URL of its `--initial-cluster` (several members may
+//! be started at once, and etcd refuses to start unless the membership it finds is exactly its
+//! `--initial-cluster`), replaces itself with etcd (`execve`, so etcd is still the container's PID 1).
 //! Doing the wait in the etcd container rather than in an init container saves the kubelet's
 //! pause between an init container's exit and the next container's start (up to a second,
 //! its PLEG relist period) on every member added.
@@ -39,7 +41,8 @@ etcd-gate install DEST
     copy this binary to DEST (mode 0755)
 etcd-gate wait --peer-url URL --endpoints PEER[,PEER...] --data-dir DIR [--tls-dir DIR] [--poll-ms N] -- PROGRAM [ARG...]
     run PROGRAM once the member with peer URL is in the member list that some member's
-    peer port serves, or at once when DIR already holds a member's data. PEER is
+    peer port serves (and, when PROGRAM's arguments include --initial-cluster=..., the list
+    holds exactly the peer URLs it names), or at once when DIR already holds a member's data. PEER is
     http://IP:port, or with --tls-dir (peer.crt, peer.key, peer-ca.crt) HOST=https://IP:port,
     the member's certificate checked against HOST";
 
@@ -98,6 +101,8 @@ struct Wait {
     poll: Duration,
     program: String,
     program_args: Vec<String>,
+    /// The peer URLs the member list must hold, exactly: those of `--initial-cluster`.
+    expected: Option<std::collections::BTreeSet<String>>,
 }
 
 fn parse_wait(args: &[String]) -> Result<Wait, String> {
@@ -146,8 +151,19 @@ fn parse_wait(args: &[String]) -> Result<Wait, String> {
         return Err(format!("endpoint {}: https needs --tls-dir", p.addr));
     }
     let (program, program_args) = command.split_first().ok_or("nothing to run after `--`")?;
+    let peer_url = peer_url.ok_or("--peer-url is required")?;
+    let expected = program_args
+        .iter()
+        .find_map(|a| a.strip_prefix("--initial-cluster="))
+        .map(|ic| {
+            ic.split(',')
+                .filter_map(|entry| Some(entry.split_once('=')?.1.to_string()))
+                .chain([peer_url.clone()])
+                .collect()
+        });
     Ok(Wait {
-        peer_url: peer_url.ok_or("--peer-url is required")?,
+        expected,
+        peer_url,
         endpoints,
         data_dir: data_dir.ok_or("--data-dir is required")?,
         tls_dir,
@@ -218,7 +234,7 @@ impl Wait {
         let started = Instant::now();
         let mut next_report = started;
         loop {
-            let answer = is_member(&self.endpoints, &self.peer_url, tls);
+            let answer = is_member(&self.endpoints, &self.peer_url, self.expected.as_ref(), tls);
             if answer == Ok(true) {
                 log(&format!(
                     "{} is a member after {} ms; starting",
@@ -293,16 +309,18 @@ fn tls_config(dir: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
     Ok(Arc::new(config))
 }
 
-/// Whether the first member that answers lists `peer_url`.
+/// Whether the first member that answers lists `peer_url` (and, when given, exactly the peer
+/// URLs `expected`).
 fn is_member(
     endpoints: &[Peer],
     peer_url: &str,
+    expected: Option<&std::collections::BTreeSet<String>>,
     tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> Result<bool, String> {
     let mut errors = Vec::new();
     for ep in endpoints {
         match member_list(ep, tls).and_then(|body| peer_urls(&body)) {
-            Ok(urls) => return Ok(urls.iter().any(|u| u == peer_url)),
+            Ok(urls) => return Ok(complete(&urls, peer_url, expected)),
             Err(e) => errors.push(format!("{}: {e}", ep.addr)),
         }
     }
@@ -380,6 +398,17 @@ fn response_body(raw: &[u8]) -> Result<String, String> {
     }
 }
 
+/// Whether a member list's peer URLs include `peer_url` and, when given, are exactly
+/// `expected`.
+fn complete(
+    urls: &[String],
+    peer_url: &str,
+    expected: Option<&std::collections::BTreeSet<String>>,
+) -> bool {
+    let listed: std::collections::BTreeSet<String> = urls.iter().cloned().collect();
+    listed.contains(peer_url) && expected.is_none_or(|e| listed == *e)
+}
+
 /// Every peer URL of every member in a member-list answer.
 fn peer_urls(body: &str) -> Result<Vec<String>, String> {
     let v: serde_json::Value =
@@ -424,6 +453,33 @@ mod tests {
         assert_eq!(w.poll, Duration::from_millis(100));
         assert_eq!(w.program, "/usr/local/bin/etcd");
         assert_eq!(w.program_args, vec!["--name=m2"]);
+    }
+
+    #[test]
+    fn a_member_started_in_a_batch_waits_for_its_whole_initial_cluster() {
+        let w = parse_wait(&args(
+            "--peer-url=http://m2:2380 --endpoints http://10.0.0.5:2380 --data-dir=/d -- etcd \
+             --initial-cluster=m1=http://m1:2380,m2=http://m2:2380,m3=http://m3:2380",
+        ))
+        .unwrap();
+        let urls = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Added, but m3 is not yet: etcd would refuse to start ("member count is unequal").
+        let own = "http://m2:2380";
+        let expected = w.expected.as_ref();
+        assert!(!complete(&urls(&["http://m1:2380", own]), own, expected));
+        assert!(complete(
+            &urls(&["http://m1:2380", "http://m3:2380", own]),
+            own,
+            expected
+        ));
+        // Without --initial-cluster: its own URL listed is enough.
+        let alone = parse_wait(&args(
+            "--peer-url=http://m2:2380 --endpoints http://10.0.0.5:2380 --data-dir=/d -- etcd",
+        ))
+        .unwrap();
+        assert!(alone.expected.is_none());
+        assert!(complete(&urls(&["http://m1:2380", own]), own, None));
+        assert!(!complete(&urls(&["http://m1:2380"]), own, None));
     }
 
     #[test]

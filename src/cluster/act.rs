@@ -348,32 +348,87 @@ fn initial_cluster(members: &[etcd::Member]) -> String {
         .join(",")
 }
 
-/// Creates the pod of a new member ahead of the member, its etcd held back by the gate until
-/// the member is added (see [`Gate`]); `peers` are the current members, `current` their
-/// `--initial-cluster`, `endpoints` their peer URLs by pod IP (see
-/// [`members::Addressing::gate_endpoint`]). Returns the new member's name.
-async fn create_gated_pod(
+/// Creates the pods of `count` new members ahead of their members, each etcd held back by
+/// the gate until every one of them is added (see [`Gate`]): each pod's `--initial-cluster`
+/// names the current members (`current`, whose names are `peers`) and all the new ones, which
+/// is the membership etcd checks it against when it starts. `endpoints` are the current
+/// members' peer URLs by pod IP (see [`members::Addressing::gate_endpoint`]). Returns the new
+/// members' names.
+async fn create_gated_pods(
     apis: &Apis,
     cluster: &EtcdCluster,
     image: &str,
     peers: Vec<String>,
     current: String,
     endpoints: Vec<String>,
-) -> Result<String, Error> {
+    count: usize,
+) -> Result<Vec<String>, Error> {
     let addr = addressing(cluster);
-    let name = members::new_member_name(&cluster.name_any());
-    let ic = format!("{current},{name}={}", addr.peer_url(&name));
-    let gate = Gate {
-        image: image.into(),
-        endpoints,
-        peer_tls: addr.peer_tls,
-        peer_url: addr.peer_url(&name),
+    let names: Vec<String> = (0..count.max(1))
+        .map(|_| members::new_member_name(&cluster.name_any()))
+        .collect();
+    let ic = std::iter::once(current)
+        .chain(names.iter().map(|n| format!("{n}={}", addr.peer_url(n))))
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
+    for name in &names {
+        let gate = Gate {
+            image: image.into(),
+            endpoints: endpoints.clone(),
+            peer_tls: addr.peer_tls,
+            peer_url: addr.peer_url(name),
+            peers: peers
+                .iter()
+                .chain(names.iter().filter(|n| *n != name))
+                .cloned()
+                .collect(),
+            restore: None,
+        };
+        let args = members::etcd_args(&addr, name, &ic, &ClusterState::Existing);
+        create_pod(apis, cluster, name, args, Some(&gate), Claim::New).await?;
+    }
+    Ok(names)
+}
+
+/// The pods of `count` new members beside the members `all`, then each added as a learner
+/// (see [`join`]); a refusal leaves the rest of the batch to the next steps.
+async fn add_gated(
+    apis: &Apis,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    image: &str,
+    all: &[etcd::Member],
+    count: usize,
+) -> Result<Outcome, Error> {
+    let peers = all
+        .iter()
+        .filter_map(|m| m.host_label().map(String::from))
+        .collect();
+    let endpoints = all
+        .iter()
+        .filter_map(|m| obs.gate_endpoint(m.host_label()?))
+        .collect();
+    let names = create_gated_pods(
+        apis,
+        cluster,
+        image,
         peers,
-        restore: None,
-    };
-    let args = members::etcd_args(&addr, &name, &ic, &ClusterState::Existing);
-    create_pod(apis, cluster, &name, args, Some(&gate), Claim::New).await?;
-    Ok(name)
+        initial_cluster(all),
+        endpoints,
+        count,
+    )
+    .await?;
+    let mut added = Vec::new();
+    for name in &names {
+        match join(apis, cluster, obs, name).await? {
+            Outcome::Done(Some(note)) => added.push(note),
+            Outcome::Done(None) => {}
+            Outcome::Retry(why) if added.is_empty() => return Ok(Outcome::Retry(why)),
+            Outcome::Retry(_) => break,
+        }
+    }
+    Ok(Outcome::Done(Some(added.join("; "))))
 }
 
 /// The IP of pod `name` once it has one, or `None` after `wait`.
@@ -487,29 +542,22 @@ pub async fn act(
                 && let Some(ip) = pod_ip_within(apis, &name, PUBLISH_WAIT).await?
             {
                 let endpoint = addr.gate_endpoint(&name, &ip);
+                let count = (cluster.spec.size as usize - 1)
+                    .min(members::max_learners(cluster.spec.version()));
                 let next =
-                    create_gated_pod(apis, cluster, image, vec![name], ic, vec![endpoint]).await?;
+                    create_gated_pods(apis, cluster, image, vec![name], ic, vec![endpoint], count)
+                        .await?;
                 note.push_str(&format!(
-                    ", and the pod of member {next}, which waits to be added"
+                    ", and the pods of members {}, which wait to be added",
+                    next.join(", ")
                 ));
             }
             Ok(Outcome::Done(Some(note)))
         }
-        Action::AddMember => match &apis.gate_image {
+        Action::AddMembers { count } => match &apis.gate_image {
             Some(image) => {
                 let all = obs.members.as_deref().unwrap_or_default();
-                let peers = all
-                    .iter()
-                    .filter_map(|m| m.host_label().map(String::from))
-                    .collect();
-                let endpoints = all
-                    .iter()
-                    .filter_map(|m| obs.gate_endpoint(m.host_label()?))
-                    .collect();
-                let name =
-                    create_gated_pod(apis, cluster, image, peers, initial_cluster(all), endpoints)
-                        .await?;
-                join(apis, cluster, obs, &name).await
+                add_gated(apis, cluster, obs, image, all, *count).await
             }
             // Without a gate image: the member first, its pod after.
             None => {
@@ -557,6 +605,36 @@ pub async fn act(
                 ),
                 _ => format!("removed member {name} ({reason:?})"),
             })))
+        }
+        Action::ReplaceMember { name, id } => {
+            let mut etcd = connect(obs).await?;
+            if let Err(e) = etcd.remove(*id).await {
+                return settling(e);
+            }
+            delete_pod(apis, name).await?;
+            let removed = format!("removed member {name}, whose pod and data are gone");
+            let Some(image) = &apis.gate_image else {
+                return Ok(Outcome::Done(Some(removed)));
+            };
+            // etcd accepts the addition at once: the voter it waits for (5 s connected to
+            // each) is the one just removed.
+            let rest: Vec<etcd::Member> = obs
+                .members
+                .iter()
+                .flatten()
+                .filter(|m| m.id != *id)
+                .cloned()
+                .collect();
+            Ok(
+                match add_gated(apis, cluster, obs, image, &rest, 1).await? {
+                    Outcome::Done(Some(added)) => {
+                        Outcome::Done(Some(format!("{removed}; {added}")))
+                    }
+                    _ => Outcome::Done(Some(format!(
+                        "{removed}; its replacement waits to be added"
+                    ))),
+                },
+            )
         }
         Action::RecreatePod { name } => {
             // etcd restarting on its data reads the membership from its own log and ignores

@@ -133,6 +133,24 @@ fn url_host(ip: &str) -> String {
     }
 }
 
+/// The learners each member of a cluster on etcd `version` accepts at once: etcd 3.6's
+/// `--max-learners`, which the operator sets to this; earlier versions take one.
+pub fn max_learners(version: &str) -> usize {
+    if super::version::Version::parse(version) >= super::version::Version::new(3, 6, 0) {
+        MAX_LEARNERS
+    } else {
+        1
+    }
+}
+
+/// The `--max-learners` of the members the operator makes on etcd 3.6 and later: enough for a
+/// 7-member cluster to start all of its members beside the seed at once. Learners do not vote,
+/// so the limit guards only the leader's bandwidth.
+pub const MAX_LEARNERS: usize = 6;
+
+/// The flag that carries [`MAX_LEARNERS`].
+pub const MAX_LEARNERS_FLAG: &str = "--max-learners=";
+
 /// A new member name for `cluster`: `<cluster>-<5 random lowercase letters or digits>`.
 pub fn new_member_name(cluster: &str) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";

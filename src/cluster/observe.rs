@@ -147,6 +147,36 @@ fn is_current(pod: &Pod, hash: &str, image: &str) -> bool {
     }
 }
 
+/// How many learners every member accepts at once: the smallest `--max-learners` among the
+/// members' pods, 1 for a member whose pod does not carry it (made before it was set, or not
+/// observed). etcd checks the limit on every member as it applies an addition, so one member
+/// with a lower limit would refuse what the others accept.
+pub fn max_learners(obs: &Observed) -> usize {
+    let Some(members) = &obs.plan.members else {
+        return 1;
+    };
+    members
+        .iter()
+        .map(|m| {
+            obs.pods
+                .get(&m.name)
+                .and_then(|p| p.spec.as_ref())
+                .and_then(|s| s.containers.iter().find(|c| c.name == "etcd"))
+                .and_then(|c| {
+                    c.command
+                        .iter()
+                        .chain(c.args.iter())
+                        .flatten()
+                        .find_map(|a| a.strip_prefix(super::members::MAX_LEARNERS_FLAG))
+                        .and_then(|n| n.parse::<usize>().ok())
+                })
+                .unwrap_or(1)
+        })
+        .min()
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// The image of a pod's etcd container.
 pub fn etcd_image(pod: &Pod) -> Option<String> {
     pod.spec
@@ -664,10 +694,11 @@ mod tests {
             startup_grace: Duration::from_secs(60),
             replace_after: Duration::from_secs(300),
             quorum_grace: Duration::from_secs(30),
+            max_learners: 1,
         };
         assert!(matches!(
             plan(&obs, &target),
-            Action::RemoveMember { id: 1, .. }
+            Action::ReplaceMember { id: 1, .. }
         ));
         // The list taken immediately before the removal: m1 is gone, m2 is being deleted.
         let pod = |name: &str, deleting: bool| Pod {

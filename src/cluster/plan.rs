@@ -139,6 +139,10 @@ pub struct Target {
     /// How long members may be silent before their silence counts as lost quorum: a member
     /// whose container restarts is back within seconds.
     pub quorum_grace: Duration,
+    /// How many learners every member accepts at once (etcd 3.6's `--max-learners`, carried by
+    /// every member's pod; 1 otherwise). Each member checks the limit as it applies an
+    /// addition, so it is the smallest of the members'.
+    pub max_learners: usize,
 }
 
 /// Why a member is removed.
@@ -182,12 +186,17 @@ pub enum DeleteReason {
 pub enum Action {
     /// Create the seed member's pod (`--initial-cluster-state=new`, a fresh token).
     Bootstrap,
-    /// Add a learner to etcd and create its pod, `--initial-cluster-state=existing`.
-    AddMember,
+    /// Start `count` new members at once: their pods first (each names all of them in its
+    /// `--initial-cluster`, and its etcd waits until every one is added), then each is added
+    /// as a learner. More than one only where every member accepts that many learners.
+    AddMembers { count: usize },
     /// Add the member of a pod that was created ahead of it (the addition's second half).
     JoinMember { name: String },
     /// Promote a learner that has started.
     Promote { name: String, id: u64 },
+    /// A voter whose pod is gone, its data with it: removed, and in the same step its
+    /// replacement's pod is created and the replacement added as a learner.
+    ReplaceMember { name: String, id: u64 },
     /// Remove a member from etcd (its pod is deleted on a later step).
     RemoveMember {
         name: String,
@@ -228,10 +237,11 @@ impl Action {
     pub fn is_membership_change(&self) -> bool {
         matches!(
             self,
-            Action::AddMember
+            Action::AddMembers { .. }
                 | Action::JoinMember { .. }
                 | Action::Promote { .. }
                 | Action::RemoveMember { .. }
+                | Action::ReplaceMember { .. }
         )
     }
 }
@@ -416,68 +426,124 @@ impl<'a> Cluster<'a> {
         None
     }
 
-    /// Learners first: an addition in flight is finished (promoted) or undone (removed). On
-    /// scale-down a pending learner is removed, not promoted: promoting it would be a voting
-    /// change only to make the next one (its removal) necessary.
+    /// Learners first: additions in flight are finished (promoted, one voter at a time) or
+    /// undone (removed). Learners beyond what the size still needs go first, the unhealthy
+    /// ones first: promoting one only to remove it would be two voting changes for nothing.
+    /// While learners start, the rest of their batch is added.
     fn learner(&self) -> Option<Action> {
-        let l = self.members.iter().find(|m| m.is_learner)?;
-        let remove = |reason| {
+        let learners: Vec<&MemberView> = self.members.iter().filter(|m| m.is_learner).collect();
+        if learners.is_empty() {
+            return None;
+        }
+        let remove = |l: &MemberView, reason| {
             Some(Action::RemoveMember {
                 name: l.name.clone(),
                 id: l.id,
                 reason,
             })
         };
-        if self.voters.len() >= self.capacity() {
-            return remove(RemoveReason::ScaleDown);
+        let needed = self.capacity().saturating_sub(self.voters.len());
+        if learners.len() > needed {
+            let l = learners
+                .iter()
+                .find(|l| !l.healthy)
+                .unwrap_or(&learners[learners.len() - 1]);
+            return remove(l, RemoveReason::ScaleDown);
         }
-        match self.obs.pod(&l.name) {
-            None => remove(RemoveReason::StrandedLearner),
-            Some(p) if p.state.is_gone() => remove(RemoveReason::StrandedLearner),
-            // Made from a template the spec no longer asks for: its replacement gets the new one.
-            Some(p) if !p.current => remove(RemoveReason::Outdated),
-            // Added so long ago that it will not catch up (etcd refused every promotion).
-            Some(p) if p.age > self.target.learner_timeout => remove(RemoveReason::StrandedLearner),
-            Some(_) if l.healthy => Some(Action::Promote {
+        for l in &learners {
+            let why = match self.obs.pod(&l.name) {
+                None => RemoveReason::StrandedLearner,
+                Some(p) if p.state.is_gone() => RemoveReason::StrandedLearner,
+                // Made from a template the spec no longer asks for: its replacement gets the
+                // new one.
+                Some(p) if !p.current => RemoveReason::Outdated,
+                // Added so long ago that it will not catch up (etcd refused every promotion).
+                Some(p) if p.age > self.target.learner_timeout => RemoveReason::StrandedLearner,
+                Some(_) => continue,
+            };
+            return remove(l, why);
+        }
+        if let Some(l) = learners.iter().find(|l| l.healthy) {
+            return Some(Action::Promote {
                 name: l.name.clone(),
                 id: l.id,
-            }),
-            Some(_) => Some(Action::Wait {
-                reason: format!("learner {} is starting", l.name),
-            }),
+            });
         }
+        // etcd adds a member only while its leader has heard from every voter lately.
+        if learners.len() < self.target.max_learners
+            && self.healthy == self.voters.len()
+            && let Some(p) = self.joining().first()
+        {
+            return Some(Action::JoinMember { name: p.clone() });
+        }
+        Some(Action::Wait {
+            reason: format!("learner {} is starting", learners[0].name),
+        })
     }
 
-    /// Pods without a member: a removal whose pod deletion was interrupted, a pod whose member
-    /// was never added, or one created ahead of its member. Only one of the last kind is kept,
-    /// and only while its `--initial-cluster` still names exactly the current members, it is
-    /// made from the current template, and a member is still wanted; etcd would refuse it
-    /// otherwise.
-    fn pods_without_member(&self) -> Option<Action> {
+    /// The pods created ahead of their members that are still to be added, in one batch:
+    /// pods made from the current template, alive and within the learner timeout, whose
+    /// `--initial-cluster` (their `joining` peers and themselves) is the same for all of them,
+    /// names every current member, and names no one else but pods of the batch; and the batch
+    /// fits the size. etcd refuses a member whose `--initial-cluster` is not the membership it
+    /// finds, so any other pod without a member is deleted.
+    fn joining(&self) -> Vec<String> {
         let names = self.names();
-        let mut kept = false;
-        for p in self
+        let candidates: Vec<(&PodView, BTreeSet<String>)> = self
             .obs
             .pods
             .iter()
-            .filter(|p| !names.contains(&p.name) && p.state != PodState::Terminating)
-        {
-            let keep = !kept
-                && p.joining.as_ref() == Some(&names)
-                && p.current
-                && !p.state.is_gone()
-                && p.age <= self.target.learner_timeout
-                && self.voters.len() < self.capacity();
-            if keep {
-                kept = true;
-                continue;
+            .filter(|p| {
+                !names.contains(&p.name)
+                    && p.current
+                    && !p.state.is_gone()
+                    && p.age <= self.target.learner_timeout
+            })
+            .filter_map(|p| {
+                let mut all = p.joining.clone()?;
+                all.insert(p.name.clone());
+                Some((p, all))
+            })
+            .collect();
+        for (_, all) in &candidates {
+            let batch: Vec<String> = candidates
+                .iter()
+                .filter(|(_, a)| a == all)
+                .map(|(p, _)| p.name.clone())
+                .collect();
+            let rest: BTreeSet<String> = all.difference(&names).cloned().collect();
+            let fits = all.len() <= self.capacity()
+                && names.is_subset(all)
+                && rest == batch.iter().cloned().collect::<BTreeSet<_>>();
+            if fits {
+                return batch;
             }
-            return Some(Action::DeletePod {
+        }
+        Vec::new()
+    }
+
+    /// Pods without a member: a removal whose pod deletion was interrupted, a pod whose member
+    /// was never added, or one created ahead of its member. Only the batch that can still
+    /// join is kept (see [`Cluster::joining`]), and only while a member is still wanted.
+    fn pods_without_member(&self) -> Option<Action> {
+        let names = self.names();
+        let kept = if self.voters.len() < self.capacity() {
+            self.joining()
+        } else {
+            Vec::new()
+        };
+        self.obs
+            .pods
+            .iter()
+            .find(|p| {
+                !names.contains(&p.name)
+                    && p.state != PodState::Terminating
+                    && !kept.contains(&p.name)
+            })
+            .map(|p| Action::DeletePod {
                 name: p.name.clone(),
                 reason: DeleteReason::NoMember,
-            });
-        }
-        None
+            })
     }
 
     fn names(&self) -> BTreeSet<String> {
@@ -510,6 +576,17 @@ impl<'a> Cluster<'a> {
                 });
             }
             if self.healthy >= quorum(self.voters.len() - 1) {
+                // Its replacement in the same step when the size still wants it and nothing
+                // else is joining.
+                let replace = self.voters.len() <= self.target.size
+                    && self.members.iter().all(|m| !m.is_learner)
+                    && self.joining().is_empty();
+                if replace {
+                    return Some(Action::ReplaceMember {
+                        name: v.name.clone(),
+                        id: v.id,
+                    });
+                }
                 return Some(Action::RemoveMember {
                     name: v.name.clone(),
                     id: v.id,
@@ -681,16 +758,15 @@ impl<'a> Cluster<'a> {
         Some(self.add())
     }
 
+    /// The batch waiting to join, else as many new members as are missing and every member
+    /// accepts as learners at once.
     fn add(&self) -> Action {
-        let names = self.names();
-        let joining = self.obs.pods.iter().find(|p| {
-            !names.contains(&p.name) && p.joining.is_some() && p.state != PodState::Terminating
-        });
-        match joining {
-            Some(p) => Action::JoinMember {
-                name: p.name.clone(),
-            },
-            None => Action::AddMember,
+        if let Some(name) = self.joining().into_iter().next() {
+            return Action::JoinMember { name };
+        }
+        let missing = self.capacity().saturating_sub(self.voters.len());
+        Action::AddMembers {
+            count: missing.min(self.target.max_learners).max(1),
         }
     }
 
@@ -914,6 +990,7 @@ mod tests {
             startup_grace: MINUTE / 2,
             replace_after: 5 * MINUTE,
             quorum_grace: MINUTE / 2,
+            max_learners: 1,
         }
     }
 
@@ -1058,7 +1135,10 @@ mod tests {
 
     #[test]
     fn grows_and_shrinks_one_member_at_a_time() {
-        assert_eq!(plan(&steady(1), &target(3)), Action::AddMember);
+        assert_eq!(
+            plan(&steady(1), &target(3)),
+            Action::AddMembers { count: 1 }
+        );
         assert_eq!(plan(&steady(3), &target(3)), Action::Steady);
         let down = plan(&steady(3), &target(1));
         assert!(
@@ -1087,6 +1167,114 @@ mod tests {
             Action::RemoveMember {
                 id: 4,
                 reason: RemoveReason::StrandedLearner,
+                ..
+            }
+        ));
+    }
+
+    fn learners(n: usize) -> Target {
+        Target {
+            max_learners: n,
+            ..target(5)
+        }
+    }
+
+    #[test]
+    fn where_members_accept_several_learners_the_missing_members_start_at_once() {
+        // Seed alone, 4 missing: as many as the members accept.
+        assert_eq!(
+            plan(&steady(1), &learners(6)),
+            Action::AddMembers { count: 4 }
+        );
+        assert_eq!(
+            plan(&steady(1), &learners(2)),
+            Action::AddMembers { count: 2 }
+        );
+        assert_eq!(
+            plan(&steady(1), &learners(1)),
+            Action::AddMembers { count: 1 }
+        );
+        // The batch's pods name the seed and each other; they are added one after the other,
+        // while the first added waits for the rest (its etcd cannot start before).
+        let batch: BTreeSet<String> = ["m1", "m2", "m3"].map(String::from).into();
+        let gated = |name: &str| PodView {
+            joining: Some(batch.iter().filter(|n| *n != name).cloned().collect()),
+            state: PodState::Running,
+            ..running(name)
+        };
+        let mut obs = steady(1);
+        obs.pods.extend([gated("m2"), gated("m3")]);
+        let t = Target {
+            size: 3,
+            ..learners(6)
+        };
+        assert_eq!(plan(&obs, &t), Action::JoinMember { name: "m2".into() });
+        obs.members
+            .as_mut()
+            .unwrap()
+            .push(member("m2", 2, true, false));
+        assert_eq!(plan(&obs, &t), Action::JoinMember { name: "m3".into() });
+        // Members that accept one learner only: the second waits; it is never added.
+        assert!(matches!(
+            plan(
+                &obs,
+                &Target {
+                    max_learners: 1,
+                    ..t
+                }
+            ),
+            Action::Wait { .. }
+        ));
+        obs.members
+            .as_mut()
+            .unwrap()
+            .push(member("m3", 3, true, false));
+        assert!(matches!(plan(&obs, &t), Action::Wait { .. }));
+        // Both started: promoted one at a time (one voting change per step).
+        for m in obs.members.as_mut().unwrap() {
+            m.healthy = true;
+        }
+        assert_eq!(
+            plan(&obs, &t),
+            Action::Promote {
+                name: "m2".into(),
+                id: 2
+            }
+        );
+        obs.members.as_mut().unwrap()[1].is_learner = false;
+        assert_eq!(
+            plan(&obs, &t),
+            Action::Promote {
+                name: "m3".into(),
+                id: 3
+            }
+        );
+        // A pod naming a member of another batch is not one of this batch: deleted.
+        let mut obs = steady(1);
+        obs.pods.extend([gated("m2"), gated("m3")]);
+        obs.pods.push(PodView {
+            joining: Some(["m1".to_string()].into()),
+            ..running("m9")
+        });
+        assert_eq!(
+            plan(&obs, &t),
+            Action::DeletePod {
+                name: "m9".into(),
+                reason: DeleteReason::NoMember
+            }
+        );
+        // On scale-down, learners beyond what the size needs go, not started ones first.
+        let mut obs = steady(3);
+        obs.members
+            .as_mut()
+            .unwrap()
+            .extend([member("m4", 4, true, true), member("m5", 5, true, false)]);
+        obs.pods.extend([running("m4"), running("m5")]);
+        assert!(matches!(
+            plan(&obs, &Target { size: 4, ..t }),
+            Action::RemoveMember {
+                id: 5,
+                reason: RemoveReason::ScaleDown,
                 ..
             }
         ));
@@ -1155,12 +1343,20 @@ mod tests {
     }
 
     #[test]
-    fn a_dead_member_is_removed_then_replaced() {
+    fn a_dead_member_is_replaced_in_one_step() {
         let mut obs = steady(3);
         obs.members.as_mut().unwrap()[2].healthy = false;
         obs.pods.pop();
-        assert!(matches!(
+        assert_eq!(
             plan(&obs, &target(3)),
+            Action::ReplaceMember {
+                name: "m3".into(),
+                id: 3
+            }
+        );
+        // Beyond the size it is only removed.
+        assert!(matches!(
+            plan(&obs, &target(2)),
             Action::RemoveMember {
                 id: 3,
                 reason: RemoveReason::PodGone,
@@ -1475,24 +1671,47 @@ mod tests {
             }
         }
 
-        /// Applies `action`; afterwards every member whose pod runs answers (it has started).
+        /// The pods of `count` new members, each naming the members and the others.
+        fn start_batch(&mut self, count: usize) {
+            let names: Vec<String> = (0..count)
+                .map(|_| {
+                    self.next += 1;
+                    format!("n{}", self.next)
+                })
+                .collect();
+            for name in &names {
+                let peers = self
+                    .members
+                    .iter()
+                    .map(|m| m.name.clone())
+                    .chain(names.iter().filter(|n| *n != name).cloned())
+                    .collect();
+                if self.persistent {
+                    self.claims.insert(name.clone());
+                }
+                self.pods.push(SimPod {
+                    name: name.clone(),
+                    state: PodState::Pending,
+                    joining: Some(peers),
+                    current: true,
+                });
+            }
+        }
+
+        /// Applies `action`; afterwards every member whose pod runs answers (it has started),
+        /// except a learner whose batch is not all added yet (its etcd waits, as the gate
+        /// makes it).
         fn apply(&mut self, action: &Action) {
             match action {
                 // As act does with a gate image: the pod (and its claim) first, its member on
                 // a later step (the worst case: the operator stopped in between).
-                Action::AddMember => {
-                    self.next += 1;
-                    let name = format!("n{}", self.next);
-                    let peers = self.members.iter().map(|m| m.name.clone()).collect();
-                    if self.persistent {
-                        self.claims.insert(name.clone());
-                    }
-                    self.pods.push(SimPod {
-                        name,
-                        state: PodState::Pending,
-                        joining: Some(peers),
-                        current: true,
-                    });
+                Action::AddMembers { count } => self.start_batch(*count),
+                // As act does: out of etcd, its pod deleted, then the replacement's pod made
+                // (and, in the worst case, the operator stopped before it was added).
+                Action::ReplaceMember { id, name } => {
+                    self.members.retain(|m| m.id != *id);
+                    self.delete_pod(name);
+                    self.start_batch(1);
                 }
                 Action::JoinMember { name } => {
                     self.next += 1;
@@ -1541,8 +1760,22 @@ mod tests {
                 .filter(|p| p.state == PodState::Running)
                 .map(|p| p.name.clone())
                 .collect();
+            let names: BTreeSet<String> = self.members.iter().map(|m| m.name.clone()).collect();
             for m in &mut self.members {
+                let pod = self.pods.iter_mut().find(|p| p.name == m.name);
                 m.answers = running.contains(&m.name);
+                if let Some(p) = pod {
+                    if let Some(peers) = &p.joining {
+                        let mut all = peers.clone();
+                        all.insert(m.name.clone());
+                        if all == names {
+                            // Its gate lets etcd start; from now on it runs as any member.
+                            p.joining = None;
+                        } else {
+                            m.answers = false;
+                        }
+                    }
+                }
             }
             if !self
                 .members
@@ -1649,9 +1882,17 @@ mod tests {
                 // whose `--initial-cluster` may or may not still match.
                 let names: BTreeSet<String> = sim.members.iter().map(|m| m.name.clone()).collect();
                 for s in 0..strays {
-                    let joining = match (s + ms.len()) % 3 {
+                    let joining = match (s + ms.len()) % 4 {
                         0 => None,
                         1 => Some(names.clone()),
+                        // One of a batch: it names the other strays too.
+                        2 => Some(
+                            names
+                                .iter()
+                                .cloned()
+                                .chain((0..strays).filter(|t| *t != s).map(|t| format!("stray{t}")))
+                                .collect(),
+                        ),
                         _ => Some(names.iter().skip(1).cloned().collect()),
                     };
                     sim.pods.push(SimPod {
@@ -1683,6 +1924,13 @@ mod tests {
         Target {
             persistent,
             ..target(size)
+        }
+    }
+
+    fn target_with(size: usize, persistent: bool, max_learners: usize) -> Target {
+        Target {
+            max_learners,
+            ..target_of(size, persistent)
         }
     }
 
@@ -1721,7 +1969,7 @@ mod tests {
             let action = plan(&sim.observe(), &target);
             trace.push(match &action {
                 Action::Steady => break,
-                Action::AddMember => "add".to_string(),
+                Action::AddMembers { .. } => "add".to_string(),
                 Action::JoinMember { .. } => "join".into(),
                 Action::Promote { .. } => "promote".into(),
                 Action::RemoveMember { name, reason, .. } => format!("remove {name} {reason:?}"),
@@ -1910,13 +2158,27 @@ mod tests {
             plan(&bare, &persistent),
             Action::QuorumLost { reason } if reason.contains("no claim")
         ));
-        // A claim that is gone: the member is replaced, never restarted empty.
+        // A claim that is gone: the member is replaced, never restarted empty (beyond the
+        // size, only removed).
         let mut obs = steady(3);
         obs.members.as_mut().unwrap()[2].healthy = false;
         obs.pods.pop();
         obs.claims.remove("m3");
         assert_eq!(
             plan(&obs, &persistent),
+            Action::ReplaceMember {
+                name: "m3".into(),
+                id: 3
+            }
+        );
+        assert_eq!(
+            plan(
+                &obs,
+                &Target {
+                    size: 2,
+                    ..persistent
+                }
+            ),
             Action::RemoveMember {
                 name: "m3".into(),
                 id: 3,
@@ -1964,10 +2226,11 @@ mod tests {
             mut sim in arb_sim(false),
             size in 1..=7usize,
             persistent in any::<bool>(),
+            max_learners in 1..=4usize,
         ) {
             sim.persistent = persistent;
             let obs = sim.observe();
-            let action = plan(&obs, &target_of(size, persistent));
+            let action = plan(&obs, &target_with(size, persistent, max_learners));
             let voters = sim.voters();
             let counting = voters.iter().filter(|m| sim.counts(m)).count();
             let quorate = obs.members.is_some() && majority(counting, voters.len());
@@ -1980,8 +2243,10 @@ mod tests {
                         && !sim.claims.contains(&v.name))
             });
             let room = voters.len() < size || (voters.len() == size && may_surge);
+            let capacity = size + usize::from(may_surge);
+            let learners: Vec<&SimMember> = sim.members.iter().filter(|m| m.learner).collect();
             match &action {
-                Action::RemoveMember { id, .. } => {
+                Action::RemoveMember { id, .. } | Action::ReplaceMember { id, .. } => {
                     prop_assert!(quorate);
                     let m = sim.members.iter().find(|m| m.id == *id).unwrap();
                     if Some(*id) == obs.leader {
@@ -1994,16 +2259,34 @@ mod tests {
                         prop_assert!(majority(after, after_voters), "{:?}", action);
                     }
                 }
-                Action::AddMember | Action::JoinMember { .. } => {
+                // A new batch only when every member is a voter that answers; never more
+                // learners than every member accepts, nor more members than the size asks for.
+                Action::AddMembers { count } => {
                     prop_assert!(quorate);
                     prop_assert!(sim.members.iter().all(|m| !m.learner && m.answers));
+                    prop_assert!(*count >= 1 && *count <= max_learners);
+                    prop_assert!(
+                        voters.len() + count <= capacity,
+                        "{:?} with {} voters of {}", action, voters.len(), size
+                    );
+                }
+                // The rest of a batch: every voter answers, the learners there are belong
+                // to the same batch (they wait for it), and the limit holds after it.
+                Action::JoinMember { name } => {
+                    prop_assert!(quorate);
+                    prop_assert!(voters.iter().all(|m| m.answers));
+                    prop_assert!(learners.len() < max_learners, "{:?}", action);
                     prop_assert!(room, "{:?} with {} voters of {}", action, voters.len(), size);
-                    if let Action::JoinMember { name } = &action {
-                        let names: BTreeSet<String> =
-                            sim.members.iter().map(|m| m.name.clone()).collect();
-                        let p = sim.pod(name).unwrap();
-                        prop_assert_eq!(p.joining.as_ref(), Some(&names));
-                        prop_assert!(p.current);
+                    let names: BTreeSet<String> =
+                        sim.members.iter().map(|m| m.name.clone()).collect();
+                    let p = sim.pod(name).unwrap();
+                    prop_assert!(p.current);
+                    let mut batch = p.joining.clone().unwrap();
+                    batch.insert(name.clone());
+                    prop_assert!(names.is_subset(&batch), "{:?} names {:?}", action, batch);
+                    prop_assert!(batch.len() <= capacity);
+                    for l in &learners {
+                        prop_assert!(batch.contains(&l.name));
                     }
                 }
                 Action::Promote { id, .. } => {
@@ -2065,9 +2348,10 @@ mod tests {
             mut sim in arb_sim(true),
             size in 1..=7usize,
             persistent in any::<bool>(),
+            max_learners in 1..=4usize,
         ) {
             sim.persistent = persistent;
-            let target = target_of(size, persistent);
+            let target = target_with(size, persistent, max_learners);
             let mut trace = Vec::new();
             for _ in 0..160 {
                 let action = plan(&sim.observe(), &target);

@@ -419,10 +419,20 @@ fn install_gate_container(gate: &Gate) -> Container {
 pub fn member_pod(
     cluster: &EtcdCluster,
     member: &str,
-    args: Vec<String>,
+    mut args: Vec<String>,
     gate: Option<&Gate>,
     tls_revision: &str,
 ) -> Pod {
+    // Every member of a 3.6 cluster carries the same limit (each checks it as it applies an
+    // addition). It is not part of the template hash: clusters made before it are not rolled
+    // for it, and keep one learner at a time until their members are replaced.
+    if super::members::max_learners(cluster.spec.version()) > 1 {
+        args.push(format!(
+            "{}{}",
+            super::members::MAX_LEARNERS_FLAG,
+            super::members::MAX_LEARNERS
+        ));
+    }
     let name = cluster.name_any();
     let spec = &cluster.spec;
     let policy = spec.pod.clone().unwrap_or_default();
@@ -861,7 +871,11 @@ mod tests {
             assert!(command.iter().any(|c| c == flag), "{flag} in {command:?}");
         }
         assert_eq!(&command[command.len() - 2..], ["--", "/usr/local/bin/etcd"]);
-        assert_eq!(etcd.args.as_deref().unwrap(), ["--name=example-s"]);
+        // 3.6: every member takes the same learner limit.
+        assert_eq!(
+            etcd.args.as_deref().unwrap(),
+            ["--name=example-s", "--max-learners=6"]
+        );
     }
 
     #[test]

@@ -40,16 +40,17 @@ fn condition(
 fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'static str> {
     match action {
         Action::Bootstrap
-        | Action::AddMember
+        | Action::AddMembers { .. }
         | Action::JoinMember { .. }
         | Action::Promote { .. } => Some("Scaling"),
         Action::RemoveMember {
             reason: RemoveReason::ScaleDown,
             ..
         } => Some("Scaling"),
-        Action::RemoveMember { .. } | Action::DeletePod { .. } | Action::RecreatePod { .. } => {
-            Some("Recovering")
-        }
+        Action::RemoveMember { .. }
+        | Action::ReplaceMember { .. }
+        | Action::DeletePod { .. }
+        | Action::RecreatePod { .. } => Some("Recovering"),
         Action::Wait { .. } if voters != size => Some("Scaling"),
         Action::Wait { .. } => Some("Recovering"),
         _ => None,
@@ -347,14 +348,14 @@ mod tests {
         let mut seed = observed([PodState::Running; 3]);
         seed.plan.members.as_mut().unwrap().truncate(1);
         seed.plan.pods.truncate(1);
-        let status = compute(&cluster, &seed, &Action::AddMember);
+        let status = compute(&cluster, &seed, &Action::AddMembers { count: 1 });
         assert_eq!(condition_of(&status, "Available"), "False");
         assert_eq!(condition_of(&status, "Progressing"), "True");
         // Two of three: the requested cluster serves, and it is still growing.
         let mut two = observed([PodState::Running; 3]);
         two.plan.members.as_mut().unwrap().truncate(2);
         two.plan.pods.truncate(2);
-        let status = compute(&cluster, &two, &Action::AddMember);
+        let status = compute(&cluster, &two, &Action::AddMembers { count: 1 });
         assert_eq!(condition_of(&status, "Available"), "True");
         assert_eq!(condition_of(&status, "Progressing"), "True");
         let all = compute(&cluster, &observed([PodState::Running; 3]), &Action::Steady);

@@ -318,6 +318,7 @@ async fn reconcile(
         startup_grace: STARTUP_GRACE,
         replace_after: ctx.timings.replace_unhealthy_after,
         quorum_grace: ctx.timings.quorum_grace,
+        max_learners: observe::max_learners(&obs),
     };
     // A restore handed over by the restore controller replaces the normal plan until its seed
     // serves; the cluster then grows back by the normal plan.
@@ -344,7 +345,10 @@ async fn reconcile(
         ),
         None => plan::plan(&obs.plan, &target),
     };
-    if matches!(action, Action::RemoveMember { .. }) {
+    if matches!(
+        action,
+        Action::RemoveMember { .. } | Action::ReplaceMember { .. }
+    ) {
         // Immediately before a removal, the pods are listed again: one deleted since the
         // observation must not count as a healthy voter's.
         observe::recheck_pods(&apis.pods, cluster, &mut obs.plan).await?;
@@ -508,6 +512,7 @@ fn member_pod_ref(cluster: &EtcdCluster, action: &Action) -> Option<ObjectRefere
         Action::JoinMember { name }
         | Action::Promote { name, .. }
         | Action::RemoveMember { name, .. }
+        | Action::ReplaceMember { name, .. }
         | Action::RecreatePod { name }
         | Action::DeletePod { name, .. }
         | Action::MoveLeader { from: name, .. } => name,
@@ -587,7 +592,8 @@ fn record_state(ctx: &Context, cluster: &EtcdCluster, status: &EtcdClusterStatus
 fn reason_of(action: &Action) -> &'static str {
     match action {
         Action::Bootstrap => "SeedCreated",
-        Action::AddMember | Action::JoinMember { .. } => "MemberAdded",
+        Action::AddMembers { .. } | Action::JoinMember { .. } => "MemberAdded",
+        Action::ReplaceMember { .. } => "MemberReplaced",
         Action::Promote { .. } => "MemberPromoted",
         Action::RemoveMember {
             reason: plan::RemoveReason::Unhealthy | plan::RemoveReason::DataGone,
