@@ -1764,16 +1764,16 @@ mod tests {
             for m in &mut self.members {
                 let pod = self.pods.iter_mut().find(|p| p.name == m.name);
                 m.answers = running.contains(&m.name);
-                if let Some(p) = pod {
-                    if let Some(peers) = &p.joining {
-                        let mut all = peers.clone();
-                        all.insert(m.name.clone());
-                        if all == names {
-                            // Its gate lets etcd start; from now on it runs as any member.
-                            p.joining = None;
-                        } else {
-                            m.answers = false;
-                        }
+                if let Some(p) = pod
+                    && let Some(peers) = &p.joining
+                {
+                    let mut all = peers.clone();
+                    all.insert(m.name.clone());
+                    if all == names {
+                        // Its gate lets etcd start; from now on it runs as any member.
+                        p.joining = None;
+                    } else {
+                        m.answers = false;
                     }
                 }
             }
