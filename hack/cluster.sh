@@ -7,6 +7,9 @@
 #   hack/cluster.sh up --control-plane-only   etcd + kube-apiserver + kube-controller-manager, in seconds
 #   hack/cluster.sh down                      stops every process it started, by PID, and removes its
 #                                             state, mounts, network namespaces, interfaces and iptables chains
+#   hack/cluster.sh down --control-plane-only stops a control plane started without a node and removes
+#                                             its state only, leaving the node's network (shared by any
+#                                             running cluster: the bridge, netns, iptables) alone
 #   hack/cluster.sh kubeconfig                prints the kubeconfig path
 #   hack/cluster.sh import ARCHIVE...         imports image archives into the node's containerd
 #
@@ -14,6 +17,9 @@
 # (default /tmp/etcd-operator-cluster); the kubeconfig is $ETCD_OPERATOR_CLUSTER_DIR/kubeconfig.
 # The node's API address is the CNI bridge's own address (10.244.0.1), which the host and the pods
 # both reach; nothing listens on the machine's external interfaces.
+#
+# KUBELET_MAX_PODS (default 110) is the node's pod limit, read when the kubelet starts; the pod
+# range is a /24, so at most 253 pods get an address. `make bench-scale` starts it with 250.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +40,8 @@ sock=$state/containerd/containerd.sock
 api_port=${ETCD_OPERATOR_API_PORT:-6443}
 etcd_client_port=${ETCD_OPERATOR_API_ETCD_PORT:-2479}
 etcd_peer_port=$((etcd_client_port + 1))
+controller_manager_port=${ETCD_OPERATOR_CONTROLLER_MANAGER_PORT:-10257}
+max_pods=${KUBELET_MAX_PODS:-110}
 service_cidr=10.96.0.0/16
 service_ip=10.96.0.1
 
@@ -168,7 +176,7 @@ up_control_plane() {
     --kubeconfig="$state/controller-manager.kubeconfig" \
     --authentication-kubeconfig="$state/controller-manager.kubeconfig" \
     --authorization-kubeconfig="$state/controller-manager.kubeconfig" \
-    --bind-address=127.0.0.1 --secure-port=10257 \
+    --bind-address=127.0.0.1 --secure-port="$controller_manager_port" \
     --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
     --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
     --service-cluster-ip-range="$service_cidr" --use-service-account-credentials=true \
@@ -198,6 +206,7 @@ write_if_changed() { # write_if_changed FILE < content
 }
 
 write_node_config() {
+  case $max_pods in ''|*[!0-9]*) log "KUBELET_MAX_PODS=$max_pods: not a number"; return 1 ;; esac
   mkdir -p "$state/cni/net.d" "$state/cni/ipam" "$state/containerd" "$state/kubelet"
   cat > "$state/cni/net.d/10-eo-bridge.conflist" <<CNI
 {"cniVersion": "0.4.0", "name": "eo-pods", "plugins": [
@@ -263,7 +272,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 serializeImagePulls: false
-maxPods: 110
+maxPods: $max_pods
 KUBELET
   # kube-proxy exits when its configuration file is written, so a repeated `up` leaves it alone.
   write_if_changed "$state/kube-proxy.yaml" <<PROXY
@@ -413,7 +422,9 @@ down() {
       fi
     done
   fi
-  clean_node
+  # A control plane without a node left nothing in the kernel; what is there is another
+  # cluster's node.
+  [ "${1:-}" = --control-plane-only ] || clean_node
   rm -rf "$state"
 }
 
@@ -424,9 +435,13 @@ case "${1:-}" in
       "") up_node ;;
       *) echo "unknown option $2" >&2; exit 2 ;;
     esac ;;
-  down) down ;;
+  down)
+    case "${2:-}" in
+      --control-plane-only|"") down "${2:-}" ;;
+      *) echo "unknown option $2" >&2; exit 2 ;;
+    esac ;;
   kubeconfig) echo "$kubeconfig" ;;
   has-node) running kubelet ;;
   import) shift; import_images "$@" ;;
-  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
 esac

@@ -14,8 +14,10 @@ if [ "${1:-}" = --control-plane-only ]; then
   export ETCD_OPERATOR_CLUSTER_DIR=${ETCD_OPERATOR_TEST_CLUSTER_DIR:-/tmp/etcd-operator-test-cp}
   export ETCD_OPERATOR_API_PORT=${ETCD_OPERATOR_TEST_API_PORT:-6444}
   export ETCD_OPERATOR_API_ETCD_PORT=${ETCD_OPERATOR_TEST_API_ETCD_PORT:-2579}
-  trap '"$here/cluster.sh" down' EXIT
-  "$here/cluster.sh" down
+  export ETCD_OPERATOR_CONTROLLER_MANAGER_PORT=${ETCD_OPERATOR_TEST_CONTROLLER_MANAGER_PORT:-10357}
+  # `down --control-plane-only`: the node's network, if any, belongs to the running cluster.
+  trap '"$here/cluster.sh" down --control-plane-only' EXIT
+  "$here/cluster.sh" down --control-plane-only
   "$here/cluster.sh" up --control-plane-only
 else
   bin=$("$here/build-k8s.sh" kubectl)
