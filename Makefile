@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .PHONY: all build test unit lint e2e control-plane-test smoke crds demo demo-down cluster-up \
-	control-plane-up cluster-down cluster-cycle-test k8s image bench chart-test
+	control-plane-up cluster-down cluster-cycle-test k8s image bench bench-scale chart-test
 
 all: build
 
@@ -54,6 +54,27 @@ bench:
 	$(CARGO) build --release --bin etcd-operator
 	$(CARGO) build -p e2e --bins
 	ETCD_OPERATOR_BIN=target/release/etcd-operator hack/with-cluster.sh sh -c 'hack/image.sh && $(CARGO) run -q -p e2e --bin bench'
+
+## bench-scale: the operator with many clusters (not part of `make test`). On the local cluster,
+## started with a kubelet taking KUBELET_MAX_PODS=250 pods: SCALE_CLUSTERS (100) clusters of
+## SCALE_SIZE (1) members, one of them of 3, applied at once: apply to Available, idle RSS, CPU,
+## passes and API requests, a member healed among them. Then on a throwaway control plane without
+## a node: SCALE_CP_CLUSTERS (1000) clusters of 3: idle RSS and API requests, spec change to pass.
+## `BENCH_ONLY=nodes` or `BENCH_ONLY=control-plane` runs one phase.
+bench-scale:
+	@case "$${BENCH_ONLY:-}" in ""|nodes|control-plane) ;; \
+	  *) echo "BENCH_ONLY must be nodes or control-plane (or unset, for both)" >&2; exit 2 ;; esac
+	hack/deps.sh
+	$(CARGO) build --release --bin etcd-operator
+	$(CARGO) build -p e2e --bins
+	if [ "$${BENCH_ONLY:-nodes}" = nodes ]; then \
+	  KUBELET_MAX_PODS=$${KUBELET_MAX_PODS:-250} ETCD_OPERATOR_BIN=target/release/etcd-operator \
+	    hack/with-cluster.sh sh -c 'hack/image.sh && BENCH_ONLY=nodes $(CARGO) run -q -p e2e --bin bench-scale'; \
+	fi
+	if [ "$${BENCH_ONLY:-control-plane}" = control-plane ]; then \
+	  ETCD_OPERATOR_BIN=target/release/etcd-operator hack/with-cluster.sh --control-plane-only \
+	    env BENCH_ONLY=control-plane $(CARGO) run -q -p e2e --bin bench-scale; \
+	fi
 
 ## control-plane-test: the CRD rules only, on a throwaway control plane (seconds, no node).
 control-plane-test:

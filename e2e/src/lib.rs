@@ -1,6 +1,7 @@
 //! Helpers for tests that run against a real Kubernetes API server: the local cluster that
 //! `hack/cluster.sh` starts, or any cluster that `KUBECONFIG` names.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -434,6 +435,12 @@ impl OperatorProcess {
         series(&self.scrape(), RECONCILES).unwrap_or(0.0)
     }
 
+    /// The process's requests to the Kubernetes API so far, by `(verb, resource)`
+    /// ([`API_REQUESTS`]).
+    pub fn api_requests(&self) -> BTreeMap<(String, String), f64> {
+        api_requests(&self.scrape())
+    }
+
     /// The process's log file.
     pub fn log_path(&self) -> &Path {
         &self.log
@@ -571,6 +578,55 @@ pub fn series(metrics: &str, name: &str) -> Option<f64> {
             .parse()
             .ok()
     })
+}
+
+/// Every series of metric `name` in a Prometheus or OpenMetrics exposition, as its labels
+/// (name to value) and its value: `name{a="x",b="y"} 3` gives `({a: x, b: y}, 3.0)`. Label
+/// values with escaped quotes or commas are not expected (ours have none).
+pub fn labelled_series(metrics: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    metrics
+        .lines()
+        .filter_map(|l| {
+            let (labels, rest) = l.strip_prefix(name)?.strip_prefix('{')?.split_once("} ")?;
+            let value = rest.split(' ').next()?.parse().ok()?;
+            let labels = labels
+                .split(',')
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=')?;
+                    Some((k.to_string(), v.trim_matches('"').to_string()))
+                })
+                .collect::<Option<_>>()?;
+            Some((labels, value))
+        })
+        .collect()
+}
+
+/// The operator's count of its requests to the Kubernetes API.
+pub const API_REQUESTS: &str = "etcd_operator_api_requests_total";
+
+/// The operator's requests to the Kubernetes API so far, by `(verb, resource)`
+/// ([`API_REQUESTS`]).
+pub fn api_requests(metrics: &str) -> BTreeMap<(String, String), f64> {
+    labelled_series(metrics, API_REQUESTS)
+        .into_iter()
+        .map(|(mut labels, v)| {
+            let verb = labels.remove("verb").unwrap_or_default();
+            let resource = labels.remove("resource").unwrap_or_default();
+            ((verb, resource), v)
+        })
+        .collect()
+}
+
+/// The resident set of process `pid` (`VmRSS` in `/proc/PID/status`), in KiB; 0 when the
+/// process is gone.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Clock ticks per second of the CPU times in `/proc/PID/stat` (`USER_HZ`, what
@@ -978,14 +1034,26 @@ pub fn get(k: &Kubectl, ns: &str, what: &str) -> Value {
 }
 
 /// Polls `check` every 200 ms until it holds; panics after `secs`. Returns the time it took.
-pub fn until(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration {
+pub fn until(what: &str, secs: u64, check: impl FnMut() -> bool) -> Duration {
+    until_every(what, secs, Duration::from_millis(200), check)
+}
+
+/// Polls `check` every `period` until it holds; panics after `secs`. Returns the time it took.
+/// A longer period than [`until`]'s for checks that cost the API server (bulk lists), a shorter
+/// one for latencies.
+pub fn until_every(
+    what: &str,
+    secs: u64,
+    period: Duration,
+    mut check: impl FnMut() -> bool,
+) -> Duration {
     let start = Instant::now();
     while !check() {
         assert!(
             start.elapsed() < Duration::from_secs(secs),
             "timed out after {secs}s waiting for {what}"
         );
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(period);
     }
     start.elapsed()
 }
@@ -1031,6 +1099,40 @@ pub fn degraded_with(object: &Value, reason: &str, parts: &[&str]) -> bool {
     })
 }
 
+/// The floor of the benchmarks: one bare etcd 3.6.16 pod `floor-<i>` in `ns` (the image
+/// imported, no operator involved), from create to Ready; the pod is deleted (without waiting)
+/// afterwards.
+pub fn etcd_pod_floor(k: &Kubectl, ns: &str, i: usize) -> Duration {
+    let name = format!("floor-{i}");
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.6.16",
+          "imagePullPolicy": "Never",
+          "command": ["/usr/local/bin/etcd"],
+          "args": ["--data-dir=/tmp/data", "--listen-client-urls=http://0.0.0.0:2379",
+                   "--advertise-client-urls=http://127.0.0.1:2379",
+                   "--listen-metrics-urls=http://0.0.0.0:2381"],
+          "readinessProbe": {"httpGet": {"path": "/readyz", "port": 2381}, "periodSeconds": 2}}]}});
+    let start = Instant::now();
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&pod.to_string()));
+    k.ok(
+        &[
+            "wait",
+            "-n",
+            ns,
+            &format!("pod/{name}"),
+            "--for=condition=Ready",
+            "--timeout=120s",
+        ],
+        None,
+    );
+    let took = start.elapsed();
+    k.ok(
+        &["delete", "-n", ns, &format!("pod/{name}"), "--wait=false"],
+        None,
+    );
+    took
+}
+
 /// Names of the member pods of `cluster`, sorted.
 pub fn pod_names(k: &Kubectl, ns: &str, cluster: &str) -> Vec<String> {
     let selector = format!("etcd_cluster={cluster}");
@@ -1055,6 +1157,13 @@ pub fn pod_names(k: &Kubectl, ns: &str, cluster: &str) -> Vec<String> {
 /// Whether `cluster` is Available with `size` healthy voters whose names equal its pods.
 pub fn healthy_at_size(k: &Kubectl, ns: &str, cluster: &str, size: usize) -> bool {
     let c = get(k, ns, &format!("etcdcluster/{cluster}"));
+    cluster_healthy(&c, size, &pod_names(k, ns, cluster))
+}
+
+/// Whether the EtcdCluster `c` (as JSON) is Available with `size` healthy voters whose names
+/// equal `pods` (its member pods' names, sorted): [`healthy_at_size`] on objects already read,
+/// for checks of many clusters from one list.
+pub fn cluster_healthy(c: &Value, size: usize, pods: &[String]) -> bool {
     let statuses = c["status"]["memberStatuses"]
         .as_array()
         .cloned()
@@ -1064,13 +1173,13 @@ pub fn healthy_at_size(k: &Kubectl, ns: &str, cluster: &str, size: usize) -> boo
         .map(|m| m["name"].as_str().unwrap_or("").to_string())
         .collect();
     members.sort();
-    condition(&c, "Available") == "True"
+    condition(c, "Available") == "True"
         && c["status"]["readyMembers"] == serde_json::json!(size)
         && statuses.len() == size
         && statuses
             .iter()
             .all(|m| m["healthy"] == true && m["role"] != "learner")
-        && members == pod_names(k, ns, cluster)
+        && members == pods
 }
 
 /// Local volumes for clusters with persistent members: `n` hostPath PersistentVolumes of a
@@ -1350,6 +1459,22 @@ mod tests {
             Some(3.0)
         );
         assert_eq!(series(m, "etcd_operator_leader"), None);
+    }
+
+    #[test]
+    fn labelled_series_reads_every_series_of_a_metric() {
+        let m = "# HELP etcd_operator_api_requests Requests.\n\
+                 # TYPE etcd_operator_api_requests counter\n\
+                 etcd_operator_api_requests_total{verb=\"update\",resource=\"leases\"} 12\n\
+                 etcd_operator_api_requests_total{verb=\"patch\",resource=\"etcdclusters/status\"} 3 1700000000\n\
+                 etcd_operator_api_requests_totally{verb=\"get\",resource=\"pods\"} 9\n\
+                 etcd_operator_leader 1\n# EOF\n";
+        let all = api_requests(m);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!(all[&("update".into(), "leases".into())], 12.0);
+        assert_eq!(all[&("patch".into(), "etcdclusters/status".into())], 3.0);
+        assert!(labelled_series(m, "etcd_operator_leader").is_empty());
+        assert!(rss_kib(std::process::id()) > 0);
     }
 
     #[test]

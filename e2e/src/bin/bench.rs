@@ -7,49 +7,17 @@
 use std::time::{Duration, Instant};
 
 use e2e::{
-    CLK_TCK, Kubectl, OperatorProcess, Writer, cpu_ticks, healthy_at_size, pod_names, until,
+    CLK_TCK, Kubectl, OperatorProcess, Writer, cpu_ticks, healthy_at_size, pod_names, rss_kib,
+    until,
 };
 use futures::StreamExt;
 use serde_json::json;
 
 use e2e::stores::Moto;
 
-const IMAGE: &str = "quay.io/coreos/etcd:v3.6.16";
-
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
     xs[xs.len() / 2]
-}
-
-/// One bare etcd pod, from create to Ready.
-fn floor(k: &Kubectl, ns: &str, i: usize) -> Duration {
-    let name = format!("floor-{i}");
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"containers": [{"name": "etcd", "image": IMAGE, "imagePullPolicy": "Never",
-          "command": ["/usr/local/bin/etcd"],
-          "args": ["--data-dir=/tmp/data", "--listen-client-urls=http://0.0.0.0:2379",
-                   "--advertise-client-urls=http://127.0.0.1:2379",
-                   "--listen-metrics-urls=http://0.0.0.0:2381"],
-          "readinessProbe": {"httpGet": {"path": "/readyz", "port": 2381}, "periodSeconds": 2}}]}});
-    let start = Instant::now();
-    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&pod.to_string()));
-    k.ok(
-        &[
-            "wait",
-            "-n",
-            ns,
-            &format!("pod/{name}"),
-            "--for=condition=Ready",
-            "--timeout=120s",
-        ],
-        None,
-    );
-    let took = start.elapsed();
-    k.ok(
-        &["delete", "-n", ns, &format!("pod/{name}"), "--wait=false"],
-        None,
-    );
-    took
 }
 
 fn apply_cluster(k: &Kubectl, ns: &str, name: &str, size: usize) {
@@ -88,15 +56,6 @@ fn tls_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
         ));
     }
     rows
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// How long the idle and the loaded figures are measured.
@@ -428,7 +387,7 @@ fn main() {
     let ns = ns.name.as_str();
     let operator = OperatorProcess::start(ns);
 
-    let floor = median((0..3).map(|i| floor(&k, ns, i)).collect());
+    let floor = median((0..3).map(|i| e2e::etcd_pod_floor(&k, ns, i)).collect());
     // `BENCH_ONLY=upgrade`: the upgrade rows alone (a few minutes rather than the whole run).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("upgrade") {
         print_table(upgrade_rows(&k, ns), floor, vec![]);
