@@ -351,3 +351,141 @@ async fn membership_over_tls_on_etcd_3_5() {
 async fn membership_over_tls_on_etcd_3_6() {
     scenario("3.6", Some(TestPki::new())).await;
 }
+
+/// Starts `joiners` as one batch, as the operator does where every member accepts that many
+/// learners: each process first, held back by `etcd-gate`, with the `--initial-cluster` of the
+/// members and the whole batch; each added as a learner; no etcd starts before the last
+/// addition (it would find a membership other than its `--initial-cluster` and exit); then
+/// every one serves, and each is promoted, one voter at a time. Returns the time from the
+/// first addition until all are voters.
+async fn grow_batch(
+    etcd: &mut Etcd,
+    binary: &std::path::Path,
+    existing: &[&EtcdProcess],
+    joiners: &mut [EtcdProcess],
+    token: &str,
+) -> Duration {
+    let endpoints: Vec<String> = existing.iter().map(|m| m.gate_endpoint()).collect();
+    let mut all: Vec<&EtcdProcess> = existing.to_vec();
+    all.extend(joiners.iter());
+    let cluster = initial_cluster(&all);
+    for j in joiners.iter_mut() {
+        let gate = vec![
+            gate_binary().display().to_string(),
+            "wait".into(),
+            format!("--peer-url={}", j.peer_url),
+            format!("--endpoints={}", endpoints.join(",")),
+            format!("--data-dir={}", j.data_dir().display()),
+            "--poll-ms=50".into(),
+            "--".into(),
+        ];
+        j.spawn(&gate, binary, &cluster, "existing", token);
+    }
+    let started = Instant::now();
+    let mut ids = Vec::new();
+    let count = joiners.len();
+    for (i, j) in joiners.iter_mut().enumerate() {
+        let (added, _) = etcd
+            .add_learner(&j.peer_url)
+            .await
+            .unwrap_or_else(|e| panic!("adding learner {} of the batch: {e}", i + 1));
+        assert!(added.is_learner);
+        ids.push(added.id);
+        if i + 1 < count {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(
+                j.running() && !j.listening(),
+                "{} started before its whole batch was added: {}",
+                j.name,
+                j.log()
+            );
+        }
+    }
+    for j in joiners.iter() {
+        j.wait_listening(Duration::from_secs(10));
+    }
+    eprintln!(
+        "batch serving {} ms after the first addition",
+        started.elapsed().as_millis()
+    );
+    let members = etcd.members().await.unwrap();
+    assert_eq!(
+        members.iter().filter(|m| m.is_learner).count(),
+        joiners.len(),
+        "{members:?}"
+    );
+    for id in ids {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match etcd.promote(id).await {
+                Ok(_) => break,
+                Err(e) if e.is_settling() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(e) => panic!("promote failed: {e}"),
+            }
+        }
+    }
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_3_6_with_max_learners_a_batch_of_members_joins_at_once() {
+    let binary = etcd_binary("3.6");
+    let token = format!("batch-{}", std::process::id());
+    let limit = format!(
+        "{}{}",
+        etcd_operator::cluster::members::MAX_LEARNERS_FLAG,
+        etcd_operator::cluster::members::MAX_LEARNERS
+    );
+    let mut seed = EtcdProcess::plan("b0");
+    seed.extra.push(limit.clone());
+    seed.start(&binary, &initial_cluster(&[&seed]), "new", &token);
+    let mut etcd = Etcd::connect(&seed.endpoint(), TIMEOUT).await.unwrap();
+    let mut batch: Vec<EtcdProcess> = ["b1", "b2", "b3", "b4"]
+        .iter()
+        .map(|n| {
+            let mut p = EtcdProcess::plan(n);
+            p.extra.push(limit.clone());
+            p
+        })
+        .collect();
+    let took = grow_batch(&mut etcd, &binary, &[&seed], &mut batch, &token).await;
+    eprintln!(
+        "4 members added together and promoted in {} ms",
+        took.as_millis()
+    );
+    let members = etcd.members().await.unwrap();
+    assert_eq!(members.len(), 5);
+    assert!(members.iter().all(|m| !m.is_learner), "{members:?}");
+    for p in std::iter::once(&seed).chain(&batch) {
+        let s = etcd::status(&p.endpoint(), TIMEOUT).await.unwrap();
+        assert_ne!(s.leader, 0, "{} knows no leader", p.name);
+    }
+    for p in batch.iter_mut() {
+        p.stop();
+    }
+    seed.stop();
+}
+
+/// Where the members take one learner (etcd 3.5, and 3.6 without `--max-learners`), a second
+/// learner is refused: the operator adds one at a time there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_learner_limit_raised_a_second_learner_is_refused() {
+    for minor in ["3.5", "3.6"] {
+        let binary = etcd_binary(minor);
+        let token = format!("one-{minor}-{}", std::process::id());
+        let mut seed = EtcdProcess::plan(&format!("o0-{}", minor.replace('.', "")));
+        seed.start(&binary, &initial_cluster(&[&seed]), "new", &token);
+        let mut etcd = Etcd::connect(&seed.endpoint(), TIMEOUT).await.unwrap();
+        let first = EtcdProcess::plan("o1");
+        let second = EtcdProcess::plan("o2");
+        etcd.add_learner(&first.peer_url).await.unwrap();
+        let refused = etcd.add_learner(&second.peer_url).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("too many learner"),
+            "{minor}: {refused}"
+        );
+        seed.stop();
+    }
+}

@@ -319,8 +319,8 @@ fn is_member(
 ) -> Result<bool, String> {
     let mut errors = Vec::new();
     for ep in endpoints {
-        match member_list(ep, tls).and_then(|body| peer_urls(&body)) {
-            Ok(urls) => return Ok(complete(&urls, peer_url, expected)),
+        match member_list(ep, tls).and_then(|body| members(&body)) {
+            Ok(listed) => return Ok(complete(&listed, peer_url, expected)),
             Err(e) => errors.push(format!("{}: {e}", ep.addr)),
         }
     }
@@ -398,27 +398,57 @@ fn response_body(raw: &[u8]) -> Result<String, String> {
     }
 }
 
-/// Whether a member list's peer URLs include `peer_url` and, when given, are exactly
-/// `expected`.
+/// Whether the member list lets this member start: it lists `peer_url` and, when given,
+/// exactly the peer URLs `expected`; and every member whose peer URL sorts before `peer_url`
+/// has started (it has a name). etcd, starting with `--initial-cluster-state=existing`, asks
+/// its peers for the membership in the order of their sorted peer URLs and waits seconds on
+/// one that accepts the connection but does not answer yet: a member of the same batch that
+/// is starting too. Started in that order, each new member finds the peers before it serving
+/// and the ones after it not listening (refused at once).
 fn complete(
-    urls: &[String],
+    listed: &[Listed],
     peer_url: &str,
     expected: Option<&std::collections::BTreeSet<String>>,
 ) -> bool {
-    let listed: std::collections::BTreeSet<String> = urls.iter().cloned().collect();
-    listed.contains(peer_url) && expected.is_none_or(|e| listed == *e)
+    let urls: std::collections::BTreeSet<String> =
+        listed.iter().flat_map(|m| m.urls.iter().cloned()).collect();
+    urls.contains(peer_url)
+        && expected.is_none_or(|e| urls == *e)
+        && listed
+            .iter()
+            .filter(|m| m.urls.iter().any(|u| u.as_str() < peer_url))
+            .all(|m| m.started)
 }
 
-/// Every peer URL of every member in a member-list answer.
-fn peer_urls(body: &str) -> Result<Vec<String>, String> {
+/// One member of a member-list answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Listed {
+    /// It has started: it published its name.
+    started: bool,
+    /// Its peer URLs.
+    urls: Vec<String>,
+}
+
+/// The members of a member-list answer.
+fn members(body: &str) -> Result<Vec<Listed>, String> {
     let v: serde_json::Value =
         serde_json::from_str(body).map_err(|e| format!("not a member list: {e}"))?;
     let members = v.as_array().ok_or("a member list that is not a list")?;
     Ok(members
         .iter()
-        .filter_map(|m| m.get("peerURLs")?.as_array())
-        .flatten()
-        .filter_map(|u| u.as_str().map(String::from))
+        .map(|m| Listed {
+            started: m
+                .get("name")
+                .and_then(|n| n.as_str())
+                .is_some_and(|n| !n.is_empty()),
+            urls: m
+                .get("peerURLs")
+                .and_then(|u| u.as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|u| u.as_str().map(String::from))
+                .collect(),
+        })
         .collect())
 }
 
@@ -462,24 +492,37 @@ mod tests {
              --initial-cluster=m1=http://m1:2380,m2=http://m2:2380,m3=http://m3:2380",
         ))
         .unwrap();
-        let urls = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        // Added, but m3 is not yet: etcd would refuse to start ("member count is unequal").
+        let member = |url: &str, started: bool| Listed {
+            started,
+            urls: vec![url.to_string()],
+        };
         let own = "http://m2:2380";
         let expected = w.expected.as_ref();
-        assert!(!complete(&urls(&["http://m1:2380", own]), own, expected));
-        assert!(complete(
-            &urls(&["http://m1:2380", "http://m3:2380", own]),
-            own,
-            expected
-        ));
+        let m1 = member("http://m1:2380", true);
+        // Added, but m3 is not yet: etcd would refuse to start ("member count is unequal").
+        assert!(!complete(&[m1.clone(), member(own, false)], own, expected));
+        let all = [
+            m1.clone(),
+            member(own, false),
+            member("http://m3:2380", false),
+        ];
+        assert!(complete(&all, own, expected));
+        // m3 waits for m2, which sorts before it, to start first.
+        assert!(!complete(&all, "http://m3:2380", None));
+        let later = [
+            m1.clone(),
+            member(own, true),
+            member("http://m3:2380", false),
+        ];
+        assert!(complete(&later, "http://m3:2380", None));
         // Without --initial-cluster: its own URL listed is enough.
         let alone = parse_wait(&args(
             "--peer-url=http://m2:2380 --endpoints http://10.0.0.5:2380 --data-dir=/d -- etcd",
         ))
         .unwrap();
         assert!(alone.expected.is_none());
-        assert!(complete(&urls(&["http://m1:2380", own]), own, None));
-        assert!(!complete(&urls(&["http://m1:2380"]), own, None));
+        assert!(complete(&[m1.clone(), member(own, false)], own, None));
+        assert!(!complete(&[m1], own, None));
     }
 
     #[test]
@@ -563,11 +606,20 @@ mod tests {
         {\"id\":4983906108875318790,\"peerURLs\":[\"http://m2:2380\"],\"isLearner\":true}]\n";
 
     #[test]
-    fn reads_the_peer_urls_of_a_member_list() {
+    fn reads_the_members_of_a_member_list() {
         let body = response_body(ANSWER).unwrap();
         assert_eq!(
-            peer_urls(&body).unwrap(),
-            vec!["http://127.0.0.1:23800", "http://m2:2380"]
+            members(&body).unwrap(),
+            vec![
+                Listed {
+                    started: true,
+                    urls: vec!["http://127.0.0.1:23800".into()]
+                },
+                Listed {
+                    started: false,
+                    urls: vec!["http://m2:2380".into()]
+                },
+            ]
         );
     }
 
@@ -599,7 +651,7 @@ mod tests {
         let err = response_body(raw).unwrap_err();
         assert!(err.contains("503") && err.contains("no leader"), "{err}");
         assert!(response_body(b"HTTP/1.0 200 OK\r\n").is_err());
-        assert!(peer_urls("{\"members\":[]}").is_err());
-        assert!(peer_urls("<html>").is_err());
+        assert!(members("{\"members\":[]}").is_err());
+        assert!(members("<html>").is_err());
     }
 }

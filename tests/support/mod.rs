@@ -140,6 +140,8 @@ pub struct EtcdProcess {
     pub client_url: String,
     /// Peers and clients speak TLS with these certificates.
     pub tls: Option<Arc<TestPki>>,
+    /// More flags for etcd (e.g. `--max-learners=6`).
+    pub extra: Vec<String>,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -160,6 +162,7 @@ impl EtcdProcess {
             peer_url: format!("{scheme}://127.0.0.1:{}", free_port()),
             client_url: format!("{scheme}://127.0.0.1:{}", free_port()),
             tls,
+            extra: Vec::new(),
             dir: scratch(name),
             child: None,
         }
@@ -228,6 +231,7 @@ impl EtcdProcess {
             .arg(format!("--initial-cluster-state={state}"))
             .arg(format!("--initial-cluster-token={token}"))
             .args(self.tls.as_ref().map(|t| t.flags()).unwrap_or_default())
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
