@@ -1,7 +1,8 @@
 //! Leader election over a coordination.k8s.io Lease (kube-lease-manager), with a fence: the
-//! replica also reads the Lease back and stands down as soon as it cannot show that it still holds
+//! replica also watches the Lease and stands down as soon as it cannot show that it still holds
 //! an unexpired lock, so a replica cut off from the API server stops acting before another one
-//! may take over.
+//! may take over. The fence watches rather than reads: a replica at rest sends the API server
+//! nothing but its renewals (and a watch that reopens every few minutes).
 
 use std::time::Duration;
 
@@ -65,8 +66,13 @@ impl Leadership {
         }
     }
 
-    /// Starts competing for the Lease.
-    pub async fn elect(client: Client, settings: Settings) -> Result<Self, Error> {
+    /// Starts competing for the Lease. `watch_client` serves the fence's watch of it (a client
+    /// without a response timeout, which would cut a quiet watch).
+    pub async fn elect(
+        client: Client,
+        watch_client: Client,
+        settings: Settings,
+    ) -> Result<Self, Error> {
         let manager = LeaseManagerBuilder::new(client.clone(), &settings.name)
             .with_namespace(&settings.namespace)
             .with_identity(&settings.identity)
@@ -79,14 +85,16 @@ impl Leadership {
                 name: settings.name.clone(),
                 source,
             })?;
+        drop(client);
         let (mut held, manager) = manager.watch().await;
         let (tx, leading) = watch::channel(false);
-        let leases: Api<Lease> = Api::namespaced(client, &settings.namespace);
+        let leases: Api<Lease> = Api::namespaced(watch_client, &settings.namespace);
+        let (seen_tx, seen) = watch::channel(None);
+        let follow = tokio::spawn(follow(leases, settings.name.clone(), seen_tx));
         let fence = tokio::spawn(async move {
-            let mut confirmed: Option<Timestamp> = None;
             loop {
                 let claims = *held.borrow_and_update();
-                let holds = claims && still_holds(&leases, &settings, &mut confirmed).await;
+                let holds = claims && still_holds(seen.borrow().as_ref(), &settings);
                 if *tx.borrow() != holds {
                     info!(
                         identity = %settings.identity,
@@ -103,7 +111,7 @@ impl Leadership {
         });
         Ok(Leadership {
             leading,
-            tasks: vec![fence],
+            tasks: vec![fence, follow],
             manager: Some(manager),
         })
     }
@@ -129,29 +137,42 @@ impl Leadership {
     }
 }
 
-/// Whether the Lease, read back now, still names this replica with a lock that has not expired,
-/// less half the grace. The manager renews exactly `grace` before expiry, so a fence at the
-/// whole grace stood down at every renewal that had not landed yet, and took leadership away
-/// for a second every renewal or two under load (a task aborted mid-action each time); half
-/// leaves the renewal that much time to land and still stands down before another replica, at
-/// most half the grace of clock skew away, may see the lock expired. A failed read keeps the
-/// last confirmation until that too would have expired.
-async fn still_holds(
-    leases: &Api<Lease>,
-    settings: &Settings,
-    confirmed: &mut Option<Timestamp>,
-) -> bool {
-    match leases.get_opt(&settings.name).await {
-        Ok(Some(lease)) => {
-            let spec = lease.spec.unwrap_or_default();
-            let mine = spec.holder_identity.as_deref() == Some(settings.identity.as_str());
-            *confirmed = spec.renew_time.filter(|_| mine).map(|t| t.0);
+/// Keeps `seen` at the Lease as the watch last showed it (`None` once deleted).
+async fn follow(leases: Api<Lease>, name: String, seen: watch::Sender<Option<Lease>>) {
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher::watcher(leases, config).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Apply(l) | Event::InitApply(l)) => {
+                seen.send_replace(Some(l));
+            }
+            Ok(Event::Delete(_)) => {
+                seen.send_replace(None);
+            }
+            Ok(Event::Init | Event::InitDone) => {}
+            Err(e) => warn!("watching the Lease: {e}"),
         }
-        Ok(None) => *confirmed = None,
-        Err(e) => warn!("reading the Lease back: {e}"),
     }
+}
+
+/// Whether `lease`, as last seen, names this replica with a lock that has not expired, less
+/// half the grace. The manager renews exactly `grace` before expiry, so a fence at the whole
+/// grace stood down at every renewal that had not landed yet, and took leadership away for a
+/// second every renewal or two under load (a task aborted mid-action each time); half leaves
+/// the renewal that much time to land and still stands down before another replica, at most
+/// half the grace of clock skew away, may see the lock expired. A watch that stopped
+/// delivering leaves the last renewal seen, which expires in turn.
+fn still_holds(lease: Option<&Lease>, settings: &Settings) -> bool {
+    let renewed = lease
+        .and_then(|l| l.spec.as_ref())
+        .filter(|spec| spec.holder_identity.as_deref() == Some(settings.identity.as_str()))
+        .and_then(|spec| spec.renew_time.as_ref())
+        .map(|t| t.0);
     let valid_for = settings.duration.saturating_sub(settings.grace / 2);
-    confirmed.is_some_and(|renewed| {
+    renewed.is_some_and(|renewed| {
         let age = Timestamp::now().duration_since(renewed);
         age.as_secs_f64() < valid_for.as_secs_f64()
     })

@@ -269,6 +269,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let leadership = if args.leader_elect {
         leader::Leadership::elect(
             client.clone(),
+            watch_client.clone(),
             leader::Settings {
                 namespace: args.leader_election_namespace.clone(),
                 name: args.leader_election_id.clone(),

@@ -75,6 +75,8 @@ const STARTUP_GRACE: Duration = Duration::from_secs(60);
 /// the 5 s health interval after a promotion) end at moments no event announces, and every
 /// second of polling granularity adds to each member's addition; a pass costs a few requests.
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
+/// How soon to look again at a cluster whose pods are all waiting to run: their events wake it.
+const PENDING_POLL: Duration = Duration::from_secs(10);
 /// How soon to look again at a cluster that is as asked (or paused). Also the longest that the
 /// figures which change with every write (`raftIndex`, `dbSize`) go without being refreshed.
 const RESYNC: Duration = Duration::from_secs(30);
@@ -452,6 +454,19 @@ async fn reconcile(
         // task; polling it fast would only repeat the same observation.
         Ok(Outcome::Done(None)) if matches!(action, Action::RollStalled { .. }) => {
             Ok(INVALID_RECHECK)
+        }
+        // Nothing runs yet (scheduling, pulling): the pods' own events wake the task when that
+        // changes; polling would only repeat the observation (2 passes a second per cluster).
+        Ok(Outcome::Done(None))
+            if obs.plan.members.is_none()
+                && !obs.plan.pods.is_empty()
+                && obs
+                    .plan
+                    .pods
+                    .iter()
+                    .all(|p| p.state == plan::PodState::Pending) =>
+        {
+            Ok(PENDING_POLL)
         }
         Ok(Outcome::Done(None)) => Ok(2 * IN_FLIGHT_POLL),
         Ok(Outcome::Retry(why)) => {
