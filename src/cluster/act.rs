@@ -419,8 +419,19 @@ async fn add_gated(
         count,
     )
     .await?;
+    join_all(apis, cluster, obs, &names).await
+}
+
+/// Adds the members of pods created ahead of them, one after the other; a refusal leaves the
+/// rest to the next steps.
+async fn join_all(
+    apis: &Apis,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    names: &[String],
+) -> Result<Outcome, Error> {
     let mut added = Vec::new();
-    for name in &names {
+    for name in names {
         match join(apis, cluster, obs, name).await? {
             Outcome::Done(Some(note)) => added.push(note),
             Outcome::Done(None) => {}
@@ -580,7 +591,7 @@ pub async fn act(
                 ))))
             }
         },
-        Action::JoinMember { name } => join(apis, cluster, obs, name).await,
+        Action::JoinMembers { names } => join_all(apis, cluster, obs, names).await,
         Action::Promote { name, id } => {
             let mut etcd = connect(obs).await?;
             match etcd.promote(*id).await {

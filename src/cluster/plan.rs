@@ -191,7 +191,7 @@ pub enum Action {
     /// as a learner. More than one only where every member accepts that many learners.
     AddMembers { count: usize },
     /// Add the member of a pod that was created ahead of it (the addition's second half).
-    JoinMember { name: String },
+    JoinMembers { names: Vec<String> },
     /// Promote a learner that has started.
     Promote { name: String, id: u64 },
     /// A voter whose pod is gone, its data with it: removed, and in the same step its
@@ -238,7 +238,7 @@ impl Action {
         matches!(
             self,
             Action::AddMembers { .. }
-                | Action::JoinMember { .. }
+                | Action::JoinMembers { .. }
                 | Action::Promote { .. }
                 | Action::RemoveMember { .. }
                 | Action::ReplaceMember { .. }
@@ -470,11 +470,10 @@ impl<'a> Cluster<'a> {
             });
         }
         // etcd adds a member only while its leader has heard from every voter lately.
-        if learners.len() < self.target.max_learners
-            && self.healthy == self.voters.len()
-            && let Some(p) = self.joining().first()
-        {
-            return Some(Action::JoinMember { name: p.clone() });
+        let room = self.target.max_learners.saturating_sub(learners.len());
+        let batch: Vec<String> = self.joining().into_iter().take(room).collect();
+        if !batch.is_empty() && self.healthy == self.voters.len() {
+            return Some(Action::JoinMembers { names: batch });
         }
         Some(Action::Wait {
             reason: format!("learner {} is starting", learners[0].name),
@@ -761,8 +760,13 @@ impl<'a> Cluster<'a> {
     /// The batch waiting to join, else as many new members as are missing and every member
     /// accepts as learners at once.
     fn add(&self) -> Action {
-        if let Some(name) = self.joining().into_iter().next() {
-            return Action::JoinMember { name };
+        let batch: Vec<String> = self
+            .joining()
+            .into_iter()
+            .take(self.target.max_learners)
+            .collect();
+        if !batch.is_empty() {
+            return Action::JoinMembers { names: batch };
         }
         let missing = self.capacity().saturating_sub(self.voters.len());
         Action::AddMembers {
@@ -1208,12 +1212,27 @@ mod tests {
             size: 3,
             ..learners(6)
         };
-        assert_eq!(plan(&obs, &t), Action::JoinMember { name: "m2".into() });
+        let join = |names: &[&str]| Action::JoinMembers {
+            names: names.iter().map(|n| n.to_string()).collect(),
+        };
+        assert_eq!(plan(&obs, &t), join(&["m2", "m3"]));
+        // As many as the members accept.
+        assert_eq!(
+            plan(
+                &obs,
+                &Target {
+                    max_learners: 1,
+                    ..t
+                }
+            ),
+            join(&["m2"])
+        );
+        // Interrupted after the first: the rest.
         obs.members
             .as_mut()
             .unwrap()
             .push(member("m2", 2, true, false));
-        assert_eq!(plan(&obs, &t), Action::JoinMember { name: "m3".into() });
+        assert_eq!(plan(&obs, &t), join(&["m3"]));
         // Members that accept one learner only: the second waits; it is never added.
         assert!(matches!(
             plan(
@@ -1291,7 +1310,9 @@ mod tests {
         });
         assert_eq!(
             plan(&obs, &target(5)),
-            Action::JoinMember { name: "m4".into() }
+            Action::JoinMembers {
+                names: vec!["m4".into()]
+            }
         );
         // Not wanted any more, or too late.
         let delete = Action::DeletePod {
@@ -1338,7 +1359,9 @@ mod tests {
         seeded.pods.push(gated);
         assert_eq!(
             plan(&seeded, &target(3)),
-            Action::JoinMember { name: "m2".into() }
+            Action::JoinMembers {
+                names: vec!["m2".into()]
+            }
         );
     }
 
@@ -1713,14 +1736,16 @@ mod tests {
                     self.delete_pod(name);
                     self.start_batch(1);
                 }
-                Action::JoinMember { name } => {
-                    self.next += 1;
-                    self.members.push(SimMember {
-                        name: name.clone(),
-                        id: 1000 + self.next,
-                        learner: true,
-                        answers: false,
-                    });
+                Action::JoinMembers { names } => {
+                    for name in names {
+                        self.next += 1;
+                        self.members.push(SimMember {
+                            name: name.clone(),
+                            id: 1000 + self.next,
+                            learner: true,
+                            answers: false,
+                        });
+                    }
                 }
                 Action::Promote { id, .. } => self
                     .members
@@ -1970,7 +1995,7 @@ mod tests {
             trace.push(match &action {
                 Action::Steady => break,
                 Action::AddMembers { .. } => "add".to_string(),
-                Action::JoinMember { .. } => "join".into(),
+                Action::JoinMembers { .. } => "join".into(),
                 Action::Promote { .. } => "promote".into(),
                 Action::RemoveMember { name, reason, .. } => format!("remove {name} {reason:?}"),
                 Action::DeletePod { name, reason } => format!("delete {name} {reason:?}"),
@@ -2272,21 +2297,27 @@ mod tests {
                 }
                 // The rest of a batch: every voter answers, the learners there are belong
                 // to the same batch (they wait for it), and the limit holds after it.
-                Action::JoinMember { name } => {
+                Action::JoinMembers { names: joining } => {
                     prop_assert!(quorate);
                     prop_assert!(voters.iter().all(|m| m.answers));
-                    prop_assert!(learners.len() < max_learners, "{:?}", action);
+                    prop_assert!(!joining.is_empty());
+                    prop_assert!(learners.len() + joining.len() <= max_learners, "{:?}", action);
                     prop_assert!(room, "{:?} with {} voters of {}", action, voters.len(), size);
                     let names: BTreeSet<String> =
                         sim.members.iter().map(|m| m.name.clone()).collect();
-                    let p = sim.pod(name).unwrap();
-                    prop_assert!(p.current);
-                    let mut batch = p.joining.clone().unwrap();
-                    batch.insert(name.clone());
-                    prop_assert!(names.is_subset(&batch), "{:?} names {:?}", action, batch);
-                    prop_assert!(batch.len() <= capacity);
-                    for l in &learners {
-                        prop_assert!(batch.contains(&l.name));
+                    for name in joining {
+                        let p = sim.pod(name).unwrap();
+                        prop_assert!(p.current);
+                        let mut batch = p.joining.clone().unwrap();
+                        batch.insert(name.clone());
+                        prop_assert!(names.is_subset(&batch), "{:?} names {:?}", action, batch);
+                        prop_assert!(batch.len() <= capacity);
+                        for l in &learners {
+                            prop_assert!(batch.contains(&l.name));
+                        }
+                        for other in joining {
+                            prop_assert!(batch.contains(other));
+                        }
                     }
                 }
                 Action::Promote { id, .. } => {

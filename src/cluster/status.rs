@@ -41,7 +41,7 @@ fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'stati
     match action {
         Action::Bootstrap
         | Action::AddMembers { .. }
-        | Action::JoinMember { .. }
+        | Action::JoinMembers { .. }
         | Action::Promote { .. } => Some("Scaling"),
         Action::RemoveMember {
             reason: RemoveReason::ScaleDown,

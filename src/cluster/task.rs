@@ -524,8 +524,8 @@ async fn publish(
 /// The pod of the member an action is about, for its Event.
 fn member_pod_ref(cluster: &EtcdCluster, action: &Action) -> Option<ObjectReference> {
     let name = match action {
-        Action::JoinMember { name }
-        | Action::Promote { name, .. }
+        Action::JoinMembers { names } => names.first()?,
+        Action::Promote { name, .. }
         | Action::RemoveMember { name, .. }
         | Action::ReplaceMember { name, .. }
         | Action::RecreatePod { name }
@@ -607,7 +607,7 @@ fn record_state(ctx: &Context, cluster: &EtcdCluster, status: &EtcdClusterStatus
 fn reason_of(action: &Action) -> &'static str {
     match action {
         Action::Bootstrap => "SeedCreated",
-        Action::AddMembers { .. } | Action::JoinMember { .. } => "MemberAdded",
+        Action::AddMembers { .. } | Action::JoinMembers { .. } => "MemberAdded",
         Action::ReplaceMember { .. } => "MemberReplaced",
         Action::Promote { .. } => "MemberPromoted",
         Action::RemoveMember {
