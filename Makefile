@@ -48,7 +48,8 @@ image:
 
 ## bench: the controller's figures (apply to Available, failover, scale-up, RSS, a 3-member
 ## upgrade under writes, backups) with the floor. The image is imported too: new member pods copy
-## their etcd-gate from it. `BENCH_ONLY=upgrade make bench` runs the upgrade rows alone.
+## their etcd-gate from it. `BENCH_ONLY=upgrade make bench` runs the upgrade rows alone;
+## `BENCH_ONLY=speed` the speed rows (3 and 5 members to Available, failover; three runs each).
 bench:
 	hack/deps.sh
 	$(CARGO) build --release --bin etcd-operator

@@ -58,6 +58,54 @@ fn tls_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
     rows
 }
 
+/// Apply to Available for 3 and 5 members on etcd 3.6, and a member pod deleted to healthy at
+/// full size: three runs each, the median with every run beside it.
+fn speed_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
+    let show = |runs: &[Duration]| {
+        let all: Vec<String> = runs.iter().map(|d| format!("{:.1}", d.as_secs_f64())).collect();
+        format!("{} ({})", secs(median(runs.to_vec())), all.join(", "))
+    };
+    let mut rows = Vec::new();
+    for (size, target) in [(3, "< 5 s"), (5, "< 8 s")] {
+        let mut runs = Vec::new();
+        let mut heals = Vec::new();
+        for i in 0..3 {
+            let name = format!("speed-{size}-{i}");
+            let start = Instant::now();
+            apply_cluster(k, ns, &name, size);
+            until(&format!("{name} Available"), 600, || {
+                healthy_at_size(k, ns, &name, size)
+            });
+            runs.push(start.elapsed());
+            if size == 3 {
+                std::thread::sleep(Duration::from_secs(2));
+                let victim = pod_names(k, ns, &name)[1].clone();
+                let start = Instant::now();
+                k.ok(&["delete", "pod", "-n", ns, &victim, "--wait=false"], None);
+                until("recovery", 600, || {
+                    !pod_names(k, ns, &name).contains(&victim)
+                        && healthy_at_size(k, ns, &name, size)
+                });
+                heals.push(start.elapsed());
+            }
+            k.ok(&["delete", "etcdcluster", "-n", ns, &name, "--wait=false"], None);
+        }
+        rows.push((
+            format!("apply to Available, {size} members (etcd 3.6)"),
+            show(&runs),
+            target,
+        ));
+        if !heals.is_empty() {
+            rows.push((
+                "member pod deleted to full size and healthy".into(),
+                show(&heals),
+                "< 4 s",
+            ));
+        }
+    }
+    rows
+}
+
 /// How long the idle and the loaded figures are measured.
 const WINDOW: Duration = Duration::from_secs(60);
 
@@ -391,6 +439,11 @@ fn main() {
     // `BENCH_ONLY=upgrade`: the upgrade rows alone (a few minutes rather than the whole run).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("upgrade") {
         print_table(upgrade_rows(&k, ns), floor, vec![]);
+        return;
+    }
+    // `BENCH_ONLY=speed`: the rows of issue 17's targets, three runs each, the median.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("speed") {
+        print_table(speed_rows(&k, ns), floor, vec![]);
         return;
     }
     // `BENCH_ONLY=tls`: apply to Available with automatic TLS beside plain.
