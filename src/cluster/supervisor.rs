@@ -72,7 +72,10 @@ pub async fn run(
     let mut cluster_events = futures::stream::select_all(scopes.iter().map(|ns| {
         let clusters = api(*ns);
         let scope = ns.map(String::from);
+        // managedFields are most of an EtcdCluster whose status is written; nothing reads them,
+        // and each object is kept twice (here and in its task's channel).
         watcher(clusters, watcher::Config::default())
+            .modify(|o| o.metadata.managed_fields = None)
             .default_backoff()
             .map(move |ev| (scope.clone(), ev))
             .boxed()
