@@ -36,6 +36,28 @@ fn condition(
     }
 }
 
+/// Marks `status` Progressing for a step of a CA rotation that was just written: the roll it
+/// causes starts on the next pass, and until then the status must not say the cluster is
+/// settled.
+pub fn mark_rotating(status: &mut EtcdClusterStatus, generation: Option<i64>, message: &str) {
+    let progressing = condition(
+        &status.conditions,
+        generation,
+        "Progressing",
+        true,
+        "CertificatesRotating",
+        message.to_string(),
+    );
+    match status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == "Progressing")
+    {
+        Some(c) => *c = progressing,
+        None => status.conditions.push(progressing),
+    }
+}
+
 /// Progressing's reason outside restores and rolls.
 fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'static str> {
     match action {
@@ -412,5 +434,28 @@ mod tests {
         let status = compute(&cluster, &silent, &wait);
         assert_eq!(status.phase, Some(ClusterPhase::Running));
         assert_eq!(condition_of(&status, "Available"), "False");
+    }
+
+    #[test]
+    fn a_rotation_step_marks_the_cluster_progressing_until_its_roll_is_seen() {
+        let mut status = EtcdClusterStatus {
+            conditions: vec![condition(
+                &[],
+                Some(1),
+                "Progressing",
+                false,
+                "",
+                String::new(),
+            )],
+            ..Default::default()
+        };
+        mark_rotating(&mut status, Some(1), "step 3 of 3");
+        assert_eq!(status.conditions.len(), 1);
+        let c = &status.conditions[0];
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "CertificatesRotating")
+        );
+        assert_eq!(c.message, "step 3 of 3");
     }
 }

@@ -436,6 +436,9 @@ async fn reconcile(
             match tls::advance(&ctx.secrets(&ns), cluster, &material, now).await? {
                 Some(step) => {
                     info!("{step}");
+                    let mut rotating = new_status.clone();
+                    status::mark_rotating(&mut rotating, cluster.metadata.generation, &step);
+                    write_status_if_due(ctx, cluster, &rotating, memory).await?;
                     publish(
                         ctx,
                         cluster,
