@@ -521,6 +521,22 @@ async fn join(
     }
 }
 
+/// Removes member `id` from etcd, then deletes its pod `name` (only once etcd no longer counts
+/// it). Returns etcd's refusal, if it refused for now.
+async fn remove(
+    apis: &Apis,
+    obs: &Observed,
+    name: &str,
+    id: u64,
+) -> Result<Option<Outcome>, Error> {
+    let mut etcd = connect(obs).await?;
+    if let Err(e) = etcd.remove(id).await {
+        return settling(e).map(Some);
+    }
+    delete_pod(apis, name).await?;
+    Ok(None)
+}
+
 fn settling(e: etcd::Error) -> Result<Outcome, Error> {
     if e.is_settling() {
         Ok(Outcome::Retry(e.to_string()))
@@ -602,12 +618,9 @@ pub async fn act(
             }
         }
         Action::RemoveMember { name, id, reason } => {
-            let mut etcd = connect(obs).await?;
-            if let Err(e) = etcd.remove(*id).await {
-                return settling(e);
+            if let Some(refused) = remove(apis, obs, name, *id).await? {
+                return Ok(refused);
             }
-            // Only once etcd no longer counts it does the pod go.
-            delete_pod(apis, name).await?;
             Ok(Outcome::Done(Some(match reason {
                 RemoveReason::Outdated => format!(
                     "removed member {name}, made from an older pod template; a member made \
@@ -618,11 +631,9 @@ pub async fn act(
             })))
         }
         Action::ReplaceMember { name, id } => {
-            let mut etcd = connect(obs).await?;
-            if let Err(e) = etcd.remove(*id).await {
-                return settling(e);
+            if let Some(refused) = remove(apis, obs, name, *id).await? {
+                return Ok(refused);
             }
-            delete_pod(apis, name).await?;
             let removed = format!("removed member {name}, whose pod and data are gone");
             let Some(image) = &apis.gate_image else {
                 return Ok(Outcome::Done(Some(removed)));

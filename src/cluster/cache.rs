@@ -73,6 +73,17 @@ impl<K: Resource + Clone> Index<K> {
         ))
     }
 
+    /// Keeps `o`; returns its group, if it has one.
+    fn put(&self, inner: &mut Inner<K>, o: K) -> Option<(String, String)> {
+        let (k, name) = self.key(&o)?;
+        inner
+            .objects
+            .entry(k.clone())
+            .or_default()
+            .insert(name, Arc::new(o));
+        Some(k)
+    }
+
     /// Applies one event of the watch over `scope`.
     pub fn apply(&self, scope: &Option<String>, event: Event<K>) -> Touched {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
@@ -100,27 +111,11 @@ impl<K: Resource + Clone> Index<K> {
                     touched.push(k);
                 }
                 for o in listed {
-                    if let Some((k, name)) = self.key(&o) {
-                        touched.push(k.clone());
-                        inner
-                            .objects
-                            .entry(k)
-                            .or_default()
-                            .insert(name, Arc::new(o));
-                    }
+                    touched.extend(self.put(&mut inner, o));
                 }
                 inner.synced.insert(scope.clone());
             }
-            Event::Apply(o) => {
-                if let Some((k, name)) = self.key(&o) {
-                    touched.push(k.clone());
-                    inner
-                        .objects
-                        .entry(k)
-                        .or_default()
-                        .insert(name, Arc::new(o));
-                }
-            }
+            Event::Apply(o) => touched.extend(self.put(&mut inner, o)),
             Event::Delete(o) => {
                 if let Some((k, name)) = self.key(&o) {
                     if let Some(group) = inner.objects.get_mut(&k) {
@@ -150,17 +145,6 @@ impl<K: Resource + Clone> Index<K> {
                 .map(|g| g.values().cloned().collect())
                 .unwrap_or_default(),
         )
-    }
-
-    /// How many objects are kept (for the benchmark's memory figures and tests).
-    pub fn len(&self) -> usize {
-        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner.objects.values().map(BTreeMap::len).sum()
-    }
-
-    /// Whether nothing is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -307,7 +291,25 @@ fn slim_pod(pod: &mut Pod) {
     }
 }
 
+/// Names of `objects`, each with whether it is being deleted.
+fn alive<K: Resource>(objects: Vec<Arc<K>>) -> Vec<(String, bool)> {
+    objects
+        .iter()
+        .map(|o| (o.name_any(), o.meta().deletion_timestamp.is_some()))
+        .collect()
+}
+
 impl Caches {
+    /// Whether the pods and claims of cluster `name` in `ns` may be read from here: both are
+    /// listed, and they show every write `expect` waits for.
+    pub fn show(&self, ns: &str, name: &str, expect: &mut Expectations) -> bool {
+        let (Some(pods), Some(claims)) = (self.pods.group(ns, name), self.claims.group(ns, name))
+        else {
+            return false;
+        };
+        expect.met(&alive(pods), &alive(claims))
+    }
+
     /// Applies one watch event; says which clusters and Secrets it touched.
     pub fn apply(&self, scope: &Option<String>, change: Change) -> Woken {
         let mut woken = Woken::default();
@@ -568,7 +570,7 @@ mod tests {
         let mut stray = pod("ns", "x", "a");
         stray.metadata.labels = None;
         assert!(index.apply(&all, Event::Apply(stray)).is_empty());
-        assert_eq!(index.len(), 1);
+        assert_eq!(names(&index, "ns", "a"), Some(vec!["a-3".into()]));
     }
 
     #[test]

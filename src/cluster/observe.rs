@@ -160,8 +160,7 @@ pub fn max_learners(obs: &Observed) -> usize {
         .map(|m| {
             obs.pods
                 .get(&m.name)
-                .and_then(|p| p.spec.as_ref())
-                .and_then(|s| s.containers.iter().find(|c| c.name == "etcd"))
+                .and_then(etcd_container)
                 .and_then(|c| {
                     c.command
                         .iter()
@@ -179,13 +178,15 @@ pub fn max_learners(obs: &Observed) -> usize {
 
 /// The image of a pod's etcd container.
 pub fn etcd_image(pod: &Pod) -> Option<String> {
+    etcd_container(pod)?.image.clone()
+}
+
+fn etcd_container(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::Container> {
     pod.spec
         .as_ref()?
         .containers
         .iter()
-        .find(|c| c.name == "etcd")?
-        .image
-        .clone()
+        .find(|c| c.name == "etcd")
 }
 
 /// Marks which pods are made from the template of `cluster` (the spec the actions build, which

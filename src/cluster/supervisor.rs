@@ -186,7 +186,7 @@ where
 /// those its pods' environment names.
 fn references(cluster: &EtcdCluster, name: &str) -> bool {
     let tls = super::tls::secrets(cluster);
-    let ca = tls.auto.then(|| format!("{}-ca", cluster.name_any()));
+    let ca = tls.auto.then(|| super::tls::ca_name(cluster));
     [tls.peer, tls.server, tls.client, ca]
         .into_iter()
         .flatten()

@@ -200,31 +200,6 @@ async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<tls:
     Ok(tls::prepare(&secrets, cluster, time::OffsetDateTime::now_utc()).await?)
 }
 
-/// Whether this pass may read the cluster's pods and claims from the caches: they show every
-/// pod and claim the task created or deleted (a cache behind the task's own writes would have
-/// it, say, bootstrap a second seed). Otherwise the pass lists them from the API server.
-fn caches_show_writes(ctx: &Context, cluster: &EtcdCluster, expect: &mut Expectations) -> bool {
-    let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
-    let seen = |objects: Option<Vec<Arc<k8s_openapi::api::core::v1::Pod>>>| {
-        objects.map(|v| {
-            v.iter()
-                .map(|o| (o.name_any(), o.metadata.deletion_timestamp.is_some()))
-                .collect::<Vec<_>>()
-        })
-    };
-    let Some(pods) = seen(ctx.caches.pods.group(&ns, &name)) else {
-        return false;
-    };
-    let claims: Vec<(String, bool)> = match ctx.caches.claims.group(&ns, &name) {
-        Some(v) => v
-            .iter()
-            .map(|o| (o.name_any(), o.metadata.deletion_timestamp.is_some()))
-            .collect(),
-        None => return false,
-    };
-    expect.met(&pods, &claims)
-}
-
 /// The cluster as the actions must build it: the spec, unless its version is not a step etcd
 /// allows from what the members run ([`version::step_allowed`]); then the newest image a live
 /// member pod runs, so that new and replacement members never move the cluster further than
@@ -284,7 +259,11 @@ async fn reconcile(
         snapshot_url: ctx.snapshot_url.clone(),
         tls_revision: String::new(),
         caches: ctx.caches.clone(),
-        cached: caches_show_writes(ctx, cluster, &mut memory.expect),
+        // A cache behind the task's own writes would have it, say, bootstrap a second seed:
+        // until it shows them, the pods and claims are listed from the API server.
+        cached: ctx
+            .caches
+            .show(&ns, &cluster.name_any(), &mut memory.expect),
         writes: Default::default(),
     };
     let paused = cluster.spec.is_paused();

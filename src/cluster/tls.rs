@@ -72,6 +72,11 @@ pub struct Secrets {
     pub auto: bool,
 }
 
+/// The Secret of the CA that `TLS.auto` makes for `cluster`.
+pub fn ca_name(cluster: &EtcdCluster) -> String {
+    format!("{}-ca", cluster.name_any())
+}
+
 /// The Secrets of `cluster`.
 pub fn secrets(cluster: &EtcdCluster) -> Secrets {
     let name = cluster.name_any();
@@ -450,7 +455,7 @@ async fn prepare_auto(
     validity: Duration,
     now: OffsetDateTime,
 ) -> Result<Material, Error> {
-    let ca_name = format!("{}-ca", cluster.name_any());
+    let ca_name = ca_name(cluster);
     let existing = api
         .get_opt(&ca_name)
         .await
