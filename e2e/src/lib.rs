@@ -618,6 +618,18 @@ pub fn api_requests(metrics: &str) -> BTreeMap<(String, String), f64> {
         .collect()
 }
 
+/// The requests made between two readings of [`api_requests`]: those that moved, by how much.
+pub fn requests_since(
+    before: &BTreeMap<(String, String), f64>,
+    after: &BTreeMap<(String, String), f64>,
+) -> BTreeMap<(String, String), f64> {
+    after
+        .iter()
+        .map(|(key, n)| (key.clone(), n - before.get(key).copied().unwrap_or(0.0)))
+        .filter(|(_, delta)| *delta > 0.0)
+        .collect()
+}
+
 /// The resident set of process `pid` (`VmRSS` in `/proc/PID/status`), in KiB; 0 when the
 /// process is gone.
 pub fn rss_kib(pid: u32) -> u64 {

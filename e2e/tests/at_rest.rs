@@ -4,7 +4,6 @@
 //! pass reads the watch caches, and nothing is applied or written that has not changed); a
 //! member whose pod is deleted is removed and replaced in one step.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::{Kubectl, OperatorProcess, events, get, healthy_at_size, pod_names, until};
@@ -27,21 +26,6 @@ fn creation_spread(k: &Kubectl, ns: &str, pods: &[String]) -> i64 {
         })
         .collect();
     times.iter().max().unwrap() - times.iter().min().unwrap()
-}
-
-/// Requests other than the Lease's between two readings of the operator's request counters.
-fn requests_between(
-    before: &BTreeMap<(String, String), f64>,
-    after: &BTreeMap<(String, String), f64>,
-) -> Vec<String> {
-    after
-        .iter()
-        .filter(|((_, resource), _)| resource != "leases")
-        .filter_map(|(key, n)| {
-            let d = n - before.get(key).copied().unwrap_or(0.0);
-            (d > 0.0).then(|| format!("{} {}: {d}", key.0, key.1))
-        })
-        .collect()
 }
 
 #[test]
@@ -84,7 +68,11 @@ fn members_start_together_a_cluster_at_rest_costs_nothing_and_a_lost_member_is_r
     std::thread::sleep(Duration::from_secs(40));
     let (passes_after, after) = (operator.reconciles(), operator.api_requests());
     assert!(passes_after > passes, "no pass in 40 s");
-    let made = requests_between(&before, &after);
+    let made: Vec<String> = e2e::requests_since(&before, &after)
+        .into_iter()
+        .filter(|((_, resource), _)| resource != "leases")
+        .map(|((verb, resource), n)| format!("{verb} {resource}: {n}"))
+        .collect();
     assert!(
         made.is_empty(),
         "requests in 40 s at rest ({} passes): {made:?}",

@@ -223,15 +223,7 @@ fn idle(operator: &OperatorProcess) -> Idle {
     let after = operator.scrape();
     let (ticks_after, elapsed) = (cpu_ticks(pid), start.elapsed());
     let rss = rss_kib(pid);
-    let earlier = e2e::api_requests(&before);
-    let requests = e2e::api_requests(&after)
-        .into_iter()
-        .map(|(key, n)| {
-            let delta = n - earlier.get(&key).copied().unwrap_or(0.0);
-            (key, delta)
-        })
-        .filter(|(_, delta)| *delta > 0.0)
-        .collect();
+    let requests = e2e::requests_since(&e2e::api_requests(&before), &e2e::api_requests(&after));
     Idle {
         elapsed,
         passes: series(&after, RECONCILES).unwrap_or(0.0)
