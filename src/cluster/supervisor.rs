@@ -135,11 +135,14 @@ pub async fn run(
                     for k in woken.clusters {
                         if let Some(h) = tasks.get(&k) { h.wake.notify_one(); }
                     }
-                    for (ns, secret) in woken.secrets {
-                        for (k, c) in known.iter().filter(|(k, _)| k.0 == ns) {
-                            if references(c, &secret)
-                                && let Some(h) = tasks.get(k)
-                            {
+                    // One look at each cluster, however many Secrets a relist touched.
+                    let secrets: BTreeSet<Key> = woken.secrets.into_iter().collect();
+                    if !secrets.is_empty() {
+                        for (k, c) in &known {
+                            let reads = read_secrets(c)
+                                .into_iter()
+                                .any(|s| secrets.contains(&(k.0.clone(), s)));
+                            if reads && let Some(h) = tasks.get(k) {
                                 h.wake.notify_one();
                             }
                         }
@@ -182,18 +185,20 @@ where
     watcher::watcher(api, config)
 }
 
-/// Whether `cluster` reads Secret `name`: its TLS Secrets (the CA of `TLS.auto` included) and
-/// those its pods' environment names.
-fn references(cluster: &EtcdCluster, name: &str) -> bool {
+/// The Secrets `cluster` reads: its TLS Secrets (the CA of `TLS.auto` included) and those its
+/// pods' environment names.
+fn read_secrets(cluster: &EtcdCluster) -> Vec<String> {
     let tls = super::tls::secrets(cluster);
     let ca = tls.auto.then(|| super::tls::ca_name(cluster));
     [tls.peer, tls.server, tls.client, ca]
         .into_iter()
         .flatten()
-        .any(|s| s == name)
-        || super::resources::referenced_secrets(&cluster.spec)
-            .iter()
-            .any(|(_, s)| s == name)
+        .chain(
+            super::resources::referenced_secrets(&cluster.spec)
+                .into_iter()
+                .map(|(_, s)| s),
+        )
+        .collect()
 }
 
 fn key(c: &EtcdCluster) -> Key {
