@@ -71,6 +71,13 @@ pub enum Error {
         #[source]
         source: etcd_client::Error,
     },
+    /// A read failed.
+    #[error("reading through {endpoint}: {source}")]
+    Read {
+        endpoint: String,
+        #[source]
+        source: etcd_client::Error,
+    },
     /// etcd answered without a field it always sends.
     #[error("etcd answered {0} without {1}")]
     Malformed(&'static str, &'static str),
@@ -95,6 +102,7 @@ impl Error {
             Error::MoveLeader { .. } => "etcd_move_leader",
             Error::Alarm { .. } => "etcd_alarm",
             Error::Snapshot(_) => "etcd_snapshot",
+            Error::Read { .. } => "etcd_read",
             Error::Malformed(..) => "etcd_malformed",
         }
     }
@@ -447,6 +455,27 @@ pub async fn status(endpoint: &Endpoint, timeout: Duration) -> Result<Status> {
         is_learner: resp.is_learner(),
         errors: resp.errors().to_vec(),
     })
+}
+
+/// A linearizable read through `endpoint` (a Service's address: whichever member it leads to),
+/// over a connection of its own. Returns the ID of the cluster that answered, so that an
+/// address that still leads to another cluster's member (a Service address reused before every
+/// proxy caught up) is told apart. The key read never exists, so the read costs nothing.
+pub async fn linearizable_read(endpoint: &Endpoint, timeout: Duration) -> Result<u64> {
+    let mut etcd = Etcd::connect(endpoint, timeout).await?;
+    let resp = etcd
+        .client
+        .get(
+            "\0etcd-operator/serve",
+            Some(GetOptions::new().with_count_only()),
+        )
+        .await
+        .map_err(|source| Error::Read {
+            endpoint: endpoint.url.clone(),
+            source,
+        })?;
+    let header = resp.header().ok_or(Error::Malformed("Range", "a header"))?;
+    Ok(header.cluster_id())
 }
 
 #[cfg(test)]

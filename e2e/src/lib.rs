@@ -1166,6 +1166,36 @@ pub fn pod_names(k: &Kubectl, ns: &str, cluster: &str) -> Vec<String> {
     names
 }
 
+/// Whether `cluster` has exactly `n` member pods, none being deleted, every one Ready.
+pub fn pods_ready(k: &Kubectl, ns: &str, cluster: &str, n: usize) -> bool {
+    let selector = format!("etcd_cluster={cluster}");
+    let out = k.ok(
+        &["get", "pods", "-n", ns, "-l", &selector, "-o", "json"],
+        None,
+    );
+    let pods: Value = serde_json::from_str(&out).unwrap();
+    let items = pods["items"].as_array().cloned().unwrap_or_default();
+    items.len() == n
+        && items.iter().all(|p| {
+            p["metadata"]["deletionTimestamp"].is_null()
+                && p["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+        })
+}
+
+/// One write of key `e2e-writer/<key>` through `endpoint` (`http://IP:2379`, etcd's JSON
+/// gateway), on a connection of its own, with no retry: what a script does right after it
+/// waited for a condition.
+pub fn write_once(endpoint: &str, key: u64) -> Result<(), String> {
+    let addr = endpoint
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{endpoint}: plain http:// only"))?
+        .trim_end_matches('/');
+    put(&mut None, addr, key, key)
+}
+
 /// Whether `cluster` is Available with `size` healthy voters whose names equal its pods.
 pub fn healthy_at_size(k: &Kubectl, ns: &str, cluster: &str, size: usize) -> bool {
     let c = get(k, ns, &format!("etcdcluster/{cluster}"));

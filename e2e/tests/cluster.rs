@@ -17,7 +17,7 @@ fn etcdctl(k: &Kubectl, ns: &str, job: &str, args: &[&str]) -> String {
     ];
     all.extend_from_slice(args);
     let manifest = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job},
-        "spec": {"backoffLimit": 4, "template": {"spec": {"restartPolicy": "Never",
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
           "containers": [{"name": "etcdctl", "image": "quay.io/coreos/etcd:v3.6.16",
             "imagePullPolicy": "Never", "command": ["/usr/local/bin/etcdctl"], "args": all}]}}}});
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&manifest.to_string()));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use e2e::{
     Keys, Kubectl, Operator, RollView, Volumes, Writer, client_endpoint, event_count, events, get,
-    healthy_at_size, holds_for, keys_under, patch_spec, pod_names, until,
+    healthy_at_size, holds_for, keys_under, patch_spec, pod_names, until, write_once,
 };
 use serde_json::{Value, json};
 
@@ -92,6 +92,9 @@ fn upgrade_under_writes(prefix: &str, persistent: bool) {
     });
     let before = RollView::of(&k, ns, "example").ids();
     let endpoint = client_endpoint(&k, ns, "example");
+    // Right after Available the first write must succeed; the writer's later reconnects are
+    // for the rolls.
+    write_once(&endpoint, u64::MAX).expect("the first write after Available");
     let writer = Writer::start_with(&endpoint, Duration::from_secs(900), Keys::Unique);
 
     for (from, to) in [("3.4.23", "3.5.35"), ("3.5.35", "3.6.16")] {

@@ -107,7 +107,28 @@ fn the_cluster_is_real() {
         ],
     );
     wait(&k, ns, "job/client", "condition=Complete", 180);
-    let logs = k.ok(&["logs", "-n", ns, "job/client"], None);
+    // The pod that succeeded: `logs job/client` picks any of the Job's pods, and a first
+    // attempt may have run before the node's proxy had programmed the new Service (a Deployment
+    // is Available when its pod is Ready, which says nothing of the proxies).
+    let succeeded = k.ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            "job-name=client",
+            "--field-selector=status.phase=Succeeded",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    let pod = succeeded
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("job/client completed without a Succeeded pod"));
+    let logs = k.ok(&["logs", "-n", ns, pod], None);
     assert!(
         logs.contains(&format!("{headless} is healthy")) && logs.contains(".svc:2379 is healthy"),
         "unexpected etcdctl output: {logs}"

@@ -1,6 +1,6 @@
-//! Shared watch caches of what every pass reads: the member pods, the Services, the
-//! PodDisruptionBudgets, the volume claims (metadata) and the Secrets (metadata; a Secret's
-//! contents are fetched once per resourceVersion). The supervisor feeds them from one watch per
+//! Shared watch caches of what every pass reads: the member pods, the Services and their
+//! EndpointSlices, the PodDisruptionBudgets, the volume claims (metadata) and the Secrets
+//! (metadata; a Secret's contents are fetched once per resourceVersion). The supervisor feeds them from one watch per
 //! kind and scope; the tasks read them instead of listing, so a cluster at rest costs the API
 //! server nothing.
 //!
@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
@@ -163,6 +164,9 @@ pub struct Caches {
     pub pods: Index<Pod>,
     /// Services, by cluster.
     pub services: Index<Service>,
+    /// The Services' EndpointSlices, by cluster (the EndpointSlice controller copies a
+    /// Service's labels onto its slices).
+    pub slices: Index<EndpointSlice>,
     /// PodDisruptionBudgets, by cluster.
     pub budgets: Index<PodDisruptionBudget>,
     /// Volume claims' metadata, by cluster.
@@ -177,6 +181,7 @@ impl Default for Caches {
         Caches {
             pods: Index::by_cluster(),
             services: Index::by_cluster(),
+            slices: Index::by_cluster(),
             budgets: Index::by_cluster(),
             claims: Index::by_cluster(),
             secrets: Index::by_name(),
@@ -192,6 +197,8 @@ pub enum Change {
     Pod(Box<Event<Pod>>),
     /// Services.
     Service(Box<Event<Service>>),
+    /// EndpointSlices.
+    Slice(Box<Event<EndpointSlice>>),
     /// PodDisruptionBudgets.
     Budget(Box<Event<PodDisruptionBudget>>),
     /// Volume claims.
@@ -204,7 +211,7 @@ pub enum Change {
 /// (namespace, name).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Woken {
-    /// Clusters whose pods, Services, budgets or claims changed.
+    /// Clusters whose pods, Services, EndpointSlices, budgets or claims changed.
     pub clusters: Touched,
     /// Secrets that changed.
     pub secrets: Touched,
@@ -237,6 +244,10 @@ pub fn watches(
         watcher::watcher(api::<Service>(client, &scope), members())
             .modify(clear_managed_fields::<Service>)
             .map(|e| e.map(|e| Change::Service(Box::new(e))))
+            .boxed(),
+        watcher::watcher(api::<EndpointSlice>(client, &scope), members())
+            .modify(clear_managed_fields::<EndpointSlice>)
+            .map(|e| e.map(|e| Change::Slice(Box::new(e))))
             .boxed(),
         watcher::watcher(api::<PodDisruptionBudget>(client, &scope), members())
             .modify(clear_managed_fields::<PodDisruptionBudget>)
@@ -316,6 +327,7 @@ impl Caches {
         match change {
             Change::Pod(e) => woken.clusters = self.pods.apply(scope, *e),
             Change::Service(e) => woken.clusters = self.services.apply(scope, *e),
+            Change::Slice(e) => woken.clusters = self.slices.apply(scope, *e),
             Change::Budget(e) => woken.clusters = self.budgets.apply(scope, *e),
             Change::Claim(e) => woken.clusters = self.claims.apply(scope, e),
             Change::Secret(e) => {

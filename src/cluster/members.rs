@@ -78,14 +78,24 @@ impl Addressing {
         )
     }
 
-    /// The client Service's URL, `<cluster>-client.<namespace>.svc[.<domain>]:2379`.
-    pub fn service_url(&self) -> String {
+    /// The client Service's name in DNS, `<cluster>-client.<namespace>.svc[.<domain>]`: what
+    /// its clients reach it by, and what a server certificate must name for them.
+    pub fn service_host(&self) -> String {
         let mut h = format!("{}-client.{}.svc", self.cluster, self.namespace);
         if !self.cluster_domain.is_empty() {
             h.push('.');
             h.push_str(&self.cluster_domain);
         }
-        format!("{}://{h}:{CLIENT_PORT}", Self::scheme(self.client_tls))
+        h
+    }
+
+    /// The client Service's URL, `<cluster>-client.<namespace>.svc[.<domain>]:2379`.
+    pub fn service_url(&self) -> String {
+        format!(
+            "{}://{}:{CLIENT_PORT}",
+            Self::scheme(self.client_tls),
+            self.service_host()
+        )
     }
 
     /// A member's client URL by pod IP (how the operator reaches it: no DNS needed).

@@ -7,6 +7,7 @@ pub mod members;
 pub mod observe;
 pub mod plan;
 pub mod resources;
+pub mod serving;
 pub mod status;
 pub mod supervisor;
 pub mod task;

@@ -17,6 +17,7 @@ use super::resources::{
     JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION,
     TEMPLATE_HASH_ANNOTATION, selector, template_hash,
 };
+use super::serving::{self, ReadMemory, Serving};
 use crate::api::EtcdCluster;
 use crate::etcd::{self, ClientTls, Endpoint, Etcd, Member, Status};
 
@@ -42,6 +43,8 @@ pub struct Observed {
     pub addr: Option<Addressing>,
     /// The operator's client identity, for a cluster whose clients need one.
     pub tls: Option<Arc<ClientTls>>,
+    /// What clients of the client Service reach.
+    pub serving: Serving,
 }
 
 impl Observed {
@@ -87,6 +90,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Reading the client Service or its endpoints failed.
+    #[error(transparent)]
+    Serving(#[from] serving::Error),
 }
 
 impl Error {
@@ -95,6 +101,7 @@ impl Error {
         match self {
             Error::ListPods { .. } => "list_pods",
             Error::ListClaims { .. } => "list_claims",
+            Error::Serving(e) => e.metric_label(),
         }
     }
 }
@@ -276,6 +283,7 @@ async fn list_pods(pods_api: &Api<Pod>, name: &str) -> Result<Vec<Pod>, Error> {
 pub struct HealthMemory {
     unhealthy_since: BTreeMap<String, Instant>,
     silent_since: Option<Instant>,
+    reads: ReadMemory,
 }
 
 impl HealthMemory {
@@ -493,7 +501,31 @@ pub async fn observe(
     }
     obs.plan.members = Some(views);
     obs.members = Some(members);
-    memory.stamp(&mut obs.plan, Instant::now());
+    // Without a quorum's answer no client is served, whatever the Service says.
+    if authoritative {
+        let sources = serving::Sources {
+            caches: &apis.caches,
+            services: &apis.services,
+            slices: &apis.slices,
+        };
+        let cluster_id = obs.statuses.values().next().map(|s| s.cluster_id);
+        let addr = obs
+            .addr
+            .clone()
+            .unwrap_or_else(|| super::act::addressing(cluster));
+        obs.serving = serving::observe(
+            &sources,
+            cluster,
+            &addr,
+            obs.tls.clone(),
+            &obs.pods,
+            cluster_id,
+        )
+        .await?;
+    }
+    let now = Instant::now();
+    memory.reads.stamp(&mut obs.serving, now);
+    memory.stamp(&mut obs.plan, now);
     Ok(obs)
 }
 

@@ -211,25 +211,31 @@ fn probes(version: &str) -> (Probe, Probe, Probe) {
             port: IntOrString::Int(CLIENT_PORT),
             ..TCPSocketAction::default()
         }),
-        period_seconds: Some(2),
-        timeout_seconds: Some(2),
+        // Every second: the client Service sends clients to a member only once its pod is
+        // Ready, and the cluster is Available only then. Three misses take it out again.
+        period_seconds: Some(1),
+        timeout_seconds: Some(1),
         failure_threshold: Some(3),
         ..Probe::default()
     };
     // Until etcd first answers, only this one counts: a member held back by the gate until it
     // is added, a seed fetching and restoring a large snapshot, or etcd replaying a long WAL is
-    // not killed by the liveness probe (which alone gave 70 s).
+    // not killed by the liveness probe (which alone gave 70 s). Readiness is not probed before
+    // it succeeds, so it is asked every second (a 5 s period kept a serving member unready for
+    // up to 5 s), with as many failures allowed as keep the budget at 15 minutes.
     let startup = Probe {
         initial_delay_seconds: None,
-        period_seconds: Some(5),
+        period_seconds: Some(STARTUP_PROBE_PERIOD),
         failure_threshold: Some(STARTUP_PROBE_FAILURES),
         ..liveness.clone()
     };
     (liveness, readiness, startup)
 }
 
-/// Startup probe failures allowed, every 5 s: 15 minutes.
-const STARTUP_PROBE_FAILURES: i32 = 180;
+/// The startup probe's period in seconds.
+const STARTUP_PROBE_PERIOD: i32 = 1;
+/// Startup probe failures allowed, every [`STARTUP_PROBE_PERIOD`]: 15 minutes.
+const STARTUP_PROBE_FAILURES: i32 = 900;
 
 /// The user id member pods run as when the pod policy sets no security context (the
 /// distroless "nonroot" user; etcd needs no root, only its data volume).
@@ -986,8 +992,14 @@ mod tests {
             .unwrap();
         assert_eq!(ready.path.as_deref(), Some("/readyz"));
         assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
-        // The startup probe checks what liveness checks, for up to 15 minutes.
+        // The startup probe checks what liveness checks, every second (readiness waits for
+        // it), for up to 15 minutes; readiness follows etcd within a second.
         let startup = etcd.startup_probe.as_ref().unwrap();
+        assert_eq!(startup.period_seconds, Some(1));
+        assert_eq!(
+            etcd.readiness_probe.as_ref().unwrap().period_seconds,
+            Some(1)
+        );
         assert_eq!(
             startup.http_get.as_ref().unwrap().path.as_deref(),
             Some("/livez")

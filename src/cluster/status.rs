@@ -6,6 +6,7 @@ use kube::ResourceExt;
 use super::members::CLIENT_PORT;
 use super::observe::Observed;
 use super::plan::{Action, DeleteReason, RemoveReason, quorum};
+use super::serving::READ_GRACE;
 use super::version::Version;
 use crate::api::{
     ClusterPhase, Condition, EtcdCluster, EtcdClusterStatus, MemberRole, MemberStatus,
@@ -79,6 +80,63 @@ fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'stati
     }
 }
 
+/// Whether the cluster is Available, with the condition's reason and message. Available means
+/// a client of the client Service can read and write now: the ready members (healthy voters
+/// whose pods are Ready and published as ready endpoints of the client Service) are a quorum
+/// of the membership as it is and of `spec.size` (so a new 3-member cluster is not Available
+/// on its seed alone), and a linearizable read through the Service's address was answered by
+/// this cluster. Once Available, failed reads alone take it away only after [`READ_GRACE`]:
+/// one read lost to a busy node is no outage.
+fn availability(
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+    previous: &EtcdClusterStatus,
+    voters: usize,
+    healthy: usize,
+    ready: usize,
+) -> (bool, &'static str, String) {
+    let size = cluster.spec.size.max(0) as usize;
+    let service = format!("{}-client", cluster.name_any());
+    let enough = |n: usize| n >= quorum(voters) && n >= quorum(size);
+    let was_available =
+        find_condition(&previous.conditions, "Available").is_some_and(|c| c.status == "True");
+    if obs.plan.members.is_none() || matches!(action, Action::QuorumLost { .. }) || !enough(healthy)
+    {
+        return (
+            false,
+            "QuorumUnavailable",
+            format!("{healthy} of {voters} voting members healthy"),
+        );
+    }
+    if !enough(ready) {
+        return (
+            false,
+            "EndpointsNotReady",
+            format!(
+                "{healthy} of {voters} voting members healthy; {ready} of them Ready and published by Service {service}"
+            ),
+        );
+    }
+    match &obs.serving.read {
+        Some(Err(why)) if !was_available || obs.serving.failing_for >= READ_GRACE => {
+            (false, "ServiceUnreachable", why.clone())
+        }
+        None => (
+            false,
+            "ServiceUnreachable",
+            format!("no read was made through Service {service}"),
+        ),
+        _ => (
+            true,
+            "QuorumHealthy",
+            format!(
+                "{ready} of {voters} voting members healthy and serving clients through Service {service}"
+            ),
+        ),
+    }
+}
+
 /// The status to write after `action` was planned on `obs`.
 pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
@@ -90,6 +148,8 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
     let mut member_statuses = Vec::new();
     let mut ready = Vec::new();
     let mut unready = Vec::new();
+    // Healthy in etcd's view, whether or not clients of the Service reach them yet.
+    let mut healthy_voters = 0;
     for m in members {
         let status = obs.statuses.get(&m.id);
         let role = if m.is_learner {
@@ -99,7 +159,11 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         } else {
             MemberRole::Follower
         };
-        if m.healthy && !m.is_learner && obs.plan.pod_alive(&m.name) {
+        let healthy = m.healthy && !m.is_learner && obs.plan.pod_alive(&m.name);
+        healthy_voters += usize::from(healthy);
+        // Ready: healthy, and a route clients of the Service take (its pod Ready and listed
+        // as a ready endpoint of the client Service).
+        if healthy && obs.serving.published.contains(&m.name) {
             &mut ready
         } else {
             &mut unready
@@ -145,13 +209,15 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         .map(|s| format!("{:x}", s.cluster_id))
         .unwrap_or(previous.cluster_id.clone());
 
-    // Available means the cluster the user asked for serves: the healthy voters are a quorum
-    // of the membership as it is, and also of spec.size, so a new 3-member cluster is not
-    // Available on its seed alone.
-    let quorate = obs.plan.members.is_some()
-        && ready.len() >= quorum(voters)
-        && ready.len() >= quorum(size)
-        && !matches!(action, Action::QuorumLost { .. });
+    let (quorate, available_reason, available_message) = availability(
+        cluster,
+        obs,
+        action,
+        &previous,
+        voters,
+        healthy_voters,
+        ready.len(),
+    );
     let ever_ran = !previous.cluster_id.is_empty() || !obs.statuses.is_empty();
     let (phase, reason) = match action {
         Action::QuorumLost { reason } => (ClusterPhase::Failed, reason.clone()),
@@ -209,12 +275,8 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             generation,
             "Available",
             quorate,
-            if quorate {
-                "QuorumHealthy"
-            } else {
-                "QuorumUnavailable"
-            },
-            format!("{} of {voters} voting members healthy", ready.len()),
+            available_reason,
+            available_message,
         ),
         condition(
             old,
@@ -280,6 +342,7 @@ mod tests {
     use super::*;
     use crate::api::EtcdClusterSpec;
     use crate::cluster::plan::{MemberView, Observation, PodState, PodView};
+    use crate::cluster::serving::Serving;
 
     fn observed(states: [PodState; 3]) -> Observed {
         let names = ["m1", "m2", "m3"];
@@ -317,8 +380,88 @@ mod tests {
                 silent_for: Duration::ZERO,
                 ..Observation::default()
             },
+            serving: Serving {
+                published: names.iter().map(|n| n.to_string()).collect(),
+                read: Some(Ok(())),
+                failing_for: Duration::ZERO,
+            },
             ..Observed::default()
         }
+    }
+
+    fn available(status: &EtcdClusterStatus) -> (String, String) {
+        let c = find_condition(&status.conditions, "Available").unwrap();
+        (c.status.clone(), c.reason.clone())
+    }
+
+    fn three() -> EtcdCluster {
+        EtcdCluster::new(
+            "example",
+            EtcdClusterSpec {
+                size: 3,
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn available_needs_a_quorum_published_by_the_client_service_and_a_read_through_it() {
+        let cluster = three();
+        let all = observed([PodState::Running; 3]);
+        let status = compute(&cluster, &all, &Action::Steady);
+        assert_eq!(available(&status), ("True".into(), "QuorumHealthy".into()));
+        assert_eq!(status.ready_members, Some(3));
+
+        // etcd says all three are healthy, but the Service sends clients to one of them.
+        let mut obs = observed([PodState::Running; 3]);
+        obs.serving.published = ["m1".to_string()].into_iter().collect();
+        let status = compute(&cluster, &obs, &Action::Steady);
+        assert_eq!(
+            available(&status),
+            ("False".into(), "EndpointsNotReady".into())
+        );
+        assert_eq!(status.ready_members, Some(1));
+        assert_eq!(status.members.ready, ["m1"]);
+        assert_eq!(condition_of(&status, "Degraded"), "True");
+
+        // Two published: a quorum, and readyMembers says so; the read decides.
+        obs.serving.published.insert("m2".into());
+        obs.serving.read = Some(Err("a read through Service example-client failed".into()));
+        let status = compute(&cluster, &obs, &Action::Steady);
+        assert_eq!(
+            available(&status),
+            ("False".into(), "ServiceUnreachable".into())
+        );
+        assert_eq!(status.ready_members, Some(2));
+        obs.serving.read = None;
+        let status = compute(&cluster, &obs, &Action::Steady);
+        assert_eq!(available(&status).0, "False");
+    }
+
+    #[test]
+    fn an_available_cluster_stays_available_through_failed_reads_only_for_the_grace() {
+        let mut cluster = three();
+        cluster.status = Some(compute(
+            &cluster,
+            &observed([PodState::Running; 3]),
+            &Action::Steady,
+        ));
+        let mut obs = observed([PodState::Running; 3]);
+        obs.serving.read = Some(Err("timed out".into()));
+        obs.serving.failing_for = READ_GRACE - Duration::from_secs(1);
+        let status = compute(&cluster, &obs, &Action::Steady);
+        assert_eq!(available(&status).0, "True");
+        obs.serving.failing_for = READ_GRACE;
+        let status = compute(&cluster, &obs, &Action::Steady);
+        assert_eq!(
+            available(&status),
+            ("False".into(), "ServiceUnreachable".into())
+        );
+        // Never Available on a failed read.
+        let fresh = three();
+        obs.serving.failing_for = Duration::ZERO;
+        let status = compute(&fresh, &obs, &Action::Steady);
+        assert_eq!(available(&status).0, "False");
     }
 
     fn condition_of(status: &EtcdClusterStatus, type_: &str) -> String {

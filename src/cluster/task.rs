@@ -80,6 +80,13 @@ const PENDING_POLL: Duration = Duration::from_secs(10);
 /// How soon to look again at a cluster that is as asked (or paused). Also the longest that the
 /// figures which change with every write (`raftIndex`, `dbSize`) go without being refreshed.
 const RESYNC: Duration = Duration::from_secs(30);
+/// How long a cluster whose members serve, but whose client Service does not reach them yet, is
+/// looked at every [`IN_FLIGHT_POLL`]: no event announces that a node's proxy has programmed
+/// the Service's endpoints. After that (a proxy that does not work, say), every
+/// [`UNSERVED_POLL`].
+const UNSERVED_FAST: Duration = Duration::from_secs(30);
+/// See [`UNSERVED_FAST`].
+const UNSERVED_POLL: Duration = Duration::from_secs(5);
 /// How soon to look again at a spec that cannot be acted on: a Secret may be created at any
 /// time, and nothing announces it.
 const INVALID_RECHECK: Duration = Duration::from_secs(10);
@@ -147,6 +154,32 @@ struct Memory {
     refreshed: Option<Instant>,
     /// Pods and claims this task created or deleted that the caches do not show yet.
     expect: Expectations,
+    /// Since when the members have served while clients of the Service were not reached.
+    unserved_since: Option<Instant>,
+}
+
+/// How soon to look again at a cluster that is as asked: at [`RESYNC`] when it is Available;
+/// while its members serve but the Service does not reach them yet, soon (see
+/// [`UNSERVED_FAST`]).
+fn steady_poll(status: &EtcdClusterStatus, memory: &mut Memory, now: Instant) -> Duration {
+    let unserved = status.conditions.iter().any(|c| {
+        c.type_ == "Available"
+            && c.status == "False"
+            && matches!(
+                c.reason.as_str(),
+                "EndpointsNotReady" | "ServiceUnreachable"
+            )
+    });
+    if !unserved {
+        memory.unserved_since = None;
+        return RESYNC;
+    }
+    let since = *memory.unserved_since.get_or_insert(now);
+    if now.saturating_duration_since(since) < UNSERVED_FAST {
+        IN_FLIGHT_POLL
+    } else {
+        UNSERVED_POLL
+    }
 }
 
 /// The status without the figures that change with every write to etcd, for deciding whether
@@ -428,7 +461,7 @@ async fn reconcile(
                     .await;
                     Ok(IN_FLIGHT_POLL)
                 }
-                None => Ok(RESYNC),
+                None => Ok(steady_poll(&new_status, memory, Instant::now())),
             }
         }
         Ok(Outcome::Done(None)) if action == Action::Paused => Ok(RESYNC),
@@ -687,6 +720,33 @@ mod tests {
             }],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_cluster_not_reached_through_its_service_is_looked_at_soon_then_less_often() {
+        let status = |available: &str, reason: &str| EtcdClusterStatus {
+            conditions: vec![crate::api::Condition {
+                type_: "Available".into(),
+                status: available.into(),
+                reason: reason.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut memory = Memory::default();
+        let t0 = Instant::now();
+        let unserved = status("False", "ServiceUnreachable");
+        assert_eq!(steady_poll(&unserved, &mut memory, t0), IN_FLIGHT_POLL);
+        let later = t0 + UNSERVED_FAST;
+        assert_eq!(steady_poll(&unserved, &mut memory, later), UNSERVED_POLL);
+        let served = status("True", "QuorumHealthy");
+        assert_eq!(steady_poll(&served, &mut memory, later), RESYNC);
+        // Served again: the fast looks start over.
+        let unready = status("False", "EndpointsNotReady");
+        assert_eq!(steady_poll(&unready, &mut memory, later), IN_FLIGHT_POLL);
+        // Lost quorum is not waited for here.
+        let lost = status("False", "QuorumUnavailable");
+        assert_eq!(steady_poll(&lost, &mut memory, later), RESYNC);
     }
 
     #[test]

@@ -46,7 +46,9 @@ The rights the controllers use, and nothing else. Where each comes from:
   pods                  delete        act.rs (a removed member's pod)
   pods                  get           act.rs (a new member's pod IP, before its member is added);
                                       backup/controller.rs (the IP of the member to snapshot)
-  endpointslices        list          act.rs (whether cluster DNS answers for a new member yet)
+  endpointslices        list, watch   act.rs (whether cluster DNS answers for a new member yet);
+                                      cache.rs (watcher), serving.rs (which members the client
+                                      Service sends clients to, for Available)
   services              patch, create act.rs (server-side apply of the two Services; an apply that
                                       creates the object is also authorized as create)
   persistentvolumeclaims create, list, delete
@@ -85,7 +87,7 @@ The rights the controllers use, and nothing else. Where each comes from:
   verbs: [get, list, watch, create, delete]
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
-  verbs: [list]
+  verbs: [list, watch]
 - apiGroups: [""]
   resources: [services]
   # list, watch: a cache shows whether the Services are as wanted, so an idle pass applies none.
