@@ -522,6 +522,15 @@ pub async fn observe(
             cluster_id,
         )
         .await?;
+        obs.plan.unpublished = obs
+            .plan
+            .members
+            .iter()
+            .flatten()
+            .filter(|m| m.healthy && !m.is_learner && obs.plan.pod_alive(&m.name))
+            .filter(|m| !obs.serving.published.contains(&m.name))
+            .map(|m| m.name.clone())
+            .collect();
     }
     let now = Instant::now();
     memory.reads.stamp(&mut obs.serving, now);

@@ -98,6 +98,10 @@ pub struct Observation {
     /// The members the last written status listed: when no member answers, these are the
     /// members whose pods may be recreated on their claims.
     pub known_members: BTreeSet<String>,
+    /// Healthy voters that clients of the client Service do not reach yet (the pod not Ready,
+    /// or not published as a ready endpoint): a roll waits for them, so that its next step
+    /// never leaves clients fewer members than the step itself takes.
+    pub unpublished: BTreeSet<String>,
 }
 
 impl Observation {
@@ -697,13 +701,22 @@ impl<'a> Cluster<'a> {
             .and_then(|v| remove(v, RemoveReason::ScaleDown))
     }
 
-    /// A wait while some voter has not caught up with the leader.
+    /// A wait while some voter has not caught up with the leader, or serves but is not yet
+    /// reached through the client Service.
     fn catching_up(&self) -> Option<Action> {
+        if let Some(v) = self.voters.iter().find(|v| !v.caught_up) {
+            return Some(Action::Wait {
+                reason: format!("member {} is catching up with the leader", v.name),
+            });
+        }
         self.voters
             .iter()
-            .find(|v| !v.caught_up)
+            .find(|v| self.counts(v) && self.obs.unpublished.contains(&v.name))
             .map(|v| Action::Wait {
-                reason: format!("member {} is catching up with the leader", v.name),
+                reason: format!(
+                    "member {} serves, but the client Service does not send clients to it yet",
+                    v.name
+                ),
             })
     }
 
@@ -1035,6 +1048,7 @@ mod tests {
             silent_for: Duration::ZERO,
             claims: (1..=n).map(|i| format!("m{i}")).collect(),
             known_members: (1..=n).map(|i| format!("m{i}")).collect(),
+            unpublished: BTreeSet::new(),
         }
     }
 
@@ -1664,6 +1678,7 @@ mod tests {
                     BTreeSet::new()
                 },
                 known_members: self.members.iter().map(|m| m.name.clone()).collect(),
+                unpublished: BTreeSet::new(),
             }
         }
 
@@ -2070,6 +2085,25 @@ mod tests {
         assert!(matches!(
             plan(&obs, &target_of(3, true)),
             Action::Wait { reason } if reason.contains("catching up")
+        ));
+    }
+
+    #[test]
+    fn a_roll_waits_for_every_voter_to_be_reached_through_the_client_service() {
+        // m2 was restarted and serves, but its pod is not Ready or published yet: rolling the
+        // next member now would leave clients one member.
+        let mut obs = outdated(3, true).observe();
+        obs.unpublished.insert("m2".into());
+        assert!(matches!(
+            plan(&obs, &target_of(3, true)),
+            Action::Wait { reason } if reason.contains("client Service")
+        ));
+        // Without volumes the outdated member goes only once the new one is reached too.
+        let mut obs = outdated(3, false).observe();
+        obs.unpublished.insert("m3".into());
+        assert!(!matches!(
+            plan(&obs, &target_of(3, false)),
+            Action::DeletePod { .. } | Action::RemoveMember { .. } | Action::MoveLeader { .. }
         ));
     }
 

@@ -127,7 +127,11 @@ fn network_programming() -> (String, String, &'static str) {
         .unwrap_or_default();
     let name = "kubeproxy_network_programming_duration_seconds";
     let value = |suffix: &str| e2e::series(&metrics, &format!("{name}{suffix}"));
-    let shown = match (value("_sum"), value("_count"), value("_bucket{le=\"1\"}")) {
+    let shown = match (
+        value("_sum{ip_family=\"IPv4\"}"),
+        value("_count{ip_family=\"IPv4\"}"),
+        value("_bucket{ip_family=\"IPv4\",le=\"1\"}"),
+    ) {
         (Some(sum), Some(count), Some(one)) if count > 0.0 => format!(
             "mean {:.2} s over {count:.0} changes; {:.0}% within 1 s",
             sum / count,
