@@ -24,6 +24,11 @@ use crate::etcd::{self, ClientTls, Endpoint, Etcd, Member, Status};
 /// How long one etcd request may take before the member counts as not answering.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long a pod that is being deleted may take to answer. While it stops it answers in
+/// milliseconds; once its network is gone its address does not answer at all (the bridge gives
+/// up after 3 s), and the whole pass would wait for it, the replacement of its member with it.
+pub const LEAVING_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// How many raft entries a voter may be behind the leader, in one observation's answers
 /// (asked concurrently, so a busy cluster moves between them), and still count as caught up.
 pub const CAUGHT_UP_LAG: u64 = 500;
@@ -408,8 +413,13 @@ pub async fn observe(
     let mut asks = tokio::task::JoinSet::new();
     for pod in obs.pods.keys() {
         if let Some(ep) = obs.pod_endpoint(pod) {
+            let timeout = if obs.plan.pod_alive(pod) {
+                ETCD_TIMEOUT
+            } else {
+                LEAVING_TIMEOUT
+            };
             let pod = pod.clone();
-            asks.spawn(async move { (pod, etcd::status(&ep, ETCD_TIMEOUT).await) });
+            asks.spawn(async move { (pod, etcd::status(&ep, timeout).await) });
         }
     }
     let mut answers: BTreeMap<String, Status> = BTreeMap::new();
@@ -508,20 +518,23 @@ pub async fn observe(
             services: &apis.services,
             slices: &apis.slices,
         };
-        let cluster_id = obs.statuses.values().next().map(|s| s.cluster_id);
+        let available = cluster.status.iter().any(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Available" && c.status == "True")
+        });
+        let how = serving::Read {
+            tls: obs.tls.clone(),
+            cluster_id: obs.statuses.values().next().map(|s| s.cluster_id),
+            standing: memory.reads.standing(available, Instant::now()),
+        };
+        let made = how.standing.is_none();
         let addr = obs
             .addr
             .clone()
             .unwrap_or_else(|| super::act::addressing(cluster));
-        obs.serving = serving::observe(
-            &sources,
-            cluster,
-            &addr,
-            obs.tls.clone(),
-            &obs.pods,
-            cluster_id,
-        )
-        .await?;
+        obs.serving = serving::observe(&sources, cluster, &addr, &obs.pods, how).await?;
+        memory.reads.stamp(&mut obs.serving, made, Instant::now());
         obs.plan.unpublished = obs
             .plan
             .members
@@ -532,9 +545,7 @@ pub async fn observe(
             .map(|m| m.name.clone())
             .collect();
     }
-    let now = Instant::now();
-    memory.reads.stamp(&mut obs.serving, now);
-    memory.stamp(&mut obs.plan, now);
+    memory.stamp(&mut obs.plan, Instant::now());
     Ok(obs)
 }
 

@@ -281,6 +281,7 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         Cluster::orphan_claims,
         Cluster::voters_without_pod,
         Cluster::voters_losing_data,
+        Cluster::stopping,
         Cluster::shrink,
         Cluster::sick_voter,
         Cluster::grow,
@@ -699,6 +700,23 @@ impl<'a> Cluster<'a> {
             .filter(follower)
             .find(|v| v.healthy)
             .and_then(|v| remove(v, RemoveReason::ScaleDown))
+    }
+
+    /// A voter whose pod is being deleted but still answers is on its way out: nothing else
+    /// moves until it has stopped (its member is then replaced, or its pod made again on its
+    /// claim). Without this a cluster whose only difference from the spec is such a pod would
+    /// be called steady (found by `repeated_steps_converge_to_size`).
+    fn stopping(&self) -> Option<Action> {
+        self.voters
+            .iter()
+            .find(|v| {
+                self.obs
+                    .pod(&v.name)
+                    .is_some_and(|p| p.state == PodState::Terminating)
+            })
+            .map(|v| Action::Wait {
+                reason: format!("the pod of {} is stopping", v.name),
+            })
     }
 
     /// A wait while some voter has not caught up with the leader, or serves but is not yet

@@ -25,8 +25,17 @@ use crate::api::EtcdCluster;
 use crate::etcd::{self, ClientTls, Endpoint};
 
 /// How long the read through the Service may take. A proxy that knows the Service but has no
-/// endpoint programmed for it refuses at once; this bounds the rest.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// endpoint programmed for it refuses at once, a member answers in milliseconds; but an
+/// endpoint whose pod has just gone (still programmed for a moment) does not answer at all, the
+/// bridge gives up only after 3 s, and the pass that asked waits: the member being replaced
+/// waits with it.
+pub const READ_TIMEOUT: Duration = Duration::from_millis(750);
+
+/// How often a cluster that is Available is read through its Service. Its passes come every
+/// 250 ms while it changes; between reads the last answer stands, and failures are judged over
+/// [`READ_GRACE`] anyway. A cluster that is not Available is read on every pass that finds a
+/// member published, so that it turns Available at once.
+pub const READ_EVERY: Duration = Duration::from_secs(5);
 
 /// How long reads through the Service may keep failing before a cluster that was Available,
 /// and whose members are still healthy and published, stops being so. One read lost to a busy
@@ -85,15 +94,28 @@ pub struct Sources<'a> {
     pub slices: &'a Api<EndpointSlice>,
 }
 
-/// Since when reads through the Service have been failing; kept by the task between passes.
+/// The last read through the Service and since when reads have been failing; kept by the task
+/// between passes.
 #[derive(Debug, Default)]
 pub struct ReadMemory {
     failing_since: Option<Instant>,
+    last: Option<(Instant, Result<(), String>)>,
 }
 
 impl ReadMemory {
-    /// Fills in `serving.failing_for` as of `now`.
-    pub fn stamp(&mut self, serving: &mut Serving, now: Instant) {
+    /// The last answer, when it may stand for a read now: the cluster is Available and the
+    /// last read is younger than [`READ_EVERY`].
+    pub fn standing(&self, available: bool, now: Instant) -> Option<Result<(), String>> {
+        let (at, answer) = self.last.as_ref()?;
+        (available && now.saturating_duration_since(*at) < READ_EVERY).then(|| answer.clone())
+    }
+
+    /// Records a read made now (`made`; else `serving.read` is the standing answer) and fills
+    /// in `serving.failing_for` as of `now`.
+    pub fn stamp(&mut self, serving: &mut Serving, made: bool, now: Instant) {
+        if made && let Some(answer) = &serving.read {
+            self.last = Some((now, answer.clone()));
+        }
         match &serving.read {
             Some(Err(_)) => {
                 let since = *self.failing_since.get_or_insert(now);
@@ -194,16 +216,24 @@ async fn cluster_ip(from: &Sources<'_>, cluster: &EtcdCluster) -> Result<Option<
         .filter(|ip| !ip.is_empty() && ip != "None"))
 }
 
+/// How the read through the Service is made.
+pub struct Read {
+    /// The operator's client identity, for a cluster whose clients need one.
+    pub tls: Option<Arc<ClientTls>>,
+    /// The ID the members answered with, if any did: the read must be answered by it.
+    pub cluster_id: Option<u64>,
+    /// An answer that stands for a read now (see [`ReadMemory::standing`]): none is made.
+    pub standing: Option<Result<(), String>>,
+}
+
 /// Observes what clients of `cluster`'s client Service reach. `pods` are the member pods by
-/// name; `cluster_id` is the ID its members answered with, if any did. The read is made only
-/// when some member is published.
+/// name. The read is made only when some member is published, and no answer stands for it.
 pub async fn observe(
     from: &Sources<'_>,
     cluster: &EtcdCluster,
     addr: &Addressing,
-    tls: Option<Arc<ClientTls>>,
     pods: &BTreeMap<String, Pod>,
-    cluster_id: Option<u64>,
+    how: Read,
 ) -> Result<Serving, Error> {
     let slices = client_slices(from, cluster).await?;
     let published: BTreeSet<String> = ready_endpoints(&slices, pods)
@@ -213,6 +243,16 @@ pub async fn observe(
     if published.is_empty() {
         return Ok(Serving::default());
     }
+    if let Some(answer) = how.standing {
+        return Ok(Serving {
+            published,
+            read: Some(answer),
+            failing_for: Duration::ZERO,
+        });
+    }
+    let Read {
+        tls, cluster_id, ..
+    } = how;
     let read = match cluster_ip(from, cluster).await? {
         None => Err(format!(
             "Service {}-client has no cluster IP",
@@ -324,19 +364,40 @@ mod tests {
             ..Serving::default()
         };
         let mut s = failed(Duration::ZERO);
-        memory.stamp(&mut s, t0);
+        memory.stamp(&mut s, true, t0);
         assert_eq!(s.failing_for, Duration::ZERO);
         let mut s = failed(Duration::ZERO);
-        memory.stamp(&mut s, t0 + Duration::from_secs(4));
+        memory.stamp(&mut s, true, t0 + Duration::from_secs(4));
         assert_eq!(s.failing_for, Duration::from_secs(4));
         let mut ok = Serving {
             read: Some(Ok(())),
             ..Serving::default()
         };
-        memory.stamp(&mut ok, t0 + Duration::from_secs(5));
+        memory.stamp(&mut ok, true, t0 + Duration::from_secs(5));
         assert_eq!(ok.failing_for, Duration::ZERO);
         let mut s = failed(Duration::ZERO);
-        memory.stamp(&mut s, t0 + Duration::from_secs(6));
+        memory.stamp(&mut s, true, t0 + Duration::from_secs(6));
         assert_eq!(s.failing_for, Duration::ZERO);
+    }
+
+    #[test]
+    fn an_available_cluster_is_read_through_its_service_every_few_seconds_only() {
+        let mut memory = ReadMemory::default();
+        let t0 = Instant::now();
+        assert_eq!(memory.standing(true, t0), None);
+        let mut ok = Serving {
+            read: Some(Ok(())),
+            ..Serving::default()
+        };
+        memory.stamp(&mut ok, true, t0);
+        let soon = t0 + Duration::from_secs(1);
+        assert_eq!(memory.standing(true, soon), Some(Ok(())));
+        // Not Available: every pass reads, so that it turns Available at once.
+        assert_eq!(memory.standing(false, soon), None);
+        assert_eq!(memory.standing(true, t0 + READ_EVERY), None);
+        // A standing answer stamped again does not make itself younger.
+        let mut standing = ok.clone();
+        memory.stamp(&mut standing, false, soon);
+        assert_eq!(memory.standing(true, t0 + READ_EVERY), None);
     }
 }
