@@ -18,7 +18,8 @@ use super::resources::{
     TEMPLATE_HASH_ANNOTATION, selector, template_hash,
 };
 use super::serving::{self, ReadMemory, Serving};
-use crate::api::EtcdCluster;
+use crate::api::common::find_condition;
+use crate::api::{Condition, EtcdCluster};
 use crate::etcd::{self, ClientTls, Endpoint, Etcd, Member, Status};
 
 /// How long one etcd request may take before the member counts as not answering.
@@ -518,11 +519,11 @@ pub async fn observe(
             services: &apis.services,
             slices: &apis.slices,
         };
-        let available = cluster.status.iter().any(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Available" && c.status == "True")
-        });
+        let available = cluster
+            .status
+            .as_ref()
+            .and_then(|s| find_condition(&s.conditions, "Available"))
+            .is_some_and(Condition::is_true);
         let how = serving::Read {
             tls: obs.tls.clone(),
             cluster_id: obs.statuses.values().next().map(|s| s.cluster_id),

@@ -100,7 +100,7 @@ fn availability(
     let service = format!("{}-client", cluster.name_any());
     let enough = |n: usize| n >= quorum(voters) && n >= quorum(size);
     let was_available =
-        find_condition(&previous.conditions, "Available").is_some_and(|c| c.status == "True");
+        find_condition(&previous.conditions, "Available").is_some_and(Condition::is_true);
     if obs.plan.members.is_none() || matches!(action, Action::QuorumLost { .. }) || !enough(healthy)
     {
         return (

@@ -162,14 +162,14 @@ struct Memory {
 /// while its members serve but the Service does not reach them yet, soon (see
 /// [`UNSERVED_FAST`]).
 fn steady_poll(status: &EtcdClusterStatus, memory: &mut Memory, now: Instant) -> Duration {
-    let unserved = status.conditions.iter().any(|c| {
-        c.type_ == "Available"
-            && c.status == "False"
-            && matches!(
-                c.reason.as_str(),
-                "EndpointsNotReady" | "ServiceUnreachable"
-            )
-    });
+    let unserved =
+        crate::api::common::find_condition(&status.conditions, "Available").is_some_and(|c| {
+            !c.is_true()
+                && matches!(
+                    c.reason.as_str(),
+                    "EndpointsNotReady" | "ServiceUnreachable"
+                )
+        });
     if !unserved {
         memory.unserved_since = None;
         return RESYNC;
