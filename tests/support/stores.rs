@@ -17,17 +17,42 @@ fn free_port(host: &str) -> u16 {
         .port()
 }
 
-fn wait_for(name: &str, host: &str, port: u16) {
+/// Waits until `child` listens on `host:port`. A connection whose two ends are the same address
+/// does not count: polling a port of the ephemeral range before the server binds it can make the
+/// kernel pick that very port as the source, and the socket then connects to itself (TCP
+/// simultaneous open). CI met that once: moto "started", and the first request was refused.
+fn wait_for(name: &str, child: &mut Child, log: &Path, host: &str, port: u16) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect((host, port)).is_err() {
-        assert!(Instant::now() < deadline, "{name} did not start");
+    loop {
+        if let Ok(stream) = std::net::TcpStream::connect((host, port))
+            && stream.local_addr().ok() != stream.peer_addr().ok()
+        {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let out = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("{name} exited ({status}) before it listened on {host}:{port}:\n{out}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} did not listen on {host}:{port} in 30 s"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A file for a server's output, so that a server that fails says why.
+fn log_file(name: &str, port: u16) -> (PathBuf, Stdio, Stdio) {
+    let path = std::env::temp_dir().join(format!("{name}-{}-{port}.log", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    let err = file.try_clone().unwrap();
+    (path, Stdio::from(file), Stdio::from(err))
 }
 
 /// moto's S3 server. It takes any key; the tests sign with `test`/`test`.
 pub struct Moto {
     child: Child,
+    log: PathBuf,
     /// `http://host:port`.
     pub url: String,
 }
@@ -35,18 +60,20 @@ pub struct Moto {
 impl Moto {
     pub fn start(host: &str) -> Self {
         let port = free_port(host);
+        let (log, out, err) = log_file("moto", port);
         // As a module of the Python that has it, so no console-script shim needs refreshing.
         let child = Command::new("python3")
             .args(["-m", "moto.server", "-H", host, "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(out)
+            .stderr(err)
             .spawn()
             .expect("python3 -m moto.server (PyPI moto[server]; hack/deps.sh installs it)");
-        let moto = Moto {
+        let mut moto = Moto {
             child,
+            log,
             url: format!("http://{host}:{port}"),
         };
-        wait_for("moto", host, port);
+        wait_for("moto", &mut moto.child, &moto.log, host, port);
         moto
     }
 
@@ -93,12 +120,14 @@ impl Drop for Moto {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
 /// Azurite's Blob server, with its well-known development account.
 pub struct Azurite {
     child: Child,
+    log: PathBuf,
     data: PathBuf,
     /// `http://host:port/devstoreaccount1`, the account's endpoint.
     pub url: String,
@@ -118,22 +147,24 @@ fn azurite_modules() -> PathBuf {
 impl Azurite {
     pub fn start(host: &str) -> Self {
         let port = free_port(host);
+        let (log, out, err) = log_file("azurite", port);
         let data = std::env::temp_dir().join(format!("azurite-{}-{port}", std::process::id()));
         let child = Command::new(azurite_modules().join(".bin/azurite-blob"))
             .args(["--blobHost", host, "--blobPort", &port.to_string()])
             .arg("--location")
             .arg(&data)
             .args(["--skipApiVersionCheck", "--disableTelemetry", "--silent"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(out)
+            .stderr(err)
             .spawn()
             .expect("azurite-blob (npm azurite; hack/deps.sh installs it)");
-        let azurite = Azurite {
+        let mut azurite = Azurite {
             child,
+            log,
             data,
             url: format!("http://{host}:{port}/{AZURITE_ACCOUNT}"),
         };
-        wait_for("Azurite", host, port);
+        wait_for("Azurite", &mut azurite.child, &azurite.log, host, port);
         azurite
     }
 
@@ -178,6 +209,7 @@ impl Drop for Azurite {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
         let _ = std::fs::remove_dir_all(&self.data);
     }
 }
