@@ -1168,15 +1168,34 @@ pub fn pod_names(k: &Kubectl, ns: &str, cluster: &str) -> Vec<String> {
 
 /// Whether `cluster` has exactly `n` member pods, none being deleted, every one Ready.
 pub fn pods_ready(k: &Kubectl, ns: &str, cluster: &str, n: usize) -> bool {
+    all_ready(&member_pods(k, ns, cluster), n)
+}
+
+/// `cluster`'s member pods, as JSON, in one request.
+pub fn member_pods(k: &Kubectl, ns: &str, cluster: &str) -> Vec<Value> {
     let selector = format!("etcd_cluster={cluster}");
     let out = k.ok(
         &["get", "pods", "-n", ns, "-l", &selector, "-o", "json"],
         None,
     );
     let pods: Value = serde_json::from_str(&out).unwrap();
-    let items = pods["items"].as_array().cloned().unwrap_or_default();
-    items.len() == n
-        && items.iter().all(|p| {
+    pods["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The names of `pods` (as [`member_pods`] gives them), sorted.
+pub fn names_of(pods: &[Value]) -> Vec<String> {
+    let mut names: Vec<String> = pods
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Whether `pods` are exactly `n`, none being deleted, every one Ready.
+pub fn all_ready(pods: &[Value], n: usize) -> bool {
+    pods.len() == n
+        && pods.iter().all(|p| {
             p["metadata"]["deletionTimestamp"].is_null()
                 && p["status"]["conditions"].as_array().is_some_and(|cs| {
                     cs.iter()

@@ -565,18 +565,34 @@ impl<'a> Cluster<'a> {
             .map(|c| Action::DeleteClaim { name: c.clone() })
     }
 
-    /// Voters whose pod is gone. Removing an unhealthy voter never costs a healthy one, so it
-    /// is safe whenever the healthy voters are a quorum of the smaller membership. With a
-    /// volume the pod comes back on it ([`rescue_persistent`]); without one, or when the
-    /// claim is gone too, the member is replaced.
+    /// Voters whose pod is gone or being deleted. Such a voter never counts, so removing it
+    /// never costs a healthy one: it is safe whenever the healthy voters are a quorum of the
+    /// smaller membership. With a volume the pod comes back on it ([`rescue_persistent`]);
+    /// without one, or when the claim is gone too, the member is replaced, without waiting
+    /// for a deleted pod's etcd to stop (which took 1.5 s of a 4 s heal): its data goes with
+    /// its pod, and once removed it stops on its own.
     fn voters_without_pod(&self) -> Option<Action> {
         for v in &self.voters {
-            if self.obs.pod_alive(&v.name) || v.healthy {
+            let deleted = self
+                .obs
+                .pod(&v.name)
+                .is_some_and(|p| p.state == PodState::Terminating);
+            if self.obs.pod_alive(&v.name) || (v.healthy && !deleted) {
                 continue;
             }
             if self.target.persistent && self.obs.claims.contains(&v.name) {
                 return Some(Action::Wait {
-                    reason: format!("pod of {} is terminating", v.name),
+                    reason: format!(
+                        "the pod of {} is stopping; it comes back on its volume",
+                        v.name
+                    ),
+                });
+            }
+            // A leader being stopped hands leadership to a follower first; removing it under
+            // its feet would leave the cluster without a leader for an election timeout.
+            if v.healthy && self.obs.leader == Some(v.id) {
+                return Some(Action::Wait {
+                    reason: format!("the pod of {} is stopping", v.name),
                 });
             }
             if self.healthy >= quorum(self.voters.len() - 1) {
@@ -702,9 +718,9 @@ impl<'a> Cluster<'a> {
             .and_then(|v| remove(v, RemoveReason::ScaleDown))
     }
 
-    /// A voter whose pod is being deleted but still answers is on its way out: nothing else
-    /// moves until it has stopped (its member is then replaced, or its pod made again on its
-    /// claim). Without this a cluster whose only difference from the spec is such a pod would
+    /// A voter whose pod is being deleted but still answers, and that [`voters_without_pod`]
+    /// cannot remove yet (quorum), is on its way out: nothing else moves until it has stopped.
+    /// Without this a cluster whose only difference from the spec is such a pod would
     /// be called steady (found by `repeated_steps_converge_to_size`).
     fn stopping(&self) -> Option<Action> {
         self.voters
@@ -1395,6 +1411,36 @@ mod tests {
                 names: vec!["m2".into()]
             }
         );
+    }
+
+    #[test]
+    fn a_deleted_pod_s_member_is_replaced_while_its_etcd_still_stops() {
+        // Without volumes its data goes with the pod: there is nothing to wait for.
+        let mut obs = steady(3);
+        obs.pods[2].state = PodState::Terminating;
+        assert_eq!(
+            plan(&obs, &target(3)),
+            Action::ReplaceMember {
+                name: "m3".into(),
+                id: 3
+            }
+        );
+        // The leader hands leadership over as it stops: removing it first would leave the
+        // cluster without one for an election timeout.
+        let mut leading = steady(3);
+        leading.pods[0].state = PodState::Terminating;
+        assert!(matches!(
+            plan(&leading, &target(3)),
+            Action::Wait { reason } if reason.contains("stopping")
+        ));
+        // Removing it would cost quorum while another voter is down: it is waited for.
+        let mut short = steady(3);
+        short.pods[2].state = PodState::Terminating;
+        short.members.as_mut().unwrap()[1].healthy = false;
+        assert!(matches!(
+            plan(&short, &target(3)),
+            Action::Wait { .. } | Action::QuorumLost { .. }
+        ));
     }
 
     #[test]
