@@ -17,9 +17,6 @@ use super::validation;
 pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";
 /// etcd release used when `spec.version` is empty: the newest release this operator supports.
 pub const DEFAULT_VERSION: &str = "3.6.16";
-/// Longest EtcdCluster name: the client Service `<name>-client` must be a DNS label (63
-/// characters); member pods `<name>-<5 characters>` fit within that too.
-pub const MAX_NAME_LENGTH: usize = 63 - "-client".len();
 /// Smallest and largest cluster the API accepts. Seven voters tolerate three failures; more only
 /// slows every write down.
 pub const MIN_SIZE: i32 = 1;

@@ -9,6 +9,12 @@
 use schemars::Schema;
 use serde_json::{Value, json};
 
+/// Longest EtcdCluster name. The name becomes the client Service `<name>-client` and the member
+/// pods' names and host names `<name>-<5 characters>`, each a DNS label of at most 63
+/// characters; the Service's suffix is the longer one, so it sets the bound (the member names
+/// then stay a character short of the limit).
+pub const MAX_NAME_LENGTH: usize = 63 - "-client".len();
+
 /// A version as the API accepts it: `X.Y.Z`, optional leading `v`, optional pre-release.
 pub const VERSION_PATTERN: &str =
     r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$";
@@ -80,7 +86,7 @@ pub fn version_rules(schema: &mut Schema) {
 /// client Service `<name>-client` and the member pods `<name>-<5 characters>`, whose names are
 /// also their host names.
 pub fn cluster_name_rules() -> Vec<Value> {
-    let max = super::cluster::MAX_NAME_LENGTH;
+    let max = MAX_NAME_LENGTH;
     vec![
         rule(
             "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')".into(),

@@ -14,10 +14,9 @@ pub const PEER_PORT: i32 = 2380;
 pub const METRICS_PORT: i32 = 2381;
 /// Where the member keeps its data inside the pod.
 pub const DATA_DIR: &str = "/var/etcd/data";
-/// Length of the random member-name suffix.
+/// Length of the random member-name suffix (the API's name bound,
+/// [`crate::api::validation::MAX_NAME_LENGTH`], leaves room for it).
 const SUFFIX_LEN: usize = 5;
-/// Longest cluster name whose member names still fit a DNS label (63).
-pub const MAX_CLUSTER_NAME: usize = 63 - 1 - SUFFIX_LEN;
 
 /// Addressing of one cluster's members.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -338,6 +337,8 @@ mod tests {
             a.chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         );
-        assert!(new_member_name(&"x".repeat(MAX_CLUSTER_NAME)).len() <= 63);
+        // The longest name the API accepts still makes member names that are DNS labels.
+        let longest = "x".repeat(crate::api::validation::MAX_NAME_LENGTH);
+        assert!(new_member_name(&longest).len() <= 63);
     }
 }
