@@ -6,6 +6,7 @@ pub mod backup;
 pub mod cluster;
 pub mod etcd;
 pub mod http;
+pub mod kube;
 pub mod leader;
 pub mod metrics;
 pub mod pki;

@@ -205,11 +205,11 @@ pub(crate) async fn cluster_endpoint(
     let tls = match tls {
         Some(tls) => Some(tls),
         None => {
-            let secrets = crate::cluster::cache::SecretApi::live(client, ns);
+            let secrets = crate::kube::cache::SecretApi::live(client, ns);
             crate::cluster::tls::cluster_client(&secrets, &cluster).await?
         }
     };
-    let addr = crate::cluster::act::addressing(&cluster);
+    let addr = crate::kube::names::addressing(&cluster);
     let status = cluster.status.unwrap_or_default();
     let mut candidates: Vec<_> = status
         .member_statuses
@@ -380,7 +380,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
     // `clusterName` the cluster's own is used unless the spec names one.
     let tls = match spec.client_tls_secret.as_deref().filter(|s| !s.is_empty()) {
         Some(name) => {
-            let secrets = crate::cluster::cache::SecretApi::live(&ctx.client, ns);
+            let secrets = crate::kube::cache::SecretApi::live(&ctx.client, ns);
             Some(
                 crate::cluster::tls::read_client(
                     &secrets,

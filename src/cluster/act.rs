@@ -11,14 +11,15 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 
-use super::cache::{Caches, Expect};
-use super::members::{self, Addressing, ClusterState};
+use super::members::{self, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::{Action, DeleteReason, RemoveReason};
-use super::resources::{self, Gate, MANAGER, SeedRestore};
+use super::resources::{self, Gate, SeedRestore};
 use super::version::Version;
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
+use crate::kube::cache::{Caches, Expect};
+use crate::kube::names::{MANAGER, addressing, labels};
 
 /// What failed, named after the action.
 #[derive(Debug, thiserror::Error)]
@@ -122,7 +123,7 @@ pub struct Apis {
     /// The shared watch caches.
     pub caches: Arc<Caches>,
     /// Whether this pass may read pods and claims from the caches (they show every pod and
-    /// claim this task created or deleted; see [`super::cache::Expectations`]).
+    /// claim this task created or deleted; see [`crate::kube::cache::Expectations`]).
     pub cached: bool,
     /// The pods and claims this pass created or deleted.
     pub writes: Mutex<Vec<Expect>>,
@@ -160,20 +161,6 @@ impl Apis {
 /// later).
 pub fn bumps_revision(version: &str) -> bool {
     Version::parse(version) >= Version::new(3, 5, 10)
-}
-
-/// The cluster's addressing (names, URLs, TLS).
-pub fn addressing(cluster: &EtcdCluster) -> Addressing {
-    let pod = cluster.spec.pod.as_ref();
-    let mut addr = Addressing::new(
-        &cluster.name_any(),
-        &cluster.namespace().unwrap_or_default(),
-        pod.and_then(|p| p.cluster_domain.as_deref()),
-    );
-    let secrets = super::tls::secrets(cluster);
-    addr.peer_tls = secrets.peer.is_some();
-    addr.client_tls = secrets.server.is_some();
-    addr
 }
 
 /// Whether `have` holds everything `want` says: every field of `want` is in `have` with the
@@ -282,7 +269,7 @@ async fn create_pod(
             metadata: ObjectMeta {
                 name: Some(member.into()),
                 namespace: cluster.namespace(),
-                labels: Some(resources::labels(&cluster.name_any(), "member")),
+                labels: Some(labels(&cluster.name_any(), "member")),
                 owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
                 ..ObjectMeta::default()
             },
@@ -352,7 +339,7 @@ fn initial_cluster(members: &[etcd::Member]) -> String {
 /// the gate until every one of them is added (see [`Gate`]): each pod's `--initial-cluster`
 /// names the current members (`current`, whose names are `peers`) and all the new ones, which
 /// is the membership etcd checks it against when it starts. `endpoints` are the current
-/// members' peer URLs by pod IP (see [`members::Addressing::gate_endpoint`]). Returns the new
+/// members' peer URLs by pod IP (see [`crate::kube::names::Addressing::gate_endpoint`]). Returns the new
 /// members' names.
 async fn create_gated_pods(
     apis: &Apis,

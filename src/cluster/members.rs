@@ -5,142 +5,13 @@
 //! `http://<member>.<cluster>.<namespace>.svc[.<ClusterDomain>]:2380` is known before the pod
 //! has an IP, and a replacement member always gets a new name (etcd never sees a URL twice).
 
-/// etcd's client port.
-pub const CLIENT_PORT: i32 = 2379;
-/// etcd's peer port.
-pub const PEER_PORT: i32 = 2380;
-/// Plain-HTTP listener for `/health`, `/livez`, `/readyz` and `/metrics`, so probes work the
-/// same with and without client TLS.
-pub const METRICS_PORT: i32 = 2381;
+use crate::kube::names::{Addressing, CLIENT_PORT, METRICS_PORT, PEER_PORT};
+
 /// Where the member keeps its data inside the pod.
 pub const DATA_DIR: &str = "/var/etcd/data";
 /// Length of the random member-name suffix (the API's name bound,
 /// [`crate::api::validation::MAX_NAME_LENGTH`], leaves room for it).
 const SUFFIX_LEN: usize = 5;
-
-/// Addressing of one cluster's members.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Addressing {
-    /// EtcdCluster name (also the headless Service's name).
-    pub cluster: String,
-    /// Namespace.
-    pub namespace: String,
-    /// `spec.pod.ClusterDomain` without a leading dot; empty for the short `...svc` form.
-    pub cluster_domain: String,
-    /// Peer traffic uses TLS.
-    pub peer_tls: bool,
-    /// Client traffic uses TLS.
-    pub client_tls: bool,
-}
-
-impl Addressing {
-    /// Builds the addressing, normalizing a coreos-style `.cluster.local` domain.
-    pub fn new(cluster: &str, namespace: &str, cluster_domain: Option<&str>) -> Self {
-        Addressing {
-            cluster: cluster.into(),
-            namespace: namespace.into(),
-            cluster_domain: cluster_domain.unwrap_or("").trim_start_matches('.').into(),
-            peer_tls: false,
-            client_tls: false,
-        }
-    }
-
-    /// `<member>.<cluster>.<namespace>.svc[.<domain>]`.
-    pub fn host(&self, member: &str) -> String {
-        let mut h = format!("{member}.{}.{}.svc", self.cluster, self.namespace);
-        if !self.cluster_domain.is_empty() {
-            h.push('.');
-            h.push_str(&self.cluster_domain);
-        }
-        h
-    }
-
-    fn scheme(tls: bool) -> &'static str {
-        if tls { "https" } else { "http" }
-    }
-
-    /// The member's peer URL.
-    pub fn peer_url(&self, member: &str) -> String {
-        format!(
-            "{}://{}:{PEER_PORT}",
-            Self::scheme(self.peer_tls),
-            self.host(member)
-        )
-    }
-
-    /// The member's client URL.
-    pub fn client_url(&self, member: &str) -> String {
-        format!(
-            "{}://{}:{CLIENT_PORT}",
-            Self::scheme(self.client_tls),
-            self.host(member)
-        )
-    }
-
-    /// The client Service's name in DNS, `<cluster>-client.<namespace>.svc[.<domain>]`: what
-    /// its clients reach it by, and what a server certificate must name for them.
-    pub fn service_host(&self) -> String {
-        let mut h = format!("{}-client.{}.svc", self.cluster, self.namespace);
-        if !self.cluster_domain.is_empty() {
-            h.push('.');
-            h.push_str(&self.cluster_domain);
-        }
-        h
-    }
-
-    /// The client Service's URL, `<cluster>-client.<namespace>.svc[.<domain>]:2379`.
-    pub fn service_url(&self) -> String {
-        format!(
-            "{}://{}:{CLIENT_PORT}",
-            Self::scheme(self.client_tls),
-            self.service_host()
-        )
-    }
-
-    /// A member's client URL by pod IP (how the operator reaches it: no DNS needed).
-    pub fn client_url_at(&self, ip: &str) -> String {
-        format!(
-            "{}://{}:{CLIENT_PORT}",
-            Self::scheme(self.client_tls),
-            url_host(ip)
-        )
-    }
-
-    /// Where `etcd-gate` asks member `member` (at pod IP `ip`) for the member list: its peer
-    /// port, which serves the list (`/members`) with no client certificate beyond the peer
-    /// certificate every member has. With peer TLS the entry is `<host>=https://<ip>:2380`:
-    /// the certificate is checked against the member's DNS name, which the gate must not look
-    /// up.
-    pub fn gate_endpoint(&self, member: &str, ip: &str) -> String {
-        let url = format!(
-            "{}://{}:{PEER_PORT}",
-            Self::scheme(self.peer_tls),
-            url_host(ip)
-        );
-        if self.peer_tls {
-            format!("{}={url}", self.host(member))
-        } else {
-            url
-        }
-    }
-
-    /// `--initial-cluster` from member names: `<m>=<peer URL>,...`.
-    pub fn initial_cluster<'a>(&self, members: impl IntoIterator<Item = &'a str>) -> String {
-        members
-            .into_iter()
-            .map(|m| format!("{m}={}", self.peer_url(m)))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
-
-/// An IP address as the host part of a URL (IPv6 in brackets).
-fn url_host(ip: &str) -> String {
-    match ip.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
-        _ => ip.to_string(),
-    }
-}
 
 /// The learners each member of a cluster on etcd `version` accepts at once: etcd 3.6's
 /// `--max-learners`, which the operator sets to this; earlier versions take one.
@@ -285,26 +156,6 @@ mod tests {
             addr.service_url(),
             "http://c-client.ns.svc.cluster.local:2379"
         );
-    }
-
-    #[test]
-    fn the_gate_asks_peer_ports_by_ip_and_checks_names_with_tls() {
-        let mut addr = Addressing::new("c", "ns", None);
-        assert_eq!(
-            addr.gate_endpoint("c-1", "10.0.0.1"),
-            "http://10.0.0.1:2380"
-        );
-        assert_eq!(
-            addr.gate_endpoint("c-1", "fd00::1"),
-            "http://[fd00::1]:2380"
-        );
-        addr.peer_tls = true;
-        assert_eq!(
-            addr.gate_endpoint("c-1", "10.0.0.1"),
-            "c-1.c.ns.svc=https://10.0.0.1:2380"
-        );
-        addr.client_tls = true;
-        assert_eq!(addr.client_url_at("10.0.0.1"), "https://10.0.0.1:2379");
     }
 
     #[test]

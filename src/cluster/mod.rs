@@ -2,7 +2,6 @@
 //! plans (pure), acts and writes status.
 
 pub mod act;
-pub mod cache;
 pub mod members;
 pub mod observe;
 pub mod plan;

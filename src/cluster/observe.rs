@@ -11,16 +11,17 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::members::{Addressing, CLIENT_PORT};
+use super::members::MAX_LEARNERS_FLAG;
 use super::plan::{MemberView, Observation, PodState, PodView};
 use super::resources::{
     JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION,
-    TEMPLATE_HASH_ANNOTATION, selector, template_hash,
+    TEMPLATE_HASH_ANNOTATION, template_hash,
 };
 use super::serving::{self, ReadMemory, Serving};
 use crate::api::common::find_condition;
 use crate::api::{Condition, EtcdCluster};
 use crate::etcd::{self, ClientTls, Endpoint, Etcd, Member, Status};
+use crate::kube::names::{Addressing, CLIENT_PORT, addressing, selector};
 
 /// How long one etcd request may take before the member counts as not answering.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
@@ -179,7 +180,7 @@ pub fn max_learners(obs: &Observed) -> usize {
                         .iter()
                         .chain(c.args.iter())
                         .flatten()
-                        .find_map(|a| a.strip_prefix(super::members::MAX_LEARNERS_FLAG))
+                        .find_map(|a| a.strip_prefix(MAX_LEARNERS_FLAG))
                         .and_then(|n| n.parse::<usize>().ok())
                 })
                 .unwrap_or(1)
@@ -347,7 +348,7 @@ pub async fn observe(
 ) -> Result<Observed, Error> {
     let name = cluster.name_any();
     let mut obs = Observed {
-        addr: Some(super::act::addressing(cluster)),
+        addr: Some(addressing(cluster)),
         tls,
         ..Observed::default()
     };
@@ -530,10 +531,7 @@ pub async fn observe(
             standing: memory.reads.standing(available, Instant::now()),
         };
         let made = how.standing.is_none();
-        let addr = obs
-            .addr
-            .clone()
-            .unwrap_or_else(|| super::act::addressing(cluster));
+        let addr = obs.addr.clone().unwrap_or_else(|| addressing(cluster));
         obs.serving = serving::observe(&sources, cluster, &addr, &obs.pods, how).await?;
         memory.reads.stamp(&mut obs.serving, made, Instant::now());
         obs.plan.unpublished = obs

@@ -12,15 +12,14 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
-use super::members::{
-    CLIENT_PORT, DATA_DIR, METRICS_PORT, PEER_PORT, PEER_TLS_DIR, SERVER_TLS_DIR,
-};
+use super::members::{DATA_DIR, PEER_TLS_DIR, SERVER_TLS_DIR};
 use super::version::Version;
 use crate::api::EtcdCluster;
+use crate::kube::names::{CLIENT_PORT, METRICS_PORT, PEER_PORT, labels, meta, secrets, selector};
 
 /// Secrets the spec names, with the field that names each: the Secrets behind
 /// `spec.pod.etcdEnv[].valueFrom.secretKeyRef` (the TLS Secrets are checked, contents and all,
@@ -41,40 +40,6 @@ pub fn referenced_secrets(spec: &crate::api::EtcdClusterSpec) -> Vec<(String, St
         }
     }
     refs
-}
-
-/// The operator's name in labels and as server-side-apply field manager.
-pub const MANAGER: &str = "etcd-operator";
-
-/// Labels that select a cluster's member pods (the coreos pair).
-pub fn selector(cluster: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app".into(), "etcd".into()),
-        ("etcd_cluster".into(), cluster.into()),
-    ])
-}
-
-/// Labels of every object made for a cluster: the selector plus `app.kubernetes.io/*`.
-pub fn labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
-    let mut l = selector(cluster);
-    l.extend([
-        ("app.kubernetes.io/name".into(), "etcd".into()),
-        ("app.kubernetes.io/instance".into(), cluster.into()),
-        ("app.kubernetes.io/component".into(), component.into()),
-        ("app.kubernetes.io/managed-by".into(), MANAGER.into()),
-    ]);
-    l
-}
-
-/// Metadata of an object the cluster owns: its labels and the controller reference.
-pub(super) fn meta(cluster: &EtcdCluster, name: &str, component: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        namespace: cluster.namespace(),
-        labels: Some(labels(&cluster.name_any(), component)),
-        owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
-        ..ObjectMeta::default()
-    }
 }
 
 fn port(name: &str, port: i32) -> ServicePort {
@@ -166,7 +131,7 @@ pub fn template_hash(cluster: &EtcdCluster, tls_revision: &str) -> String {
     // Only with TLS, so that the hash of a plain cluster's pods stays what it was.
     if !tls_revision.is_empty() {
         inputs["tls"] = serde_json::json!({
-            "secrets": super::tls::secrets(cluster),
+            "secrets": secrets(cluster),
             "revision": tls_revision,
         });
     }
@@ -301,7 +266,7 @@ pub struct Gate {
     /// The operator's own image, which holds the statically linked `etcd-gate`.
     pub image: String,
     /// Peer URLs of the current members, by pod IP (no DNS needed; see
-    /// [`super::members::Addressing::gate_endpoint`]).
+    /// [`crate::kube::names::Addressing::gate_endpoint`]).
     pub endpoints: Vec<String>,
     /// Peers speak TLS: the gate asks them with the member's own peer certificate.
     pub peer_tls: bool,
@@ -488,7 +453,7 @@ pub fn member_pod(
         mount_path: DATA_DIR.trim_end_matches("/data").into(),
         ..VolumeMount::default()
     }];
-    let tls = super::tls::secrets(cluster);
+    let tls = secrets(cluster);
     for (secret, vol, dir) in [
         (&tls.peer, "peer-tls", PEER_TLS_DIR),
         (&tls.server, "server-tls", SERVER_TLS_DIR),

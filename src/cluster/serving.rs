@@ -19,10 +19,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::cache::Caches;
-use super::members::Addressing;
 use crate::api::EtcdCluster;
 use crate::etcd::{self, ClientTls, Endpoint};
+use crate::kube::cache::Caches;
+use crate::kube::names::Addressing;
 
 /// How long the read through the Service may take. A proxy that knows the Service but has no
 /// endpoint programmed for it refuses at once, a member answers in milliseconds; but an

@@ -3,7 +3,6 @@
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::members::CLIENT_PORT;
 use super::observe::Observed;
 use super::plan::{Action, DeleteReason, RemoveReason, quorum};
 use super::serving::READ_GRACE;
@@ -12,6 +11,7 @@ use crate::api::{
     ClusterPhase, Condition, EtcdCluster, EtcdClusterStatus, MemberRole, MemberStatus,
     MembersStatus, common::find_condition,
 };
+use crate::kube::names::CLIENT_PORT;
 
 fn condition(
     previous: &[Condition],

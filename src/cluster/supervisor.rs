@@ -27,9 +27,9 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::cache;
 use super::task::{self, Context};
 use crate::api::EtcdCluster;
+use crate::kube::{cache, names};
 
 /// Namespace and name of an EtcdCluster.
 type Key = (String, String);
@@ -188,8 +188,8 @@ where
 /// The Secrets `cluster` reads: its TLS Secrets (the CA of `TLS.auto` included) and those its
 /// pods' environment names.
 fn read_secrets(cluster: &EtcdCluster) -> Vec<String> {
-    let tls = super::tls::secrets(cluster);
-    let ca = tls.auto.then(|| super::tls::ca_name(cluster));
+    let tls = names::secrets(cluster);
+    let ca = tls.auto.then(|| names::ca_name(cluster));
     [tls.peer, tls.server, tls.client, ca]
         .into_iter()
         .flatten()

@@ -14,14 +14,15 @@ use tokio::sync::{Notify, watch};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::act::{self, Apis, Outcome};
-use super::cache::{Caches, Expectations, SecretApi};
 use super::observe::{self, HealthMemory, Observed};
 use super::plan::{self, Action, Target};
-use super::resources::{self, MANAGER};
+use super::resources;
 use super::status;
 use super::tls;
 use super::version::{self, Version};
 use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreRecord};
+use crate::kube::cache::{Caches, Expectations, SecretApi};
+use crate::kube::names::MANAGER;
 
 /// Shared by every cluster task.
 pub struct Context {

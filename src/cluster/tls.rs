@@ -14,14 +14,12 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-
-use super::cache::SecretApi;
 use time::OffsetDateTime;
 
-use super::act::addressing;
-use super::resources::meta;
 use crate::api::EtcdCluster;
 use crate::etcd::ClientTls;
+use crate::kube::cache::SecretApi;
+use crate::kube::names::{addressing, ca_name, meta, secrets};
 use crate::pki::{self, Ca, Layout, Pair, Role};
 
 /// A new value rotates the CA of a `TLS.auto` cluster and every certificate it signed.
@@ -57,49 +55,6 @@ pub enum Error {
         #[source]
         source: pki::Error,
     },
-}
-
-/// The Secrets a cluster's members mount and its clients use.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Secrets {
-    /// Peer certificate Secret (coreos `peer.*` layout).
-    pub peer: Option<String>,
-    /// Server certificate Secret (coreos `server.*` layout).
-    pub server: Option<String>,
-    /// Client certificate Secret (coreos `etcd-client.*` layout).
-    pub client: Option<String>,
-    /// Whether the operator makes them (`TLS.auto`).
-    pub auto: bool,
-}
-
-/// The Secret of the CA that `TLS.auto` makes for `cluster`.
-pub fn ca_name(cluster: &EtcdCluster) -> String {
-    format!("{}-ca", cluster.name_any())
-}
-
-/// The Secrets of `cluster`.
-pub fn secrets(cluster: &EtcdCluster) -> Secrets {
-    let name = cluster.name_any();
-    let Some(tls) = cluster.spec.tls.as_ref() else {
-        return Secrets::default();
-    };
-    if tls.auto.is_some() {
-        return Secrets {
-            peer: Some(format!("{name}-peer-tls")),
-            server: Some(format!("{name}-server-tls")),
-            client: Some(format!("{name}-client-tls")),
-            auto: true,
-        };
-    }
-    let set = |s: Option<&String>| s.filter(|s| !s.is_empty()).cloned();
-    let st = tls.static_.as_ref();
-    let member = st.and_then(|s| s.member.as_ref());
-    Secrets {
-        peer: set(member.and_then(|m| m.peer_secret.as_ref())),
-        server: set(member.and_then(|m| m.server_secret.as_ref())),
-        client: set(st.and_then(|s| s.operator_secret.as_ref())),
-        auto: false,
-    }
 }
 
 /// What a pass needs of TLS.
@@ -688,24 +643,6 @@ mod tests {
             rotated_for: String::new(),
             validity: YEAR,
         }
-    }
-
-    #[test]
-    fn the_coreos_example_names_its_three_secrets() {
-        let example = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/examples/cluster-tls.yaml"
-        ))
-        .unwrap();
-        let cluster: EtcdCluster = serde_saphyr::from_str(&example).unwrap();
-        let s = secrets(&cluster);
-        assert!(!s.auto);
-        assert!(
-            s.peer.is_some() && s.server.is_some() && s.client.is_some(),
-            "{s:?}"
-        );
-        let addr = addressing(&cluster);
-        assert!(addr.peer_tls && addr.client_tls);
     }
 
     #[test]

@@ -41,14 +41,14 @@ The rights the controllers use, and nothing else. Where each comes from:
   etcdclusters/status   patch         src/cluster/task.rs (server-side apply of status)
   etcdbackups           list, watch   src/backup/controller.rs (the Controller's watcher)
   etcdbackups/status    patch         backup/controller.rs (server-side apply of status)
-  pods                  list, watch   supervisor.rs (watcher over member pods), observe.rs (list)
+  pods                  list, watch   kube/cache.rs (watcher over member pods), observe.rs (list)
   pods                  create        act.rs (a member's pod)
   pods                  delete        act.rs (a removed member's pod)
   pods                  get           act.rs (a new member's pod IP, before its member is added);
                                       backup/controller.rs (the IP of the member to snapshot)
   endpointslices        list, watch   act.rs (whether cluster DNS answers for a new member yet);
-                                      cache.rs (watcher), serving.rs (which members the client
-                                      Service sends clients to, for Available)
+                                      kube/cache.rs (watcher), serving.rs (which members the
+                                      client Service sends clients to, for Available)
   services              patch, create act.rs (server-side apply of the two Services; an apply that
                                       creates the object is also authorized as create)
   persistentvolumeclaims create, list, delete

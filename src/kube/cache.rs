@@ -20,8 +20,7 @@ use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Resource, ResourceExt};
 
-/// The label every object of a cluster carries, naming the cluster.
-pub const CLUSTER_LABEL: &str = "etcd_cluster";
+use super::names::{CLUSTER_LABEL, MANAGER};
 
 /// How long an expectation (or a Secret write) is waited for in the cache before the task
 /// stops waiting and the cache is trusted again; watch events arrive within milliseconds.
@@ -439,7 +438,7 @@ impl SecretApi {
     /// Server-side applies `secret` as the operator.
     pub async fn apply(&self, secret: &Secret) -> kube::Result<Secret> {
         let name = secret.name_any();
-        let params = PatchParams::apply(super::resources::MANAGER).force();
+        let params = PatchParams::apply(MANAGER).force();
         let applied = self
             .api
             .patch(&name, &params, &Patch::Apply(secret))
@@ -608,7 +607,7 @@ mod tests {
         );
         cluster.metadata.namespace = Some("ns".into());
         let full =
-            super::super::resources::member_pod(&cluster, "c-1", vec!["--a".into()], None, "");
+            crate::cluster::resources::member_pod(&cluster, "c-1", vec!["--a".into()], None, "");
         let mut pod = full.clone();
         slim_pod(&mut pod);
         assert_eq!(pod.metadata, full.metadata);
@@ -616,8 +615,8 @@ mod tests {
         let (f, s) = (&full.spec.as_ref().unwrap(), pod.spec.as_ref().unwrap());
         assert!(f.volumes.is_some() && s.volumes.is_none());
         assert_eq!(
-            super::super::observe::etcd_image(&pod),
-            super::super::observe::etcd_image(&full)
+            crate::cluster::observe::etcd_image(&pod),
+            crate::cluster::observe::etcd_image(&full)
         );
         assert_eq!(s.containers[0].args, f.containers[0].args);
         assert_eq!(s.containers[0].command, f.containers[0].command);
