@@ -2,15 +2,14 @@
 //! server-side applies or creates with the operator's field manager; children are owned by the
 //! EtcdCluster, so deleting it removes them.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 
+use super::handles::{Handles, Pass};
 use super::members::{self, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::{Action, DeleteReason, RemoveReason};
@@ -18,7 +17,6 @@ use super::resources::{self, Gate, SeedRestore};
 use super::version::Version;
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
-use crate::kube::cache::{Caches, Expect};
 use crate::kube::names::{MANAGER, addressing, labels};
 
 /// What failed, named after the action.
@@ -100,63 +98,6 @@ pub enum Outcome {
     Retry(String),
 }
 
-/// The API handles an action needs.
-pub struct Apis {
-    /// Pods of the cluster's namespace.
-    pub pods: Api<Pod>,
-    /// Services of the cluster's namespace.
-    pub services: Api<Service>,
-    /// Volume claims of the cluster's namespace.
-    pub pvcs: Api<PersistentVolumeClaim>,
-    /// PodDisruptionBudgets of the cluster's namespace.
-    pub budgets: Api<PodDisruptionBudget>,
-    /// EndpointSlices of the cluster's namespace (what cluster DNS answers from).
-    pub slices: Api<EndpointSlice>,
-    /// The operator's image, whose `etcd-gate` holds a new member back until it is added;
-    /// without it, the member is added first and its pod created after.
-    pub gate_image: Option<String>,
-    /// Where etcd pods reach this operator's HTTP server (`--snapshot-url`), from which a
-    /// restore's seed fetches its snapshot.
-    pub snapshot_url: Option<String>,
-    /// Fingerprint of the cluster's member TLS Secrets (see [`super::tls::Material`]).
-    pub tls_revision: String,
-    /// The shared watch caches.
-    pub caches: Arc<Caches>,
-    /// Whether this pass may read pods and claims from the caches (they show every pod and
-    /// claim this task created or deleted; see [`crate::kube::cache::Expectations`]).
-    pub cached: bool,
-    /// The pods and claims this pass created or deleted.
-    pub writes: Mutex<Vec<Expect>>,
-}
-
-impl Apis {
-    fn wrote(&self, claim: bool, name: &str, present: bool) {
-        self.writes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Expect {
-                claim,
-                name: name.into(),
-                present,
-            });
-    }
-
-    /// What this pass created or deleted.
-    pub fn take_writes(&self) -> Vec<Expect> {
-        std::mem::take(&mut *self.writes.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// The URL a restore's seed of `cluster` fetches the snapshot from.
-    pub fn snapshot_url_of(&self, cluster: &EtcdCluster) -> Option<String> {
-        let base = self.snapshot_url.as_deref()?.trim_end_matches('/');
-        Some(format!(
-            "{base}/restores/{}/{}/snapshot",
-            cluster.namespace().unwrap_or_default(),
-            cluster.name_any()
-        ))
-    }
-}
-
 /// Whether the etcdutl of `version` has `--bump-revision` and `--mark-compacted` (3.5.10 and
 /// later).
 pub fn bumps_revision(version: &str) -> bool {
@@ -198,10 +139,10 @@ fn in_place<K: Resource + serde::Serialize>(
 /// Server-side applies the headless and the client Service, and the PodDisruptionBudget (or
 /// deletes it when the cluster is too small to need one); only what the caches show differs
 /// from what is wanted, so a cluster at rest makes no request.
-pub async fn ensure_services(apis: &Apis, cluster: &EtcdCluster) -> Result<(), Error> {
+pub async fn ensure_services(handles: &Handles, cluster: &EtcdCluster) -> Result<(), Error> {
     let params = PatchParams::apply(MANAGER).force();
     let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
-    let services = apis.caches.services.group(&ns, &name);
+    let services = handles.caches.services.group(&ns, &name);
     for svc in [
         resources::headless_service(cluster),
         resources::client_service(cluster),
@@ -210,23 +151,29 @@ pub async fn ensure_services(apis: &Apis, cluster: &EtcdCluster) -> Result<(), E
             continue;
         }
         let name = svc.name_any();
-        apis.services
+        handles
+            .services
             .patch(&name, &params, &Patch::Apply(&svc))
             .await
             .map_err(|source| Error::ApplyService { name, source })?;
     }
-    let budgets = apis.caches.budgets.group(&ns, &name);
+    let budgets = handles.caches.budgets.group(&ns, &name);
     match resources::disruption_budget(cluster) {
         Some(budget) if in_place(&budgets, &budget) == Some(true) => {}
         // Known to be absent.
         None if budgets.as_ref().is_some_and(|b| b.is_empty()) => {}
         Some(budget) => {
-            apis.budgets
+            handles
+                .budgets
                 .patch(&name, &params, &Patch::Apply(&budget))
                 .await
                 .map_err(|source| Error::ApplyBudget { name, source })?;
         }
-        None => match apis.budgets.delete(&name, &DeleteParams::default()).await {
+        None => match handles
+            .budgets
+            .delete(&name, &DeleteParams::default())
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(source) => return Err(Error::ApplyBudget { name, source }),
@@ -247,7 +194,7 @@ enum Claim {
 }
 
 async fn create_pod(
-    apis: &Apis,
+    pass: &Pass<'_>,
     cluster: &EtcdCluster,
     member: &str,
     args: Vec<String>,
@@ -276,25 +223,36 @@ async fn create_pod(
             spec: Some(spec),
             ..PersistentVolumeClaim::default()
         };
-        match apis.pvcs.create(&PostParams::default(), &claim).await {
+        match pass
+            .handles
+            .pvcs
+            .create(&PostParams::default(), &claim)
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(err(e)),
         }
-        apis.wrote(true, member, true);
+        pass.wrote(true, member, true);
     }
-    let pod = resources::member_pod(cluster, member, args, gate, &apis.tls_revision);
-    apis.pods
+    let pod = resources::member_pod(cluster, member, args, gate, &pass.tls_revision);
+    pass.handles
+        .pods
         .create(&PostParams::default(), &pod)
         .await
         .map_err(err)?;
-    apis.wrote(false, member, true);
+    pass.wrote(false, member, true);
     Ok(())
 }
 
-async fn delete_pod(apis: &Apis, name: &str) -> Result<(), Error> {
-    apis.wrote(false, name, false);
-    match apis.pods.delete(name, &DeleteParams::default()).await {
+async fn delete_pod(pass: &Pass<'_>, name: &str) -> Result<(), Error> {
+    pass.wrote(false, name, false);
+    match pass
+        .handles
+        .pods
+        .delete(name, &DeleteParams::default())
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(source) => Err(Error::DeletePod {
@@ -342,7 +300,7 @@ fn initial_cluster(members: &[etcd::Member]) -> String {
 /// members' peer URLs by pod IP (see [`crate::kube::names::Addressing::gate_endpoint`]). Returns the new
 /// members' names.
 async fn create_gated_pods(
-    apis: &Apis,
+    pass: &Pass<'_>,
     cluster: &EtcdCluster,
     image: &str,
     peers: Vec<String>,
@@ -373,7 +331,7 @@ async fn create_gated_pods(
             restore: None,
         };
         let args = members::etcd_args(&addr, name, &ic, &ClusterState::Existing);
-        create_pod(apis, cluster, name, args, Some(&gate), Claim::New).await?;
+        create_pod(pass, cluster, name, args, Some(&gate), Claim::New).await?;
     }
     Ok(names)
 }
@@ -381,7 +339,7 @@ async fn create_gated_pods(
 /// The pods of `count` new members beside the members `all`, then each added as a learner
 /// (see [`join`]); a refusal leaves the rest of the batch to the next steps.
 async fn add_gated(
-    apis: &Apis,
+    pass: &Pass<'_>,
     cluster: &EtcdCluster,
     obs: &Observed,
     image: &str,
@@ -397,7 +355,7 @@ async fn add_gated(
         .filter_map(|m| obs.gate_endpoint(m.host_label()?))
         .collect();
     let names = create_gated_pods(
-        apis,
+        pass,
         cluster,
         image,
         peers,
@@ -406,20 +364,20 @@ async fn add_gated(
         count,
     )
     .await?;
-    join_all(apis, cluster, obs, &names).await
+    join_all(pass.handles, cluster, obs, &names).await
 }
 
 /// Adds the members of pods created ahead of them, one after the other; a refusal leaves the
 /// rest to the next steps.
 async fn join_all(
-    apis: &Apis,
+    handles: &Handles,
     cluster: &EtcdCluster,
     obs: &Observed,
     names: &[String],
 ) -> Result<Outcome, Error> {
     let mut added = Vec::new();
     for name in names {
-        match join(apis, cluster, obs, name).await? {
+        match join(handles, cluster, obs, name).await? {
             Outcome::Done(Some(note)) => added.push(note),
             Outcome::Done(None) => {}
             Outcome::Retry(why) if added.is_empty() => return Ok(Outcome::Retry(why)),
@@ -430,10 +388,14 @@ async fn join_all(
 }
 
 /// The IP of pod `name` once it has one, or `None` after `wait`.
-async fn pod_ip_within(apis: &Apis, name: &str, wait: Duration) -> Result<Option<String>, Error> {
+async fn pod_ip_within(
+    handles: &Handles,
+    name: &str,
+    wait: Duration,
+) -> Result<Option<String>, Error> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        let pod = apis
+        let pod = handles
             .pods
             .get_opt(name)
             .await
@@ -457,12 +419,12 @@ const PUBLISH_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether the pod of `member` has an address in the headless Service's EndpointSlices, so
 /// cluster DNS answers for its name.
-async fn published(apis: &Apis, cluster: &EtcdCluster, member: &str) -> Result<bool, Error> {
-    let Some(ip) = pod_ip_within(apis, member, Duration::ZERO).await? else {
+async fn published(handles: &Handles, cluster: &EtcdCluster, member: &str) -> Result<bool, Error> {
+    let Some(ip) = pod_ip_within(handles, member, Duration::ZERO).await? else {
         return Ok(false);
     };
     let by_service = format!("kubernetes.io/service-name={}", cluster.name_any());
-    let slices = apis
+    let slices = handles
         .slices
         .list(&ListParams::default().labels(&by_service))
         .await
@@ -481,13 +443,13 @@ async fn published(apis: &Apis, cluster: &EtcdCluster, member: &str) -> Result<b
 /// the new name can be answered, and cached, as NXDOMAIN), the member is added as a learner
 /// and the pod's gate lets etcd start.
 async fn join(
-    apis: &Apis,
+    handles: &Handles,
     cluster: &EtcdCluster,
     obs: &Observed,
     member: &str,
 ) -> Result<Outcome, Error> {
     let deadline = tokio::time::Instant::now() + PUBLISH_WAIT;
-    while !published(apis, cluster, member).await? {
+    while !published(handles, cluster, member).await? {
         if tokio::time::Instant::now() >= deadline {
             return Ok(Outcome::Retry(format!(
                 "the address of {member} is not published yet"
@@ -511,7 +473,7 @@ async fn join(
 /// Removes member `id` from etcd, then deletes its pod `name` (only once etcd no longer counts
 /// it). Returns etcd's refusal, if it refused for now.
 async fn remove(
-    apis: &Apis,
+    pass: &Pass<'_>,
     obs: &Observed,
     name: &str,
     id: u64,
@@ -520,7 +482,7 @@ async fn remove(
     if let Err(e) = etcd.remove(id).await {
         return settling(e).map(Some);
     }
-    delete_pod(apis, name).await?;
+    delete_pod(pass, name).await?;
     Ok(None)
 }
 
@@ -534,7 +496,7 @@ fn settling(e: etcd::Error) -> Result<Outcome, Error> {
 
 /// Carries out `action`.
 pub async fn act(
-    apis: &Apis,
+    pass: &Pass<'_>,
     cluster: &EtcdCluster,
     obs: &Observed,
     action: &Action,
@@ -546,20 +508,20 @@ pub async fn act(
             let token = uuid::Uuid::new_v4().to_string();
             let ic = addr.initial_cluster([name.as_str()]);
             let args = members::etcd_args(&addr, &name, &ic, &ClusterState::New { token });
-            create_pod(apis, cluster, &name, args, None, Claim::New).await?;
+            create_pod(pass, cluster, &name, args, None, Claim::New).await?;
             let mut note = format!("created seed member {name}");
             // The second member's pod starts beside the seed rather than after it: its
             // membership is already known (the seed alone), and it joins as soon as the seed
             // answers.
-            if let Some(image) = &apis.gate_image
+            if let Some(image) = &pass.handles.gate_image
                 && cluster.spec.size > 1
-                && let Some(ip) = pod_ip_within(apis, &name, PUBLISH_WAIT).await?
+                && let Some(ip) = pod_ip_within(pass.handles, &name, PUBLISH_WAIT).await?
             {
                 let endpoint = addr.gate_endpoint(&name, &ip);
                 let count = (cluster.spec.size as usize - 1)
                     .min(members::max_learners(cluster.spec.version()));
                 let next =
-                    create_gated_pods(apis, cluster, image, vec![name], ic, vec![endpoint], count)
+                    create_gated_pods(pass, cluster, image, vec![name], ic, vec![endpoint], count)
                         .await?;
                 note.push_str(&format!(
                     ", and the pods of members {}, which wait to be added",
@@ -568,10 +530,10 @@ pub async fn act(
             }
             Ok(Outcome::Done(Some(note)))
         }
-        Action::AddMembers { count } => match &apis.gate_image {
+        Action::AddMembers { count } => match &pass.handles.gate_image {
             Some(image) => {
                 let all = obs.members.as_deref().unwrap_or_default();
-                add_gated(apis, cluster, obs, image, all, *count).await
+                add_gated(pass, cluster, obs, image, all, *count).await
             }
             // Without a gate image: the member first, its pod after.
             None => {
@@ -587,14 +549,14 @@ pub async fn act(
                     &initial_cluster(&all),
                     &ClusterState::Existing,
                 );
-                create_pod(apis, cluster, &name, args, None, Claim::New).await?;
+                create_pod(pass, cluster, &name, args, None, Claim::New).await?;
                 Ok(Outcome::Done(Some(format!(
                     "added member {name} ({:x}) as a learner",
                     added.id
                 ))))
             }
         },
-        Action::JoinMembers { names } => join_all(apis, cluster, obs, names).await,
+        Action::JoinMembers { names } => join_all(pass.handles, cluster, obs, names).await,
         Action::Promote { name, id } => {
             let mut etcd = connect(obs).await?;
             match etcd.promote(*id).await {
@@ -605,7 +567,7 @@ pub async fn act(
             }
         }
         Action::RemoveMember { name, id, reason } => {
-            if let Some(refused) = remove(apis, obs, name, *id).await? {
+            if let Some(refused) = remove(pass, obs, name, *id).await? {
                 return Ok(refused);
             }
             Ok(Outcome::Done(Some(match reason {
@@ -618,11 +580,11 @@ pub async fn act(
             })))
         }
         Action::ReplaceMember { name, id } => {
-            if let Some(refused) = remove(apis, obs, name, *id).await? {
+            if let Some(refused) = remove(pass, obs, name, *id).await? {
                 return Ok(refused);
             }
             let removed = format!("removed member {name}, whose pod and data are gone");
-            let Some(image) = &apis.gate_image else {
+            let Some(image) = &pass.handles.gate_image else {
                 return Ok(Outcome::Done(Some(removed)));
             };
             // etcd accepts the addition at once: the voter it waits for (5 s connected to
@@ -635,7 +597,7 @@ pub async fn act(
                 .cloned()
                 .collect();
             Ok(
-                match add_gated(apis, cluster, obs, image, &rest, 1).await? {
+                match add_gated(pass, cluster, obs, image, &rest, 1).await? {
                     Outcome::Done(Some(added)) => {
                         Outcome::Done(Some(format!("{removed}; {added}")))
                     }
@@ -653,7 +615,7 @@ pub async fn act(
                 None => addr.initial_cluster(obs.plan.known_members.iter().map(String::as_str)),
             };
             let args = members::etcd_args(&addr, name, &ic, &ClusterState::Existing);
-            create_pod(apis, cluster, name, args, None, Claim::Existing).await?;
+            create_pod(pass, cluster, name, args, None, Claim::Existing).await?;
             Ok(Outcome::Done(Some(format!(
                 "recreated the pod of member {name} on its volume ({})",
                 cluster.spec.image()
@@ -671,8 +633,13 @@ pub async fn act(
             }
         }
         Action::DeleteClaim { name } => {
-            apis.wrote(true, name, false);
-            match apis.pvcs.delete(name, &DeleteParams::default()).await {
+            pass.wrote(true, name, false);
+            match pass
+                .handles
+                .pvcs
+                .delete(name, &DeleteParams::default())
+                .await
+            {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(source) => {
@@ -687,7 +654,7 @@ pub async fn act(
             ))))
         }
         Action::DeletePod { name, reason } => {
-            delete_pod(apis, name).await?;
+            delete_pod(pass, name).await?;
             Ok(Outcome::Done(Some(match reason {
                 DeleteReason::NoMember => format!("deleted pod {name}, which has no member"),
                 DeleteReason::Ended => {
@@ -707,7 +674,10 @@ pub async fn act(
                 Some(Ok(h)) => h,
                 _ => return Ok(Outcome::Retry("the restore is no longer asked for".into())),
             };
-            let (Some(image), Some(url)) = (&apis.gate_image, apis.snapshot_url_of(cluster)) else {
+            let (Some(image), Some(url)) = (
+                &pass.handles.gate_image,
+                pass.handles.snapshot_url_of(cluster),
+            ) else {
                 return Ok(Outcome::Retry(
                     "no gate image or snapshot URL to make the seed with".into(),
                 ));
@@ -745,7 +715,7 @@ pub async fn act(
                     },
                 }),
             };
-            create_pod(apis, cluster, &name, args, Some(&gate), Claim::New).await?;
+            create_pod(pass, cluster, &name, args, Some(&gate), Claim::New).await?;
             Ok(Outcome::Done(Some(format!(
                 "created seed member {name}, which restores EtcdRestore {}'s snapshot",
                 handoff.name

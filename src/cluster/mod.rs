@@ -2,6 +2,7 @@
 //! plans (pure), acts and writes status.
 
 pub mod act;
+pub mod handles;
 pub mod members;
 pub mod observe;
 pub mod plan;

@@ -11,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
+use super::handles::Handles;
 use super::members::MAX_LEARNERS_FLAG;
 use super::plan::{MemberView, Observation, PodState, PodView};
 use super::resources::{
@@ -244,24 +245,21 @@ async fn list_claims(
 }
 
 /// The cluster's pods from the watch cache, when this pass may read it.
-fn cached_pods(apis: &super::act::Apis, cluster: &EtcdCluster) -> Option<Vec<Pod>> {
+fn cached_pods(handles: &Handles, cached: bool, cluster: &EtcdCluster) -> Option<Vec<Pod>> {
     let ns = cluster.namespace().unwrap_or_default();
-    let pods = apis
-        .cached
-        .then(|| apis.caches.pods.group(&ns, &cluster.name_any()))??;
+    let pods = cached.then(|| handles.caches.pods.group(&ns, &cluster.name_any()))??;
     Some(pods.iter().map(|p| (**p).clone()).collect())
 }
 
 /// The cluster's claims that are not being deleted, from the watch cache, when this pass may
 /// read it.
 fn cached_claims(
-    apis: &super::act::Apis,
+    handles: &Handles,
+    cached: bool,
     cluster: &EtcdCluster,
 ) -> Option<std::collections::BTreeSet<String>> {
     let ns = cluster.namespace().unwrap_or_default();
-    let claims = apis
-        .cached
-        .then(|| apis.caches.claims.group(&ns, &cluster.name_any()))??;
+    let claims = cached.then(|| handles.caches.claims.group(&ns, &cluster.name_any()))??;
     Some(
         claims
             .iter()
@@ -341,7 +339,8 @@ pub fn leader_of<'a>(healthy_voters: impl IntoIterator<Item = &'a Status>) -> Op
 /// each member is behind it from those answers. Every pod counts as current until
 /// [`mark_current`] says otherwise.
 pub async fn observe(
-    apis: &super::act::Apis,
+    handles: &Handles,
+    cached: bool,
     cluster: &EtcdCluster,
     tls: Option<Arc<ClientTls>>,
     memory: &mut HealthMemory,
@@ -360,9 +359,9 @@ pub async fn observe(
         .as_ref()
         .is_some_and(|p| p.persistent_volume_claim_spec.is_some())
     {
-        obs.plan.claims = match cached_claims(apis, cluster) {
+        obs.plan.claims = match cached_claims(handles, cached, cluster) {
             Some(claims) => claims,
-            None => list_claims(&apis.pvcs, &name).await?,
+            None => list_claims(&handles.pvcs, &name).await?,
         };
     }
     obs.plan.known_members = cluster
@@ -371,9 +370,9 @@ pub async fn observe(
         .flat_map(|s| &s.member_statuses)
         .map(|m| m.name.clone())
         .collect();
-    let list = match cached_pods(apis, cluster) {
+    let list = match cached_pods(handles, cached, cluster) {
         Some(pods) => pods,
-        None => list_pods(&apis.pods, &name).await?,
+        None => list_pods(&handles.pods, &name).await?,
     };
     let now = Timestamp::now();
     for pod in list {
@@ -516,9 +515,9 @@ pub async fn observe(
     // Without a quorum's answer no client is served, whatever the Service says.
     if authoritative {
         let sources = serving::Sources {
-            caches: &apis.caches,
-            services: &apis.services,
-            slices: &apis.slices,
+            caches: &handles.caches,
+            services: &handles.services,
+            slices: &handles.slices,
         };
         let available = cluster
             .status

@@ -7,13 +7,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Service};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{EventType, Recorder};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tracing::{Instrument, info, info_span, warn};
 
-use super::act::{self, Apis, Outcome};
+use super::act::{self, Outcome};
+use super::handles::{Handles, Pass};
 use super::observe::{self, HealthMemory, Observed};
 use super::plan::{self, Action, Target};
 use super::resources;
@@ -279,46 +280,38 @@ fn effective_spec(cluster: &EtcdCluster, obs: &Observed) -> (EtcdCluster, Option
 /// One pass. Returns how soon to look again.
 async fn reconcile(
     ctx: &Context,
+    handles: &Handles,
     cluster: &EtcdCluster,
     memory: &mut Memory,
 ) -> Result<Duration, Error> {
     let ns = cluster.namespace().unwrap_or_default();
-    let apis = Apis {
-        pods: Api::namespaced(ctx.client.clone(), &ns),
-        services: Api::<Service>::namespaced(ctx.client.clone(), &ns),
-        pvcs: Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns),
-        budgets: Api::namespaced(ctx.client.clone(), &ns),
-        slices: Api::namespaced(ctx.client.clone(), &ns),
-        gate_image: ctx.gate_image.clone(),
-        snapshot_url: ctx.snapshot_url.clone(),
-        tls_revision: String::new(),
-        caches: ctx.caches.clone(),
-        // A cache behind the task's own writes would have it, say, bootstrap a second seed:
-        // until it shows them, the pods and claims are listed from the API server.
-        cached: ctx
-            .caches
-            .show(&ns, &cluster.name_any(), &mut memory.expect),
-        writes: Default::default(),
-    };
+    // A cache behind the task's own writes would have it, say, bootstrap a second seed:
+    // until it shows them, the pods and claims are listed from the API server.
+    let cached = ctx
+        .caches
+        .show(&ns, &cluster.name_any(), &mut memory.expect);
     let paused = cluster.spec.is_paused();
     let material = match validate(ctx, cluster, &ns).await {
         Ok(m) => m,
         Err(e) => {
             if let Error::Invalid { reason, message } = &e {
-                report_invalid(ctx, cluster, &apis, memory, reason, message).await?;
+                report_invalid(ctx, handles, cached, cluster, memory, reason, message).await?;
             }
             return Err(e);
         }
     };
-    let apis = Apis {
-        tls_revision: material.revision.clone(),
-        ..apis
-    };
+    let pass = Pass::new(handles, material.revision.clone(), cached);
     if !paused {
-        act::ensure_services(&apis, cluster).await?;
+        act::ensure_services(handles, cluster).await?;
     }
-    let mut obs: Observed =
-        observe::observe(&apis, cluster, material.client.clone(), &mut memory.health).await?;
+    let mut obs: Observed = observe::observe(
+        handles,
+        pass.cached,
+        cluster,
+        material.client.clone(),
+        &mut memory.health,
+    )
+    .await?;
     let (effective, pin) = effective_spec(cluster, &obs);
     observe::mark_current(&mut obs, &effective, &material.revision);
     let target = Target {
@@ -340,7 +333,16 @@ async fn reconcile(
     let restore = match cluster.pending_restore() {
         Some(Ok(handoff)) => Some(handoff),
         Some(Err(message)) => {
-            report_invalid(ctx, cluster, &apis, memory, "InvalidRestore", &message).await?;
+            report_invalid(
+                ctx,
+                handles,
+                pass.cached,
+                cluster,
+                memory,
+                "InvalidRestore",
+                &message,
+            )
+            .await?;
             return Err(Error::Invalid {
                 reason: "InvalidRestore",
                 message,
@@ -354,8 +356,8 @@ async fn reconcile(
             &target,
             &plan::RestoreTarget {
                 uid: handoff.uid.clone(),
-                url: apis.snapshot_url_of(cluster),
-                gate: apis.gate_image.is_some(),
+                url: handles.snapshot_url_of(cluster),
+                gate: handles.gate_image.is_some(),
             },
         ),
         None => plan::plan(&obs.plan, &target),
@@ -366,7 +368,7 @@ async fn reconcile(
     ) {
         // Immediately before a removal, the pods are listed again: one deleted since the
         // observation must not count as a healthy voter's.
-        observe::recheck_pods(&apis.pods, cluster, &mut obs.plan).await?;
+        observe::recheck_pods(&handles.pods, cluster, &mut obs.plan).await?;
         let again = plan::plan(&obs.plan, &target);
         if again != action {
             info!(planned = ?action, now = ?again, "pods changed under a planned removal");
@@ -375,8 +377,8 @@ async fn reconcile(
             };
         }
     }
-    let outcome = act::act(&apis, &effective, &obs, &action).await;
-    memory.expect.add(apis.take_writes());
+    let outcome = act::act(&pass, &effective, &obs, &action).await;
+    memory.expect.add(pass.take_writes());
 
     let mut new_status = status::compute(cluster, &obs, &action);
     if let Some(handoff) = &restore {
@@ -562,8 +564,9 @@ fn member_pod_ref(cluster: &EtcdCluster, action: &Action) -> Option<ObjectRefere
 /// the field) and changes nothing.
 async fn report_invalid(
     ctx: &Context,
+    handles: &Handles,
+    cached: bool,
     cluster: &EtcdCluster,
-    apis: &Apis,
     memory: &mut Memory,
     reason: &str,
     message: &str,
@@ -572,7 +575,7 @@ async fn report_invalid(
     // it the status would call every member of a TLS cluster silent.
     let secrets = ctx.secrets(&cluster.namespace().unwrap_or_default());
     let tls = tls::cluster_client(&secrets, cluster).await.ok().flatten();
-    let obs = observe::observe(apis, cluster, tls, &mut memory.health).await?;
+    let obs = observe::observe(handles, cached, cluster, tls, &mut memory.health).await?;
     let wait = Action::Wait {
         reason: message.into(),
     };
@@ -667,13 +670,22 @@ fn backoff() -> impl Iterator<Item = Duration> {
 
 /// Runs the loop of one cluster until its spec channel closes (the cluster was deleted).
 pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake: Arc<Notify>) {
+    // A task's cluster never moves to another namespace: the supervisor keys tasks by it.
+    let ns = spec.borrow().namespace().unwrap_or_default();
+    let handles = Handles::new(
+        &ctx.client,
+        &ns,
+        ctx.gate_image.clone(),
+        ctx.snapshot_url.clone(),
+        ctx.caches.clone(),
+    );
     let mut memory = Memory::default();
     let mut retries = backoff();
     loop {
         let cluster = spec.borrow_and_update().clone();
         let span = info_span!("cluster", namespace = %cluster.namespace().unwrap_or_default(), name = %cluster.name_any());
         let started = Instant::now();
-        let result = reconcile(&ctx, &cluster, &mut memory)
+        let result = reconcile(&ctx, &handles, &cluster, &mut memory)
             .instrument(span.clone())
             .await;
         ctx.metrics.reconciled(

@@ -1,0 +1,112 @@
+//! What the stages of a pass work through, in two parts by lifetime: [`Handles`], the API
+//! handles of the cluster's namespace and the operator's settings beside them, made once per
+//! task; and [`Pass`], what one pass knows of itself (the TLS revision, whether it may read the
+//! caches) and the writes it leaves for the next, made once the spec has been validated.
+//! observe and act both read them from here, so neither stage imports the other for them.
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::{Api, Client, ResourceExt};
+
+use crate::api::EtcdCluster;
+use crate::kube::cache::{Caches, Expect};
+
+/// The API handles of one cluster's namespace, and what every pass of its task reads unchanged.
+pub struct Handles {
+    /// Pods of the cluster's namespace.
+    pub pods: Api<Pod>,
+    /// Services of the cluster's namespace.
+    pub services: Api<Service>,
+    /// Volume claims of the cluster's namespace.
+    pub pvcs: Api<PersistentVolumeClaim>,
+    /// PodDisruptionBudgets of the cluster's namespace.
+    pub budgets: Api<PodDisruptionBudget>,
+    /// EndpointSlices of the cluster's namespace (what cluster DNS answers from).
+    pub slices: Api<EndpointSlice>,
+    /// The operator's image, whose `etcd-gate` holds a new member back until it is added;
+    /// without it, the member is added first and its pod created after.
+    pub gate_image: Option<String>,
+    /// Where etcd pods reach this operator's HTTP server (`--snapshot-url`), from which a
+    /// restore's seed fetches its snapshot.
+    pub snapshot_url: Option<String>,
+    /// The shared watch caches.
+    pub caches: Arc<Caches>,
+}
+
+impl Handles {
+    /// The handles of namespace `ns`.
+    pub fn new(
+        client: &Client,
+        ns: &str,
+        gate_image: Option<String>,
+        snapshot_url: Option<String>,
+        caches: Arc<Caches>,
+    ) -> Self {
+        Handles {
+            pods: Api::namespaced(client.clone(), ns),
+            services: Api::namespaced(client.clone(), ns),
+            pvcs: Api::namespaced(client.clone(), ns),
+            budgets: Api::namespaced(client.clone(), ns),
+            slices: Api::namespaced(client.clone(), ns),
+            gate_image,
+            snapshot_url,
+            caches,
+        }
+    }
+
+    /// The URL a restore's seed of `cluster` fetches the snapshot from.
+    pub fn snapshot_url_of(&self, cluster: &EtcdCluster) -> Option<String> {
+        let base = self.snapshot_url.as_deref()?.trim_end_matches('/');
+        Some(format!(
+            "{base}/restores/{}/{}/snapshot",
+            cluster.namespace().unwrap_or_default(),
+            cluster.name_any()
+        ))
+    }
+}
+
+/// What one pass knows of itself, and the writes it makes, over the task's handles.
+pub struct Pass<'a> {
+    /// The task's handles.
+    pub handles: &'a Handles,
+    /// Fingerprint of the cluster's member TLS Secrets (see [`crate::cluster::tls::Material`]).
+    pub tls_revision: String,
+    /// Whether this pass may read pods and claims from the caches (they show every pod and
+    /// claim this task created or deleted; see [`crate::kube::cache::Expectations`]).
+    pub cached: bool,
+    /// The pods and claims this pass created or deleted.
+    writes: Mutex<Vec<Expect>>,
+}
+
+impl<'a> Pass<'a> {
+    /// A pass through `handles` on the member Secrets of `tls_revision`, reading the caches
+    /// when `cached`.
+    pub fn new(handles: &'a Handles, tls_revision: String, cached: bool) -> Self {
+        Pass {
+            handles,
+            tls_revision,
+            cached,
+            writes: Mutex::default(),
+        }
+    }
+
+    /// Records that this pass created (`present`) or deleted a pod or, with `claim`, a claim.
+    pub(super) fn wrote(&self, claim: bool, name: &str, present: bool) {
+        self.writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Expect {
+                claim,
+                name: name.into(),
+                present,
+            });
+    }
+
+    /// What this pass created or deleted.
+    pub fn take_writes(&self) -> Vec<Expect> {
+        std::mem::take(&mut *self.writes.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
