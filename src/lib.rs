@@ -1,6 +1,8 @@
 //! etcd-operator: runs etcd clusters on Kubernetes, wire-compatible with the coreos
 //! etcd-operator's `etcd.database.coreos.com/v1beta2` API.
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod backup;
 pub mod cluster;

@@ -58,7 +58,10 @@ pub struct Ca(pub Pair);
 fn validity_window(params: &mut CertificateParams, now: OffsetDateTime, validity: Duration) {
     // A minute back, so a node whose clock is slightly behind the operator's accepts it.
     params.not_before = now - time::Duration::minutes(1);
-    params.not_after = now + time::Duration::seconds(validity.as_secs() as i64);
+    // No spec asks for more than i64 seconds; should one, the certificate ends at the latest
+    // time there is rather than at a wrapped-around time in the past.
+    let secs = i64::try_from(validity.as_secs()).unwrap_or(i64::MAX);
+    params.not_after = now.saturating_add(time::Duration::seconds(secs));
 }
 
 impl Ca {
@@ -177,16 +180,14 @@ pub fn parse_certs(pem: &[u8]) -> Result<Vec<CertInfo>, String> {
             for name in &san.value.general_names {
                 match name {
                     GeneralName::DNSName(d) => names.push(d.to_string()),
-                    GeneralName::IPAddress(ip) => match ip.len() {
-                        4 => names.push(
-                            std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*ip).unwrap()).to_string(),
-                        ),
-                        16 => names.push(
-                            std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*ip).unwrap())
-                                .to_string(),
-                        ),
-                        _ => {}
-                    },
+                    // 4 bytes are an IPv4 address, 16 an IPv6 one; other lengths name none.
+                    GeneralName::IPAddress(ip) => {
+                        if let Ok(v4) = <[u8; 4]>::try_from(*ip) {
+                            names.push(std::net::Ipv4Addr::from(v4).to_string());
+                        } else if let Ok(v6) = <[u8; 16]>::try_from(*ip) {
+                            names.push(std::net::Ipv6Addr::from(v6).to_string());
+                        }
+                    }
                     _ => {}
                 }
             }

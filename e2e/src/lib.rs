@@ -1,6 +1,10 @@
 //! Helpers for tests that run against a real Kubernetes API server: the local cluster that
 //! `hack/cluster.sh` starts, or any cluster that `KUBECONFIG` names.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -957,6 +961,9 @@ fn read_response(r: &mut BufReader<TcpStream>) -> std::io::Result<(u16, Vec<u8>,
 }
 
 /// Decodes standard base64 (etcd's gateway answers keys and values in it).
+// Both casts keep what they must: an index into the 64-letter alphabet, and the low byte of
+// the accumulator, which is the decoded byte.
+#[allow(clippy::cast_possible_truncation)]
 pub fn unbase64(text: &str) -> Result<Vec<u8>, String> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = Vec::with_capacity(text.len() / 4 * 3);

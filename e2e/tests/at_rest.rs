@@ -4,6 +4,10 @@
 //! pass reads the watch caches, and nothing is applied or written that has not changed); a
 //! member whose pod is deleted is removed and replaced in one step.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use e2e::{Kubectl, OperatorProcess, events, get, healthy_at_size, pod_names, until};

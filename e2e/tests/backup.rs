@@ -4,6 +4,10 @@
 //! bridge of hack/cluster.sh). The manifests are coreos-style; only the endpoint and the Secret
 //! are ours.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::process::Command;
 use std::time::Duration;
 

@@ -2,6 +2,10 @@
 //! chart into each test's namespace (in-cluster, with its ServiceAccount and namespaced RBAC)
 //! on the cluster that KUBECONFIG names, and reaches members by pod IP.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use e2e::{
     Kubectl, Operator, condition, get, healthy_at_size, holds_for, pod_names, repo_root, until,
 };

@@ -2,6 +2,10 @@
 //! `e2e/cases/crd-validation.yaml` goes through `kubectl apply --dry-run=server`, exactly as a
 //! user's manifest would, and must be accepted or rejected with its expected message.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 
 use e2e::{Kubectl, manifest, repo_root};

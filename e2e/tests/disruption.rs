@@ -4,6 +4,10 @@
 //! (the first is allowed: a quorum of two stays), the operator replaces the evicted member, and
 //! a cluster shrunk to one member has no budget left to block a drain.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use e2e::{
     Kubectl, Operator, enforce_restricted, evict, get, healthy_at_size, patch_spec, pod_names,
     until,

@@ -3,6 +3,10 @@
 //! merely restarts does not make the cluster Failed. These need the node's processes (the
 //! local cluster runs on this host), so they find a member's etcd by its host name.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use e2e::{Kubectl, Operator, condition, get, healthy_at_size, pod_names, until};
 use serde_json::Value;
 
@@ -112,7 +116,7 @@ fn a_restarting_single_member_does_not_fail_the_cluster() {
         .to_string();
     let wait = 65 - seconds_since(&created);
     if wait > 0 {
-        std::thread::sleep(std::time::Duration::from_secs(wait as u64));
+        std::thread::sleep(std::time::Duration::from_secs(wait.unsigned_abs()));
     }
 
     // etcd is killed; the kubelet restarts the container on the same data within seconds.

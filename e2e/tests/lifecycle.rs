@@ -2,6 +2,10 @@
 //! writes through the client Service (with and without volumes), an upgrade to an image that
 //! never starts, and a pod-policy change rolled one member at a time.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 

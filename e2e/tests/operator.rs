@@ -1,6 +1,10 @@
 //! The operator as users run it: installed by the chart, two replicas with leader election,
 //! `/metrics` and `/readyz` scraped through the API server's pod proxy.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 

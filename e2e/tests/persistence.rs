@@ -4,6 +4,10 @@
 //! whose phase turned Failed come back the same way; a deleted claim leads to a replacement,
 //! never to a member restarted empty; the claims of removed members are deleted.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -3,6 +3,10 @@
 //! with no retry. Twenty clusters in a row, each with a new Service (a new cluster IP, which the
 //! node's proxy must have programmed): every first write must succeed.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Instant;
 
 use e2e::{Kubectl, Operator, client_endpoint, manifest, write_once};

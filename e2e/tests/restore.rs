@@ -5,6 +5,10 @@
 //! go back; a second restore meanwhile is refused; the EtcdCluster's spec is never changed.
 //! The manifests are coreos-style.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use e2e::backups::{
     abs_secret, manifest, s3_spec, setup, sha256_hex, snapshot_status, status, store_host,
     until_failed, until_status,
@@ -59,7 +63,10 @@ fn count(endpoint: &str, prefix: &str) -> (usize, i64) {
             )
             .await
             .unwrap();
-        (r.count() as usize, r.header().unwrap().revision())
+        (
+            usize::try_from(r.count()).unwrap(),
+            r.header().unwrap().revision(),
+        )
     })
 }
 

@@ -5,6 +5,10 @@
 //! already ran makes no second backup; the chart's schedule keeps exactly 2 of each after 3
 //! runs.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 
 use e2e::backups::{aws_secret, store_host};

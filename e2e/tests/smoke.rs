@@ -3,6 +3,10 @@
 //! garbage collection of an owner's children, and every etcd image at its expected version.
 //! Needs a cluster with a node (`hack/cluster.sh up`); `make smoke` runs it.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use e2e::{Kubectl, until};
 use serde_json::{Value, json};
 

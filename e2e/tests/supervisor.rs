@@ -7,6 +7,10 @@
 //! The operator runs as a host process (`target/debug/etcd-operator`, or `$ETCD_OPERATOR_BIN`),
 //! which `cargo test -p e2e` does not build: `cargo build --bin etcd-operator` first.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::time::{Duration, Instant};
 
 use e2e::{Kubectl, OperatorProcess, get, manifest, until};

@@ -8,6 +8,10 @@
 //! - `TLS.auto`: the operator's own CA; a forced rotation (the `rotate-tls` annotation) rolls the
 //!   members three times while a client writes over TLS, and no acknowledged write is lost.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -260,6 +260,8 @@ fn log(msg: &str) {
     eprintln!("etcd-gate: {msg}");
 }
 
+// The one place the gate needs unsafe code: std has no way to install a signal handler.
+#[allow(unsafe_code)]
 extern "C" fn on_termination(_: libc::c_int) {
     // SAFETY: _exit is async-signal-safe.
     unsafe { libc::_exit(143) }
@@ -268,6 +270,7 @@ extern "C" fn on_termination(_: libc::c_int) {
 /// As a container's PID 1 the process gets no default action for SIGTERM, so without a handler
 /// a waiting pod would take its whole grace period to delete. `execve` resets the handler, so
 /// etcd keeps its own.
+#[allow(unsafe_code)] // see on_termination
 fn exit_on_termination() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: the handler only calls an async-signal-safe function.

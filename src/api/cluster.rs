@@ -128,6 +128,12 @@ impl EtcdClusterSpec {
     pub fn is_paused(&self) -> bool {
         self.paused.unwrap_or(false)
     }
+
+    /// `size` as a count of members; a negative size (which the CRD's minimum keeps out) as
+    /// none.
+    pub fn members(&self) -> usize {
+        usize::try_from(self.size).unwrap_or(0)
+    }
 }
 
 /// Policy for the etcd member pods.

@@ -168,18 +168,21 @@ fn interval_of(backup: &EtcdBackup) -> Option<Duration> {
         .as_ref()
         .and_then(|p| p.backup_interval_in_second)
         .unwrap_or(0);
-    (secs > 0).then(|| Duration::from_secs(secs as u64))
+    u64::try_from(secs)
+        .ok()
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
 }
 
 fn timeout_of(backup: &EtcdBackup) -> Duration {
-    match backup
+    let secs = backup
         .spec
         .backup_policy
         .as_ref()
         .and_then(|p| p.timeout_in_second)
-        .unwrap_or(0)
-    {
-        s if s > 0 => Duration::from_secs(s as u64),
+        .unwrap_or(0);
+    match u64::try_from(secs) {
+        Ok(s) if s > 0 => Duration::from_secs(s),
         _ => DEFAULT_TIMEOUT,
     }
 }
@@ -444,7 +447,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         prune(
             target.store.as_ref(),
             target.location.as_ref(),
-            keep as usize,
+            usize::try_from(keep).unwrap_or(usize::MAX),
             naming::parse,
         )
         .await;
@@ -611,7 +614,7 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
                     format!("{} ({} bytes)", taken.path, taken.verified.size),
                 )],
                 observed_generation: generation,
-                size: Some(taken.verified.size as i64),
+                size: Some(i64::try_from(taken.verified.size).unwrap_or(i64::MAX)),
                 sha256: taken.verified.sha256.clone(),
                 path: taken.path.clone(),
             };

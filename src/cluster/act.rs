@@ -518,8 +518,8 @@ pub async fn act(
                 && let Some(ip) = pod_ip_within(pass.handles, &name, PUBLISH_WAIT).await?
             {
                 let endpoint = addr.gate_endpoint(&name, &ip);
-                let count = (cluster.spec.size as usize - 1)
-                    .min(members::max_learners(cluster.spec.version()));
+                let count =
+                    (cluster.spec.members() - 1).min(members::max_learners(cluster.spec.version()));
                 let next =
                     create_gated_pods(pass, cluster, image, vec![name], ic, vec![endpoint], count)
                         .await?;

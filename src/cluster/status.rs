@@ -96,7 +96,7 @@ fn availability(
     healthy: usize,
     ready: usize,
 ) -> (bool, &'static str, String) {
-    let size = cluster.spec.size.max(0) as usize;
+    let size = cluster.spec.members();
     let service = format!("{}-client", cluster.name_any());
     let enough = |n: usize| n >= quorum(voters) && n >= quorum(size);
     let was_available =
@@ -141,7 +141,7 @@ fn availability(
 pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
     let generation = cluster.metadata.generation;
-    let size = cluster.spec.size.max(0) as usize;
+    let size = cluster.spec.members();
     let members = obs.plan.members.as_deref().unwrap_or_default();
     let leader = obs.plan.leader;
 
@@ -176,7 +176,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             version: status.map(|s| s.version.clone()).unwrap_or_default(),
             healthy: m.healthy,
             db_size: status.map(|s| s.db_size),
-            raft_index: status.map(|s| s.raft_index as i64),
+            raft_index: status.map(|s| i64::try_from(s.raft_index).unwrap_or(i64::MAX)),
         });
     }
     // Nobody answers: the members as last seen, none healthy. Dropping them would hide which
@@ -317,10 +317,10 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         reason,
         control_paused: cluster.spec.is_paused(),
         conditions,
-        size: members.len() as i32,
+        size: i32::try_from(members.len()).unwrap_or(i32::MAX),
         service_name: format!("{}-client", cluster.name_any()),
         client_port: Some(CLIENT_PORT),
-        ready_members: Some(ready.len() as i32),
+        ready_members: Some(i32::try_from(ready.len()).unwrap_or(i32::MAX)),
         members: MembersStatus { ready, unready },
         target_version: if current_version.is_empty() || current_version == wanted {
             String::new()

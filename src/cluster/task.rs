@@ -315,7 +315,7 @@ async fn reconcile(
     let (effective, pin) = effective_spec(cluster, &obs);
     observe::mark_current(&mut obs, &effective, &material.revision);
     let target = Target {
-        size: cluster.spec.size.max(0) as usize,
+        size: cluster.spec.members(),
         paused,
         persistent: cluster
             .spec

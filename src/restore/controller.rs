@@ -245,7 +245,7 @@ fn handoff_of(cluster: &EtcdCluster) -> Option<RestoreHandoff> {
 /// task drops it for older versions.
 pub fn bump_for(replaced: Option<i64>) -> u64 {
     match replaced {
-        Some(r) => r.max(0) as u64 + BUMP_MARGIN,
+        Some(r) => u64::try_from(r).unwrap_or(0) + BUMP_MARGIN,
         None => UNKNOWN_BUMP,
     }
 }
@@ -558,7 +558,7 @@ async fn reconcile_inner(restore: &EtcdRestore, ctx: &Context) -> Result<Action,
     );
     let mut next = with_phase(restore, RestorePhase::Restoring, "Restoring", note.clone());
     next.sha256 = verified.sha256;
-    next.size = Some(verified.size as i64);
+    next.size = Some(i64::try_from(verified.size).unwrap_or(i64::MAX));
     next.pre_restore_path = handoff.pre_restore_path;
     write_status(ctx, restore, &next).await?;
     info!(restore = restore.name_any(), "{note}");

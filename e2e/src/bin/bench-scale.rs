@@ -18,6 +18,10 @@
 //! election on, as the chart runs it, its Lease in the benchmark's namespace: Lease renewals are
 //! the requests it should make at idle, and the API request rows count them apart.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -328,7 +332,10 @@ fn available(k: &Kubectl, ns: &str) -> (usize, usize) {
         .iter()
         .filter(|c| {
             let name = c["metadata"]["name"].as_str().unwrap_or("");
-            let size = c["spec"]["size"].as_u64().unwrap_or(0) as usize;
+            let size = c["spec"]["size"]
+                .as_u64()
+                .and_then(|s| usize::try_from(s).ok())
+                .unwrap_or(0);
             let pods = by_cluster.get(name).map(Vec::as_slice).unwrap_or(&[]);
             cluster_healthy(c, size, pods)
         })

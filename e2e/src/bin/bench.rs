@@ -4,6 +4,10 @@
 //! operator's reconcile passes and CPU time over a minute idle and over a minute with one client
 //! writing serially to a fresh 3-member cluster, which should cost the operator nothing extra.
 
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
 use std::time::{Duration, Instant};
 
 use e2e::{
@@ -220,6 +224,8 @@ fn fill(endpoint: &str, mib: usize) {
             async move {
                 for i in (w..mib).step_by(4) {
                     // Distinct values, so that nothing along the way can shrink them.
+                    // The low byte is the point; i is below `mib`, a few thousand.
+                    #[allow(clippy::cast_possible_truncation)]
                     let value: Vec<u8> = (0..1 << 20).map(|j: u32| (j ^ i as u32) as u8).collect();
                     kv.put(format!("bench/{i:05}"), value, None).await.unwrap();
                 }
