@@ -15,12 +15,13 @@ build:
 ## (the CRD rules judged by its kube-apiserver, and the smoke test that proves the cluster real).
 test: lint unit chart-test cluster-cycle-test e2e
 
-## lint: formatting, clippy (the workspace lints of Cargo.toml, warnings denied), licenses,
-## bans and sources (hack/deny.sh).
+## lint: formatting, clippy (the workspace lints of Cargo.toml, warnings denied), the import
+## rules of the modules (hack/import-rules.py), licenses, bans and sources (hack/deny.sh).
 lint:
 	hack/deps.sh
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	hack/import-rules.py
 	hack/deny.sh
 
 ## unit: the unit tier, and the etcd layer against real etcd 3.4 (Debian), 3.5 and 3.6 (built),
