@@ -22,6 +22,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	hack/import-rules.py
+	hack/function-length.py
 	hack/deny.sh
 
 ## unit: the unit tier, and the etcd layer against real etcd 3.4 (Debian), 3.5 and 3.6 (built),

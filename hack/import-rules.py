@@ -27,16 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-KNOWN = {
-    # restore reads the backup controller's Storage, target() and namespaced_apis(); the fix
-    # is to move them out of backup/controller.rs into modules that both controllers import.
-    ("restore", "src/restore/controller.rs", "crate::backup::controller"),
-    ("restore", "src/restore/controller.rs", "crate::backup::controller::Storage"),
-    ("restore", "src/restore/controller.rs", "crate::backup::controller::namespaced_apis"),
-    ("restore", "src/restore/controller.rs", "crate::backup::controller::target"),
-    ("restore", "src/restore/serve.rs", "crate::backup::controller::Storage"),
-    ("restore", "src/restore/serve.rs", "crate::backup::controller::target"),
-}
+KNOWN = set()
 
 TOKEN = re.compile(
     r'//[^\n]*'                      # line comment

@@ -14,3 +14,4 @@ pub mod metrics;
 pub mod pki;
 pub mod report;
 pub mod restore;
+pub mod runner;

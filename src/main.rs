@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::time::Duration;
 
-use etcd_operator::{api, backup, cluster, http, leader, metrics, restore};
+use etcd_operator::{api, backup, cluster, http, leader, metrics, report, restore};
 
 /// A Kubernetes operator for etcd clusters (etcd.database.coreos.com/v1beta2).
 #[derive(Parser)]
@@ -237,6 +237,63 @@ fn counted_client(
         .build())
 }
 
+/// `config` with every request bounded by `timeout`.
+fn bounded(mut config: kube::Config, timeout: Duration) -> kube::Config {
+    config.read_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    config.connect_timeout = Some(timeout);
+    config.reset_reader_on_write = true;
+    config
+}
+
+/// Leadership by a Lease when asked for, else always leading. The Lease gets a fresh suffix
+/// per process, so a container restarted after a crash never mistakes its predecessor's lock
+/// for its own.
+async fn leadership(
+    args: &RunArgs,
+    instance: &str,
+    client: &kube::Client,
+    watch_client: &kube::Client,
+) -> anyhow::Result<leader::Leadership> {
+    if !args.leader_elect {
+        return Ok(leader::Leadership::always());
+    }
+    let identity = format!("{instance}_{}", uuid::Uuid::new_v4().simple());
+    Ok(leader::Leadership::elect(
+        client.clone(),
+        watch_client.clone(),
+        leader::Settings {
+            namespace: args.leader_election_namespace.clone(),
+            name: args.leader_election_id.clone(),
+            identity,
+            duration: Duration::from_secs(args.lease_duration),
+            grace: Duration::from_secs(args.lease_grace),
+        },
+    )
+    .await?)
+}
+
+/// What every cluster task shares.
+fn cluster_context(
+    args: &RunArgs,
+    client: kube::Client,
+    recorder: kube::runtime::events::Recorder,
+    metrics: std::sync::Arc<metrics::Metrics>,
+) -> cluster::task::Context {
+    cluster::task::Context {
+        client,
+        events: report::Reporter::new(recorder, "Reconcile"),
+        metrics,
+        gate_image: args.member_gate_image.clone().filter(|i| !i.is_empty()),
+        snapshot_url: args.snapshot_url.clone().filter(|u| !u.is_empty()),
+        caches: Default::default(),
+        timings: cluster::task::Timings {
+            replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
+            quorum_grace: Duration::from_secs(args.quorum_loss_grace),
+        },
+    }
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(&args.log_level, args.log_format)?;
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
@@ -247,43 +304,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .context("finding the Kubernetes configuration")?;
     let watch_client = counted_client(config.clone(), &metrics)?;
-    let mut bounded = config;
-    let timeout = Duration::from_secs(args.request_timeout);
-    bounded.read_timeout = Some(timeout);
-    bounded.write_timeout = Some(timeout);
-    bounded.connect_timeout = Some(timeout);
-    bounded.reset_reader_on_write = true;
-    let client = counted_client(bounded, &metrics)?;
+    let client = counted_client(
+        bounded(config, Duration::from_secs(args.request_timeout)),
+        &metrics,
+    )?;
     let snapshots = std::sync::Arc::new(restore::serve::Snapshots {
         client: client.clone(),
     });
     let (_, serve) =
         http::serve(args.metrics_bind_address, metrics.clone(), Some(snapshots)).await?;
     tokio::spawn(serve);
-    // The pod name names the replica in Events; the Lease gets a fresh suffix per process, so a
-    // container restarted after a crash never mistakes its predecessor's lock for its own.
+    // The pod name names the replica in Events.
     let instance = args
         .identity
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "etcd-operator".into());
-    let identity = format!("{instance}_{}", uuid::Uuid::new_v4().simple());
-    let leadership = if args.leader_elect {
-        leader::Leadership::elect(
-            client.clone(),
-            watch_client.clone(),
-            leader::Settings {
-                namespace: args.leader_election_namespace.clone(),
-                name: args.leader_election_id.clone(),
-                identity: identity.clone(),
-                duration: Duration::from_secs(args.lease_duration),
-                grace: Duration::from_secs(args.lease_grace),
-            },
-        )
-        .await?
-    } else {
-        leader::Leadership::always()
-    };
+    let leadership = leadership(&args, &instance, &client, &watch_client).await?;
     let reporter = kube::runtime::events::Reporter {
         controller: "etcd-operator".into(),
         instance: Some(instance),
@@ -291,25 +328,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
     let backups = std::sync::Arc::new(backup::controller::Context {
         client: client.clone(),
-        recorder: recorder.clone(),
+        events: report::Reporter::new(recorder.clone(), "Backup"),
         metrics: metrics.clone(),
     });
     let restores = std::sync::Arc::new(restore::controller::Context {
         client: client.clone(),
-        recorder: recorder.clone(),
+        events: report::Reporter::new(recorder.clone(), "Restore"),
     });
-    let ctx = std::sync::Arc::new(cluster::task::Context {
-        client,
-        recorder,
-        metrics,
-        gate_image: args.member_gate_image.clone().filter(|i| !i.is_empty()),
-        snapshot_url: args.snapshot_url.clone().filter(|u| !u.is_empty()),
-        caches: Default::default(),
-        timings: cluster::task::Timings {
-            replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
-            quorum_grace: Duration::from_secs(args.quorum_loss_grace),
-        },
-    });
+    let ctx = std::sync::Arc::new(cluster_context(&args, client, recorder, metrics));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     let backup_controller = backup::controller::run(

@@ -40,38 +40,56 @@ where
     .map(|_| ())
 }
 
-/// Publishes an Event about `on`; a failure is only logged (an Event is never worth a retry).
-pub async fn publish<K: Resource<DynamicType = ()>>(
-    recorder: &Recorder,
-    on: &K,
-    action: &str,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    publish_related(recorder, on, None, action, type_, reason, note).await;
+/// Publishes the Events of one controller, each with the controller's `action`. A failure is
+/// only logged (an Event is never worth a retry).
+#[derive(Clone)]
+pub struct Reporter {
+    recorder: Recorder,
+    action: &'static str,
 }
 
-/// As [`publish`], naming a second object the Event is about (a member's pod). kube's
-/// recorder folds Events of one reason on one object into a series that keeps the first note;
-/// with the pod named, each member gets an Event of its own.
-pub async fn publish_related<K: Resource<DynamicType = ()>>(
-    recorder: &Recorder,
-    on: &K,
-    related: Option<ObjectReference>,
-    action: &str,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: action.into(),
-        secondary: related,
-    };
-    if let Err(e) = recorder.publish(&ev, &on.object_ref(&())).await {
-        warn!("publishing an event: {e}");
+impl Reporter {
+    /// A reporter for Events of `action` (`Reconcile`, `Backup`, `Restore`).
+    pub fn new(recorder: Recorder, action: &'static str) -> Self {
+        Reporter { recorder, action }
+    }
+
+    /// The recorder, for Events about objects that are not typed (an unreadable one).
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+
+    /// An Event about `on`.
+    pub async fn publish<K: Resource<DynamicType = ()>>(
+        &self,
+        on: &K,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        self.publish_related(on, None, type_, reason, note).await;
+    }
+
+    /// As [`Reporter::publish`], naming a second object the Event is about (a member's pod).
+    /// kube's recorder folds Events of one reason on one object into a series that keeps the
+    /// first note; with the pod named, each member gets an Event of its own.
+    pub async fn publish_related<K: Resource<DynamicType = ()>>(
+        &self,
+        on: &K,
+        related: Option<ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: self.action.into(),
+            secondary: related,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &on.object_ref(&())).await {
+            warn!("publishing an event: {e}");
+        }
     }
 }

@@ -17,31 +17,31 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Client, ResourceExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMultipartOptions};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use super::endpoint::{CONNECT_TIMEOUT, any_endpoint, cluster_endpoint};
+pub use super::error::Error;
+use super::location::target;
 use super::naming;
 use super::snapshot::{self, Verified};
-use super::storage::{self, SecretData, Target};
+use super::storage::{Metadata, Target};
 use crate::api::{
-    BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, EtcdCluster, MemberRole,
-    SCHEDULE_KEEP_ANNOTATION, SCHEDULE_PREFIX_ANNOTATION, StorageType,
+    BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION,
+    SCHEDULE_PREFIX_ANNOTATION, StorageType,
 };
-use crate::etcd::{self, ClientTls, Endpoint, Etcd};
+use crate::etcd::{self, Endpoint, Etcd};
+use crate::report::Reporter;
 
 /// The field manager of backup status writes.
 const MANAGER: &str = "etcd-operator-backup";
-/// Bounds each connection to etcd (the snapshot as a whole has `timeoutInSecond`).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// coreos's default for `timeoutInSecond` 0.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -50,103 +50,9 @@ pub struct Context {
     /// API client for requests (bounded in time).
     pub client: Client,
     /// Publishes Events.
-    pub recorder: Recorder,
+    pub events: Reporter,
     /// The process's metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
-}
-
-/// Why a backup could not be taken. Every message names its cause (field, Secret, cluster,
-/// endpoint), since it becomes the status `Reason`.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// `clusterName` names no EtcdCluster.
-    #[error("spec.clusterName: EtcdCluster {0} does not exist")]
-    ClusterNotFound(String),
-    /// The cluster has no member that can give a snapshot.
-    #[error("EtcdCluster {cluster} has no healthy member to take a snapshot from ({detail})")]
-    NoHealthyMember {
-        /// The cluster.
-        cluster: String,
-        /// Its phase and reason, as its status says.
-        detail: String,
-    },
-    /// None of the endpoints answers as a member that knows a leader.
-    #[error("no etcd endpoint answers as a member with a leader: {0}")]
-    Unreachable(String),
-    /// A field this operator does not implement yet.
-    #[error("{0}")]
-    Unsupported(String),
-    /// A Secret the spec names does not exist.
-    #[error("{field}: Secret {name} does not exist")]
-    SecretNotFound {
-        /// The field naming it.
-        field: &'static str,
-        /// The Secret.
-        name: String,
-    },
-    /// The storage section or its Secret is unusable.
-    #[error(transparent)]
-    Storage(#[from] storage::Error),
-    /// The snapshot failed (etcd, the stream's hash, the store, the time limit).
-    #[error(transparent)]
-    Snapshot(#[from] snapshot::Error),
-    /// The client certificate Secret of a TLS cluster is missing or unusable.
-    #[error(transparent)]
-    Tls(#[from] crate::cluster::tls::Error),
-    /// Reading from the API server failed.
-    #[error("reading {what}: {source}")]
-    Kube {
-        /// What was being read or written.
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl Error {
-    /// The `error` label of `etcd_operator_reconcile_errors_total`.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::ClusterNotFound(_) => "cluster_not_found",
-            Error::NoHealthyMember { .. } => "no_healthy_member",
-            Error::Unreachable(_) => "etcd_unreachable",
-            Error::Unsupported(_) => "unsupported_field",
-            Error::SecretNotFound { .. } => "secret_not_found",
-            Error::Storage(_) => "storage_config",
-            Error::Snapshot(e) => e.metric_label(),
-            Error::Tls(crate::cluster::tls::Error::Invalid { .. }) => "invalid_tls_secret",
-            Error::Tls(_) => "kube",
-            Error::Kube { .. } => "kube",
-        }
-    }
-
-    /// The Event reason.
-    fn reason(&self) -> &'static str {
-        match self {
-            Error::ClusterNotFound(_) => "ClusterNotFound",
-            Error::NoHealthyMember { .. } => "NoHealthyMember",
-            Error::Unreachable(_) => "EtcdUnreachable",
-            Error::Unsupported(_) => "UnsupportedField",
-            Error::SecretNotFound { .. } => "SecretNotFound",
-            Error::Storage(_) => "InvalidStorage",
-            Error::Snapshot(_) => "SnapshotFailed",
-            Error::Tls(crate::cluster::tls::Error::Invalid { reason, .. }) => reason,
-            Error::Tls(_) => "ApiError",
-            Error::Kube { .. } => "ApiError",
-        }
-    }
-
-    /// How soon to try again: a spec or Secret problem waits for the user (a Secret created
-    /// later is not announced), anything else is retried sooner.
-    fn retry_after(&self) -> Duration {
-        match self {
-            Error::ClusterNotFound(_)
-            | Error::Unsupported(_)
-            | Error::SecretNotFound { .. }
-            | Error::Storage(_) => Duration::from_secs(20),
-            _ => Duration::from_secs(10),
-        }
-    }
 }
 
 /// A snapshot taken.
@@ -187,200 +93,11 @@ fn timeout_of(backup: &EtcdBackup) -> Duration {
     }
 }
 
-/// The client endpoint of a member to take the snapshot from: a healthy follower of the named
-/// EtcdCluster (so the leader is not loaded), else its leader; reached with `tls`, else the
-/// cluster's own client certificate when it runs TLS.
-pub(crate) async fn cluster_endpoint(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    tls: Option<Arc<ClientTls>>,
-) -> Result<Endpoint, Error> {
-    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), ns);
-    let cluster = clusters
-        .get_opt(name)
-        .await
-        .map_err(|source| Error::Kube {
-            what: format!("EtcdCluster {name}"),
-            source,
-        })?
-        .ok_or_else(|| Error::ClusterNotFound(name.into()))?;
-    let tls = match tls {
-        Some(tls) => Some(tls),
-        None => {
-            let secrets = crate::kube::cache::SecretApi::live(client, ns);
-            crate::cluster::tls::cluster_client(&secrets, &cluster).await?
-        }
-    };
-    let addr = crate::kube::names::addressing(&cluster);
-    let status = cluster.status.unwrap_or_default();
-    let mut candidates: Vec<_> = status
-        .member_statuses
-        .iter()
-        .filter(|m| m.healthy && m.role != Some(MemberRole::Learner))
-        .collect();
-    candidates.sort_by_key(|m| m.role == Some(MemberRole::Leader));
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    for m in candidates {
-        let pod = pods.get_opt(&m.name).await.map_err(|source| Error::Kube {
-            what: format!("pod {}", m.name),
-            source,
-        })?;
-        if let Some(ip) = pod.and_then(|p| p.status?.pod_ip) {
-            let endpoint = Endpoint::new(
-                addr.client_url_at(&ip),
-                tls.clone(),
-                Some(addr.host(&m.name)),
-            );
-            if etcd::status(&endpoint, CONNECT_TIMEOUT)
-                .await
-                .is_ok_and(|s| s.leader != 0)
-            {
-                return Ok(endpoint);
-            }
-        }
-    }
-    Err(Error::NoHealthyMember {
-        cluster: name.into(),
-        detail: format!(
-            "phase {:?}{}",
-            status.phase,
-            if status.reason.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", status.reason)
-            }
-        ),
-    })
-}
-
-/// Of `endpoints`, one that answers as a member that knows a leader, a follower first; `https`
-/// ones reached with `tls`.
-async fn any_endpoint(
-    endpoints: &[String],
-    tls: Option<Arc<ClientTls>>,
-) -> Result<Endpoint, Error> {
-    let mut leader = None;
-    for url in endpoints {
-        let ep = Endpoint::new(url.clone(), tls.clone(), None);
-        match etcd::status(&ep, CONNECT_TIMEOUT).await {
-            Ok(s) if s.leader != 0 && s.leader != s.member_id && !s.is_learner => {
-                return Ok(ep);
-            }
-            Ok(s) if s.leader != 0 && !s.is_learner => leader = leader.or(Some(ep.clone())),
-            _ => {}
-        }
-    }
-    leader.ok_or_else(|| Error::Unreachable(endpoints.join(", ")))
-}
-
-/// The named Secret's data as text, or why not.
-async fn secret_data(
-    client: &Client,
-    ns: &str,
-    field: &'static str,
-    name: &str,
-) -> Result<SecretData, Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let secret = secrets
-        .get_opt(name)
-        .await
-        .map_err(|source| Error::Kube {
-            what: format!("Secret {name}"),
-            source,
-        })?
-        .ok_or_else(|| Error::SecretNotFound {
-            field,
-            name: name.into(),
-        })?;
-    Ok(secret
-        .data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-        .chain(secret.string_data.unwrap_or_default())
-        .collect())
-}
-
-/// Where a snapshot is (an EtcdBackup's or an EtcdRestore's storage section).
-pub(crate) struct Storage<'a> {
-    /// `storageType` (EtcdBackup) or `backupStorageType` (EtcdRestore).
-    pub kind: StorageType,
-    /// The S3 section.
-    pub s3: Option<&'a crate::api::S3Source>,
-    /// The ABS section.
-    pub abs: Option<&'a crate::api::AbsSource>,
-    /// The GCS section.
-    pub gcs: Option<&'a crate::api::GcsSource>,
-}
-
-impl<'a> From<&'a crate::api::EtcdBackupSpec> for Storage<'a> {
-    fn from(spec: &'a crate::api::EtcdBackupSpec) -> Self {
-        Storage {
-            kind: spec.storage_type,
-            s3: spec.s3.as_ref(),
-            abs: spec.abs.as_ref(),
-            gcs: spec.gcs.as_ref(),
-        }
-    }
-}
-
-impl<'a> From<&'a crate::api::EtcdRestoreSpec> for Storage<'a> {
-    fn from(spec: &'a crate::api::EtcdRestoreSpec) -> Self {
-        Storage {
-            kind: spec.backup_storage_type,
-            s3: spec.s3.as_ref(),
-            abs: spec.abs.as_ref(),
-            gcs: spec.gcs.as_ref(),
-        }
-    }
-}
-
-/// The store and object location a storage section names, with its coreos-style path.
-pub(crate) async fn target(
-    client: &Client,
-    ns: &str,
-    spec: Storage<'_>,
-) -> Result<(Target, String), Error> {
-    let secret = storage::secret_of(spec.kind, spec.s3, spec.abs, spec.gcs);
-    let data = match &secret {
-        Some((field, name)) => Some(secret_data(client, ns, field, name).await?),
-        None => None,
-    };
-    let missing = |section: &str| {
-        storage::Error::Spec(format!(
-            "the storage type is {:?} but spec.{section} is not set",
-            spec.kind
-        ))
-    };
-    let (target, path) = match spec.kind {
-        StorageType::S3 => {
-            let s3 = spec.s3.ok_or_else(|| missing("s3"))?;
-            (storage::s3(s3, data.as_ref())?, s3.path.clone())
-        }
-        StorageType::Abs => {
-            let abs = spec.abs.ok_or_else(|| missing("abs"))?;
-            let data = data.unwrap_or_default();
-            (storage::abs(abs, &data)?, abs.path.clone())
-        }
-        StorageType::Gcs => {
-            let gcs = spec.gcs.ok_or_else(|| missing("gcs"))?;
-            (storage::gcs(gcs, data.as_ref())?, gcs.path.clone())
-        }
-        StorageType::Oss => {
-            return Err(Error::Unsupported(
-                "OSS storage is not implemented by this operator".into(),
-            ));
-        }
-    };
-    Ok((target, path))
-}
-
-/// Takes one snapshot as the spec asks.
-async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Error> {
+/// The endpoint the backup reads from. `clientTLSSecret` is the coreos way to reach endpoints
+/// that need a certificate; with `clusterName` the cluster's own is used unless the spec names
+/// one.
+async fn endpoint_of(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Endpoint, Error> {
     let spec = &backup.spec;
-    // `clientTLSSecret` is the coreos way to reach endpoints that need a certificate; with
-    // `clusterName` the cluster's own is used unless the spec names one.
     let tls = match spec.client_tls_secret.as_deref().filter(|s| !s.is_empty()) {
         Some(name) => {
             let secrets = crate::kube::cache::SecretApi::live(&ctx.client, ns);
@@ -396,10 +113,45 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         }
         None => None,
     };
-    let endpoint = match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
-        Some(cluster) => cluster_endpoint(&ctx.client, ns, cluster, tls).await?,
-        None => any_endpoint(&spec.etcd_endpoints, tls).await?,
-    };
+    match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
+        Some(cluster) => cluster_endpoint(&ctx.client, ns, cluster, tls).await,
+        None => any_endpoint(&spec.etcd_endpoints, tls).await,
+    }
+}
+
+/// Prunes what the backup's retention no longer keeps: `maxBackups` of a periodic backup, and
+/// a schedule's `--keep-snapshots`.
+async fn retain(backup: &EtcdBackup, target: &Target) {
+    if let Some(keep) = backup
+        .spec
+        .backup_policy
+        .as_ref()
+        .and_then(|p| p.max_backups)
+        .filter(|k| *k > 0 && interval_of(backup).is_some())
+    {
+        prune(
+            target.store.as_ref(),
+            target.location.as_ref(),
+            usize::try_from(keep).unwrap_or(usize::MAX),
+            naming::parse,
+        )
+        .await;
+    }
+    if let Some((prefix, keep)) = scheduled_retention(backup) {
+        prune(
+            target.store.as_ref(),
+            &prefix,
+            keep,
+            naming::parse_scheduled,
+        )
+        .await;
+    }
+}
+
+/// Takes one snapshot as the spec asks.
+async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Error> {
+    let spec = &backup.spec;
+    let endpoint = endpoint_of(ctx, backup, ns).await?;
     let (target, spec_path) = target(&ctx.client, ns, spec.into()).await?;
     let status = etcd::status(&endpoint, CONNECT_TIMEOUT)
         .await
@@ -427,7 +179,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
     .await?;
     let revision = status.revision.to_string();
     let metadata_error = match target.metadata {
-        storage::Metadata::Unsupported => None,
+        Metadata::Unsupported => None,
         ref how => snapshot::set_metadata(
             how,
             &location,
@@ -437,30 +189,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         .await
         .err(),
     };
-    if let Some(keep) = backup
-        .spec
-        .backup_policy
-        .as_ref()
-        .and_then(|p| p.max_backups)
-        .filter(|k| *k > 0 && interval_of(backup).is_some())
-    {
-        prune(
-            target.store.as_ref(),
-            target.location.as_ref(),
-            usize::try_from(keep).unwrap_or(usize::MAX),
-            naming::parse,
-        )
-        .await;
-    }
-    if let Some((prefix, keep)) = scheduled_retention(backup) {
-        prune(
-            target.store.as_ref(),
-            &prefix,
-            keep,
-            naming::parse_scheduled,
-        )
-        .await;
-    }
+    retain(backup, &target).await;
     Ok(Taken {
         verified,
         revision: status.revision,
@@ -552,10 +281,6 @@ async fn write_status(
         })
 }
 
-async fn publish(ctx: &Context, backup: &EtcdBackup, type_: EventType, reason: &str, note: String) {
-    crate::report::publish(&ctx.recorder, backup, "Backup", type_, reason, note).await;
-}
-
 /// Whether a backup is due now, and if not, how long until it is.
 fn due(backup: &EtcdBackup, now: Timestamp) -> Option<Duration> {
     let status = backup.status.clone().unwrap_or_default();
@@ -599,56 +324,7 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
     let generation = backup.metadata.generation;
     match take(ctx, backup, &ns).await {
         Ok(taken) => {
-            let status = EtcdBackupStatus {
-                succeeded: true,
-                reason: String::new(),
-                etcd_version: taken.version.clone(),
-                etcd_revision: Some(taken.revision),
-                last_success_date: Some(Timestamp::now().to_string()),
-                phase: Some(BackupPhase::Succeeded),
-                conditions: vec![condition(
-                    &previous.conditions,
-                    generation,
-                    false,
-                    "BackupSucceeded",
-                    format!("{} ({} bytes)", taken.path, taken.verified.size),
-                )],
-                observed_generation: generation,
-                size: Some(i64::try_from(taken.verified.size).unwrap_or(i64::MAX)),
-                sha256: taken.verified.sha256.clone(),
-                path: taken.path.clone(),
-            };
-            write_status(ctx, backup, &status).await?;
-            info!(
-                path = taken.path,
-                size = taken.verified.size,
-                "backup taken"
-            );
-            publish(
-                ctx,
-                backup,
-                EventType::Normal,
-                "BackupSucceeded",
-                format!(
-                    "saved {} ({} bytes, revision {}, sha256 {})",
-                    taken.path, taken.verified.size, taken.revision, taken.verified.sha256
-                ),
-            )
-            .await;
-            if let Some(why) = &taken.metadata_error {
-                warn!(path = taken.path, "sha256 metadata not set: {why}");
-                publish(
-                    ctx,
-                    backup,
-                    EventType::Warning,
-                    "MetadataNotSet",
-                    format!(
-                        "{} is saved and verified, but its sha256 metadata could not be set: {why}",
-                        taken.path
-                    ),
-                )
-                .await;
-            }
+            record_success(ctx, backup, &previous, &taken).await?;
             Ok(match interval_of(backup) {
                 Some(interval) => Action::requeue(interval),
                 None => Action::await_change(),
@@ -673,11 +349,75 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
             };
             write_status(ctx, backup, &status).await?;
             if !reported {
-                publish(ctx, backup, EventType::Warning, e.reason(), message).await;
+                ctx.events
+                    .publish(backup, EventType::Warning, e.reason(), message)
+                    .await;
             }
             Err(e)
         }
     }
+}
+
+/// The status and Events of a snapshot taken: where, how big, its revision and hash, and a
+/// warning when the store did not take its sha256 metadata.
+async fn record_success(
+    ctx: &Context,
+    backup: &EtcdBackup,
+    previous: &EtcdBackupStatus,
+    taken: &Taken,
+) -> Result<(), Error> {
+    let generation = backup.metadata.generation;
+    let status = EtcdBackupStatus {
+        succeeded: true,
+        reason: String::new(),
+        etcd_version: taken.version.clone(),
+        etcd_revision: Some(taken.revision),
+        last_success_date: Some(Timestamp::now().to_string()),
+        phase: Some(BackupPhase::Succeeded),
+        conditions: vec![condition(
+            &previous.conditions,
+            generation,
+            false,
+            "BackupSucceeded",
+            format!("{} ({} bytes)", taken.path, taken.verified.size),
+        )],
+        observed_generation: generation,
+        size: Some(i64::try_from(taken.verified.size).unwrap_or(i64::MAX)),
+        sha256: taken.verified.sha256.clone(),
+        path: taken.path.clone(),
+    };
+    write_status(ctx, backup, &status).await?;
+    info!(
+        path = taken.path,
+        size = taken.verified.size,
+        "backup taken"
+    );
+    ctx.events
+        .publish(
+            backup,
+            EventType::Normal,
+            "BackupSucceeded",
+            format!(
+                "saved {} ({} bytes, revision {}, sha256 {})",
+                taken.path, taken.verified.size, taken.revision, taken.verified.sha256
+            ),
+        )
+        .await;
+    if let Some(why) = &taken.metadata_error {
+        warn!(path = taken.path, "sha256 metadata not set: {why}");
+        ctx.events
+            .publish(
+                backup,
+                EventType::Warning,
+                "MetadataNotSet",
+                format!(
+                    "{} is saved and verified, but its sha256 metadata could not be set: {why}",
+                    taken.path
+                ),
+            )
+            .await;
+    }
+    Ok(())
 }
 
 fn error_policy(_: Arc<EtcdBackup>, error: &Error, _: Arc<Context>) -> Action {
@@ -693,33 +433,16 @@ pub async fn run(
     namespaces: Vec<String>,
     leading: watch::Receiver<bool>,
 ) {
-    crate::leader::while_leading(leading, "backup controller", || {
-        let controllers = namespaced_apis::<EtcdBackup>(&watch_client, &namespaces)
-            .into_iter()
-            .map(|api| {
-                Controller::new(api, watcher::Config::default())
-                    .run(reconcile, error_policy, ctx.clone())
-                    .for_each(|_| futures::future::ready(()))
-            });
-        futures::future::join_all(controllers).map(|_| ())
-    })
+    crate::runner::run(
+        "backup controller",
+        ctx,
+        watch_client,
+        namespaces,
+        leading,
+        reconcile,
+        error_policy,
+    )
     .await
-}
-
-/// One Api per namespace in `namespaces`, or one over all namespaces when it is empty.
-pub(crate) fn namespaced_apis<K>(client: &Client, namespaces: &[String]) -> Vec<Api<K>>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>,
-    <K as Resource>::DynamicType: Default,
-{
-    if namespaces.is_empty() {
-        vec![Api::all(client.clone())]
-    } else {
-        namespaces
-            .iter()
-            .map(|ns| Api::namespaced(client.clone(), ns))
-            .collect()
-    }
 }
 
 #[cfg(test)]

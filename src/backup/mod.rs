@@ -4,11 +4,17 @@
 //! - [`snapshot`]: one member's snapshot streamed into object storage, verified as it passes
 //!   and never held whole in memory;
 //! - [`storage`]: the object store of a storage section and its Secret, in coreos's formats;
+//! - [`location`]: a storage section read with its Secret (both controllers);
+//! - [`endpoint`]: the member a snapshot is taken from;
+//! - [`error`]: why a backup (or the reading of a restore's snapshot) failed;
 //! - [`naming`]: periodic names, retention that keeps the right ones, and a schedule anchored
 //!   on status;
 //! - [`schedule`]: one run of a CronJob schedule (`etcd-operator backup create`).
 
 pub mod controller;
+pub mod endpoint;
+pub mod error;
+pub mod location;
 pub mod naming;
 pub mod schedule;
 pub mod snapshot;

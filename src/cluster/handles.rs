@@ -12,7 +12,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::EtcdCluster;
-use crate::kube::cache::{Caches, Expect};
+use crate::kube::cache::{Caches, Expect, Object, Write};
 
 /// The API handles of one cluster's namespace, and what every pass of its task reads unchanged.
 pub struct Handles {
@@ -93,15 +93,15 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Records that this pass created (`present`) or deleted a pod or, with `claim`, a claim.
-    pub(super) fn wrote(&self, claim: bool, name: &str, present: bool) {
+    /// Records that this pass created or deleted a pod or a claim.
+    pub(super) fn wrote(&self, kind: Object, name: &str, change: Write) {
         self.writes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Expect {
-                claim,
+                kind,
                 name: name.into(),
-                present,
+                change,
             });
     }
 

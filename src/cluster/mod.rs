@@ -1,5 +1,27 @@
-//! The EtcdCluster controller: a supervisor keeps one task per cluster; each task observes,
-//! plans (pure), acts and writes status.
+//! The EtcdCluster controller: a supervisor keeps one task per cluster, and each pass of a task
+//! goes through the stages below, top to bottom.
+//!
+//! ```text
+//!   supervisor   one task per EtcdCluster, woken by the watch caches (src/kube/cache.rs)
+//!       |
+//!     task       the loop: validate, then for each pass:
+//!       |
+//!   prepare      act::ensure_services, tls::prepare: the Services, the PodDisruptionBudget
+//!       |        and the TLS Secrets every member's address and identity depend on
+//!   observe      pods, claims, each member's status, the member list, the client Service
+//!       |        (observe.rs, serving.rs) -> plan::Observation
+//!     plan       pure: the one next action (plan/), no client, no clock
+//!       |
+//!      act       carries the action out (act/), one function per action
+//!       |
+//!    status      pure: the status from the observation and the action (status.rs); the task
+//!                writes it, publishes Events, rotates an automatic CA once every member is
+//!                steady, and decides how soon to look again
+//! ```
+//!
+//! Import rules (checked by `hack/import-rules.py` in `make lint`): `plan` imports nothing of
+//! the crate but itself; `observe` never imports `act`; nothing but the supervisor (and the
+//! binary) imports `task` or `supervisor`; everyone may import `crate::kube`.
 
 pub mod act;
 pub mod handles;
@@ -12,4 +34,5 @@ pub mod status;
 pub mod supervisor;
 pub mod task;
 pub mod tls;
-pub mod version;
+
+pub use plan::version;

@@ -345,12 +345,35 @@ pub async fn observe(
     tls: Option<Arc<ClientTls>>,
     memory: &mut HealthMemory,
 ) -> Result<Observed, Error> {
-    let name = cluster.name_any();
     let mut obs = Observed {
         addr: Some(addressing(cluster)),
         tls,
         ..Observed::default()
     };
+    observe_objects(handles, cached, cluster, &mut obs).await?;
+    let answers = ask_every_pod(&obs).await;
+    let Some((members, authoritative)) = member_list(&obs, &answers).await else {
+        memory.stamp(&mut obs.plan, Instant::now());
+        return Ok(obs);
+    };
+    view_members(&mut obs, &answers, &members, authoritative);
+    obs.members = Some(members);
+    // Without a quorum's answer no client is served, whatever the Service says.
+    if authoritative {
+        observe_serving(handles, cluster, &mut obs, memory).await?;
+    }
+    memory.stamp(&mut obs.plan, Instant::now());
+    Ok(obs)
+}
+
+/// The cluster's claims (when it has volumes) and pods, and the members its status named.
+async fn observe_objects(
+    handles: &Handles,
+    cached: bool,
+    cluster: &EtcdCluster,
+    obs: &mut Observed,
+) -> Result<(), Error> {
+    let name = cluster.name_any();
     // Claims before pods: a claim deleted after its pod was listed then shows as gone, which
     // only ever replaces a member, never restarts one without its data.
     if cluster
@@ -376,32 +399,7 @@ pub async fn observe(
     };
     let now = Timestamp::now();
     for pod in list {
-        let age = pod
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .and_then(|t| Duration::try_from(now.duration_since(t.0)).ok())
-            .unwrap_or_default();
-        let joining = pod.annotations().get(JOIN_PEERS_ANNOTATION).map(|peers| {
-            peers
-                .split(',')
-                .filter(|p| !p.is_empty())
-                .map(String::from)
-                .collect()
-        });
-        let restore = pod.annotations().get(RESTORE_UID_ANNOTATION).map(|uid| {
-            let from = pod.annotations().get(RESTORE_FROM_ANNOTATION);
-            (uid.clone(), from.cloned().unwrap_or_default())
-        });
-        obs.plan.pods.push(PodView {
-            name: pod.name_any(),
-            state: pod_state(&pod),
-            age,
-            joining,
-            restore,
-            current: true,
-            failing: failing(&pod),
-        });
+        obs.plan.pods.push(pod_view(&pod, now));
         obs.pods.insert(pod.name_any(), pod);
     }
     obs.plan.bootstrapped = !obs.pods.is_empty()
@@ -409,8 +407,41 @@ pub async fn observe(
             .status
             .as_ref()
             .is_some_and(|s| !s.cluster_id.is_empty());
+    Ok(())
+}
 
-    // Every pod's answer about itself, by pod name.
+/// What the planner needs of one pod.
+fn pod_view(pod: &Pod, now: Timestamp) -> PodView {
+    let age = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| Duration::try_from(now.duration_since(t.0)).ok())
+        .unwrap_or_default();
+    let joining = pod.annotations().get(JOIN_PEERS_ANNOTATION).map(|peers| {
+        peers
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect()
+    });
+    let restore = pod.annotations().get(RESTORE_UID_ANNOTATION).map(|uid| {
+        let from = pod.annotations().get(RESTORE_FROM_ANNOTATION);
+        (uid.clone(), from.cloned().unwrap_or_default())
+    });
+    PodView {
+        name: pod.name_any(),
+        state: pod_state(pod),
+        age,
+        joining,
+        restore,
+        current: true,
+        failing: failing(pod),
+    }
+}
+
+/// Every pod's answer about itself, by pod name, asked concurrently.
+async fn ask_every_pod(obs: &Observed) -> BTreeMap<String, Status> {
     let mut asks = tokio::task::JoinSet::new();
     for pod in obs.pods.keys() {
         if let Some(ep) = obs.pod_endpoint(pod) {
@@ -429,10 +460,20 @@ pub async fn observe(
             answers.insert(pod, status);
         }
     }
+    answers
+}
 
-    // The member list from a voter that knows a leader, raises no alarm and is not leaving,
-    // the leader itself first; read after a linearizable read, so that it is at least as new
-    // as the leader's commit index, never a partitioned member's stale view.
+/// The member list, and whether it is authoritative: from a voter that knows a leader,
+/// raises no alarm and is not leaving, the leader itself first; read after a linearizable
+/// read, so that it is at least as new as the leader's commit index, never a partitioned
+/// member's stale view. When no such voter gives it (quorum is gone, say), any member that
+/// answers still knows the membership it last saw, which tells how many voters are missing;
+/// that list is not authoritative, so no member counts as healthy on it, and nothing is
+/// changed on it.
+async fn member_list(
+    obs: &Observed,
+    answers: &BTreeMap<String, Status>,
+) -> Option<(Vec<Member>, bool)> {
     let mut sources: Vec<(&String, &Status)> = answers
         .iter()
         .filter(|(pod, s)| {
@@ -443,7 +484,6 @@ pub async fn observe(
         })
         .collect();
     sources.sort_by_key(|(_, s)| (s.member_id != s.leader, std::cmp::Reverse(s.raft_term)));
-    let mut members = None;
     for (pod, _) in sources {
         let Some(ep) = obs.pod_endpoint(pod) else {
             continue;
@@ -451,34 +491,31 @@ pub async fn observe(
         if let Ok(mut etcd) = Etcd::connect(&ep, ETCD_TIMEOUT).await
             && let Ok(list) = etcd.members_linearizable().await
         {
-            members = Some(list);
-            break;
+            return Some((list, true));
         }
     }
-    // No healthy voter could give the list (quorum is gone, say): any member that answers
-    // still knows the membership it last saw, which tells how many voters are missing. It is
-    // not authoritative, so no member counts as healthy on it, and nothing is changed on it.
-    let authoritative = members.is_some();
-    if members.is_none() {
-        for pod in answers.keys() {
-            let Some(ep) = obs.pod_endpoint(pod) else {
-                continue;
-            };
-            if let Ok(mut etcd) = Etcd::connect(&ep, ETCD_TIMEOUT).await
-                && let Ok(list) = etcd.members().await
-            {
-                members = Some(list);
-                break;
-            }
+    for pod in answers.keys() {
+        let Some(ep) = obs.pod_endpoint(pod) else {
+            continue;
+        };
+        if let Ok(mut etcd) = Etcd::connect(&ep, ETCD_TIMEOUT).await
+            && let Ok(list) = etcd.members().await
+        {
+            return Some((list, false));
         }
     }
-    let Some(members) = members else {
-        memory.stamp(&mut obs.plan, Instant::now());
-        return Ok(obs);
-    };
+    None
+}
 
+/// The planner's view of each member: health, the leader, and how far each is behind it.
+fn view_members(
+    obs: &mut Observed,
+    answers: &BTreeMap<String, Status>,
+    members: &[Member],
+    authoritative: bool,
+) {
     let mut views = Vec::with_capacity(members.len());
-    for m in &members {
+    for m in members {
         let name = m.host_label().unwrap_or_default().to_string();
         let answer = answers.get(&name).filter(|s| s.member_id == m.id);
         if let Some(s) = answer {
@@ -511,40 +548,45 @@ pub async fn observe(
         };
     }
     obs.plan.members = Some(views);
-    obs.members = Some(members);
-    // Without a quorum's answer no client is served, whatever the Service says.
-    if authoritative {
-        let sources = serving::Sources {
-            caches: &handles.caches,
-            services: &handles.services,
-            slices: &handles.slices,
-        };
-        let available = cluster
-            .status
-            .as_ref()
-            .and_then(|s| find_condition(&s.conditions, "Available"))
-            .is_some_and(Condition::is_true);
-        let how = serving::Read {
-            tls: obs.tls.clone(),
-            cluster_id: obs.statuses.values().next().map(|s| s.cluster_id),
-            standing: memory.reads.standing(available, Instant::now()),
-        };
-        let made = how.standing.is_none();
-        let addr = obs.addr.clone().unwrap_or_else(|| addressing(cluster));
-        obs.serving = serving::observe(&sources, cluster, &addr, &obs.pods, how).await?;
-        memory.reads.stamp(&mut obs.serving, made, Instant::now());
-        obs.plan.unpublished = obs
-            .plan
-            .members
-            .iter()
-            .flatten()
-            .filter(|m| m.healthy && !m.is_learner && obs.plan.pod_alive(&m.name))
-            .filter(|m| !obs.serving.published.contains(&m.name))
-            .map(|m| m.name.clone())
-            .collect();
-    }
-    memory.stamp(&mut obs.plan, Instant::now());
-    Ok(obs)
+}
+
+/// What the client Service serves (see [`serving`]), and which healthy voters it does not
+/// publish yet.
+async fn observe_serving(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &mut Observed,
+    memory: &mut HealthMemory,
+) -> Result<(), Error> {
+    let sources = serving::Sources {
+        caches: &handles.caches,
+        services: &handles.services,
+        slices: &handles.slices,
+    };
+    let available = cluster
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, "Available"))
+        .is_some_and(Condition::is_true);
+    let how = serving::Read {
+        tls: obs.tls.clone(),
+        cluster_id: obs.statuses.values().next().map(|s| s.cluster_id),
+        standing: memory.reads.standing(available, Instant::now()),
+    };
+    let made = how.standing.is_none();
+    let addr = obs.addr.clone().unwrap_or_else(|| addressing(cluster));
+    obs.serving = serving::observe(&sources, cluster, &addr, &obs.pods, how).await?;
+    memory.reads.stamp(&mut obs.serving, made, Instant::now());
+    obs.plan.unpublished = obs
+        .plan
+        .members
+        .iter()
+        .flatten()
+        .filter(|m| m.healthy && !m.is_learner && obs.plan.pod_alive(&m.name))
+        .filter(|m| !obs.serving.published.contains(&m.name))
+        .map(|m| m.name.clone())
+        .collect();
+    Ok(())
 }
 
 /// Whether a member that answered `status` has applied what the leader, at `leader_index`,

@@ -12,13 +12,13 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::members::{DATA_DIR, PEER_TLS_DIR, SERVER_TLS_DIR};
 use super::version::Version;
-use crate::api::EtcdCluster;
+use crate::api::{EtcdCluster, PodPolicy};
 use crate::kube::names::{CLIENT_PORT, METRICS_PORT, PEER_PORT, labels, meta, secrets, selector};
 
 /// Secrets the spec names, with the field that names each: the Secrets behind
@@ -407,11 +407,49 @@ pub fn member_pod(
     let name = cluster.name_any();
     let spec = &cluster.spec;
     let policy = spec.pod.clone().unwrap_or_default();
-    let (liveness, readiness, startup) = probes(spec.version());
+    let (volumes, mounts) = member_volumes(cluster, member, &policy, gate.is_some());
+    let etcd = etcd_container(cluster, &policy, args, gate, mounts);
+    Pod {
+        metadata: member_metadata(cluster, member, &policy, gate, tls_revision),
+        spec: Some(PodSpec {
+            hostname: Some(member.into()),
+            subdomain: Some(name.clone()),
+            init_containers: gate.map(|g| vec![install_gate_container(g)]),
+            containers: vec![etcd],
+            volumes: Some(volumes),
+            node_selector: (!policy.node_selector.is_empty()).then(|| policy.node_selector.clone()),
+            affinity: affinity(
+                &name,
+                &policy.affinity,
+                policy.anti_affinity.unwrap_or(false),
+            ),
+            tolerations: (!policy.tolerations.is_empty()).then(|| policy.tolerations.clone()),
+            security_context: Some(
+                policy
+                    .security_context
+                    .clone()
+                    .unwrap_or_else(default_pod_security),
+            ),
+            // etcd never calls the Kubernetes API.
+            automount_service_account_token: Some(false),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    }
+}
 
+/// A member pod's labels and annotations: the policy's, the cluster's, the template hash, and
+/// what its gate waits for or restores from.
+fn member_metadata(
+    cluster: &EtcdCluster,
+    member: &str,
+    policy: &PodPolicy,
+    gate: Option<&Gate>,
+    tls_revision: &str,
+) -> ObjectMeta {
     let mut metadata = meta(cluster, member, "member");
     let mut pod_labels = policy.labels.clone();
-    pod_labels.extend(labels(&name, "member"));
+    pod_labels.extend(labels(&cluster.name_any(), "member"));
     metadata.labels = Some(pod_labels);
     let mut annotations = policy.annotations.clone();
     annotations.insert(
@@ -431,7 +469,17 @@ pub fn member_pod(
         None => {}
     }
     metadata.annotations = Some(annotations);
+    metadata
+}
 
+/// The data volume (the member's claim, or an emptyDir), the TLS Secrets, and the gate's
+/// scratch space; with the etcd container's mounts of them.
+fn member_volumes(
+    cluster: &EtcdCluster,
+    member: &str,
+    policy: &PodPolicy,
+    gated: bool,
+) -> (Vec<Volume>, Vec<VolumeMount>) {
     let data = match &policy.persistent_volume_claim_spec {
         Some(_) => Volume {
             name: "etcd-data".into(),
@@ -475,8 +523,7 @@ pub fn member_pod(
             });
         }
     }
-
-    if gate.is_some() {
+    if gated {
         volumes.push(Volume {
             name: GATE_VOLUME.into(),
             empty_dir: Some(EmptyDirVolumeSource {
@@ -487,16 +534,28 @@ pub fn member_pod(
         });
         mounts.push(gate_mount(true));
     }
+    (volumes, mounts)
+}
 
+/// The etcd container: the cluster's image, behind the gate when there is one, with its
+/// ports, probes and the policy's environment and resources.
+fn etcd_container(
+    cluster: &EtcdCluster,
+    policy: &PodPolicy,
+    args: Vec<String>,
+    gate: Option<&Gate>,
+    mounts: Vec<VolumeMount>,
+) -> Container {
+    let (liveness, readiness, startup) = probes(cluster.spec.version());
     let container_port = |name: &str, port: i32| ContainerPort {
         name: Some(name.into()),
         container_port: port,
         protocol: Some("TCP".into()),
         ..ContainerPort::default()
     };
-    let etcd = Container {
+    Container {
         name: "etcd".into(),
-        image: Some(spec.image()),
+        image: Some(cluster.spec.image()),
         command: Some(match gate {
             Some(gate) => gated_command(gate),
             None => vec![ETCD_BINARY.into()],
@@ -515,34 +574,6 @@ pub fn member_pod(
         startup_probe: Some(startup),
         security_context: Some(hardened()),
         ..Container::default()
-    };
-
-    Pod {
-        metadata,
-        spec: Some(PodSpec {
-            hostname: Some(member.into()),
-            subdomain: Some(name.clone()),
-            init_containers: gate.map(|g| vec![install_gate_container(g)]),
-            containers: vec![etcd],
-            volumes: Some(volumes),
-            node_selector: (!policy.node_selector.is_empty()).then(|| policy.node_selector.clone()),
-            affinity: affinity(
-                &name,
-                &policy.affinity,
-                policy.anti_affinity.unwrap_or(false),
-            ),
-            tolerations: (!policy.tolerations.is_empty()).then(|| policy.tolerations.clone()),
-            security_context: Some(
-                policy
-                    .security_context
-                    .clone()
-                    .unwrap_or_else(default_pod_security),
-            ),
-            // etcd never calls the Kubernetes API.
-            automount_service_account_token: Some(false),
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
     }
 }
 
@@ -647,8 +678,8 @@ mod tests {
         assert_eq!(cs.spec.unwrap().ports.unwrap()[0].port, 2379);
     }
 
-    #[test]
-    fn a_member_pod_applies_the_pod_policy() {
+    /// A 3.5 cluster with every pod-policy field set, and static TLS.
+    fn with_policy() -> EtcdCluster {
         let policy: PodPolicy = serde_json::from_value(serde_json::json!({
             "labels": {"team": "a"},
             "annotations": {"note": "x"},
@@ -661,7 +692,7 @@ mod tests {
             "securityContext": {"runAsUser": 1000}
         }))
         .unwrap();
-        let c = cluster(EtcdClusterSpec {
+        cluster(EtcdClusterSpec {
             size: 3,
             version: Some("3.5.21".into()),
             pod: Some(policy),
@@ -676,7 +707,12 @@ mod tests {
                 auto: None,
             }),
             ..Default::default()
-        });
+        })
+    }
+
+    #[test]
+    fn a_member_pod_applies_the_pod_policy() {
+        let c = with_policy();
         let pod = member_pod(
             &c,
             "example-bcdfg",

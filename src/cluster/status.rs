@@ -143,18 +143,144 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
     let generation = cluster.metadata.generation;
     let size = cluster.spec.members();
     let members = obs.plan.members.as_deref().unwrap_or_default();
-    let leader = obs.plan.leader;
+    let roster = roster(obs, &previous);
+    let voters = members.iter().filter(|m| !m.is_learner).count();
+    // The oldest version a member runs: the cluster's, until every member is upgraded.
+    let current_version = obs
+        .statuses
+        .values()
+        .map(|s| s.version.as_str())
+        .min_by_key(|v| Version::parse(v))
+        .unwrap_or(previous.current_version.as_str())
+        .to_string();
+    let wanted = cluster.spec.version().to_string();
 
-    let mut member_statuses = Vec::new();
+    let (quorate, available_reason, available_message) = availability(
+        cluster,
+        obs,
+        action,
+        &previous,
+        voters,
+        roster.healthy_voters,
+        roster.ready.len(),
+    );
+    let (phase, reason) = phase_of(obs, action, &previous);
+    let upgrading = Version::parse(&current_version) != Version::parse(&wanted);
+    let progressing = progressing_reason(obs, action, upgrading, voters, size);
+    let old = &previous.conditions;
+    let mut conditions = vec![
+        condition(
+            old,
+            generation,
+            "Available",
+            quorate,
+            available_reason,
+            available_message,
+        ),
+        condition(
+            old,
+            generation,
+            "Progressing",
+            progressing.is_some(),
+            progressing.unwrap_or("Stable"),
+            step_message(action, voters, size),
+        ),
+    ];
+    let whole = quorate && roster.ready.len() >= voters;
+    conditions.push(degraded(old, generation, action, whole, &roster, &reason));
+
+    EtcdClusterStatus {
+        phase: Some(phase),
+        reason,
+        control_paused: cluster.spec.is_paused(),
+        conditions,
+        size: i32::try_from(members.len()).unwrap_or(i32::MAX),
+        service_name: format!("{}-client", cluster.name_any()),
+        client_port: Some(CLIENT_PORT),
+        ready_members: Some(i32::try_from(roster.ready.len()).unwrap_or(i32::MAX)),
+        members: roster.members,
+        target_version: if current_version.is_empty() || current_version == wanted {
+            String::new()
+        } else {
+            wanted
+        },
+        current_version,
+        observed_generation: generation,
+        cluster_id: obs
+            .statuses
+            .values()
+            .next()
+            .map_or(previous.cluster_id.clone(), |s| {
+                format!("{:x}", s.cluster_id)
+            }),
+        member_statuses: roster.statuses,
+        restore: previous.restore.clone(),
+    }
+}
+
+/// What the cluster waits for, else how many members it has of its size.
+fn step_message(action: &Action, voters: usize, size: usize) -> String {
+    match action {
+        Action::Wait { reason } | Action::Restoring { reason } | Action::RollStalled { reason } => {
+            reason.clone()
+        }
+        _ => format!("{voters} of {size} members"),
+    }
+}
+
+/// `Degraded`: quorum lost, fewer ready members than voters (`whole` false), a member not
+/// ready, or a roll stalled.
+fn degraded(
+    old: &[Condition],
+    generation: Option<i64>,
+    action: &Action,
+    whole: bool,
+    roster: &Roster,
+    reason: &str,
+) -> Condition {
+    let stalled = matches!(action, Action::RollStalled { .. });
+    let unready = &roster.members.unready;
+    let degraded = !whole || !unready.is_empty() || stalled;
+    condition(
+        old,
+        generation,
+        "Degraded",
+        degraded,
+        match action {
+            Action::QuorumLost { .. } => "QuorumLost",
+            Action::RollStalled { .. } => "RollStalled",
+            _ if degraded => "MembersUnhealthy",
+            _ => "AllMembersHealthy",
+        },
+        match action {
+            Action::RollStalled { reason } => reason.clone(),
+            _ if unready.is_empty() => reason.to_string(),
+            _ => format!("not ready: {}", unready.join(", ")),
+        },
+    )
+}
+
+/// Each member's status, and which are ready.
+struct Roster {
+    statuses: Vec<MemberStatus>,
+    members: MembersStatus,
+    /// Ready members (also in `members.ready`).
+    ready: Vec<String>,
+    /// Healthy in etcd's view, whether or not clients of the Service reach them yet.
+    healthy_voters: usize,
+}
+
+fn roster(obs: &Observed, previous: &EtcdClusterStatus) -> Roster {
+    let members = obs.plan.members.as_deref().unwrap_or_default();
+    let mut statuses = Vec::new();
     let mut ready = Vec::new();
     let mut unready = Vec::new();
-    // Healthy in etcd's view, whether or not clients of the Service reach them yet.
     let mut healthy_voters = 0;
     for m in members {
         let status = obs.statuses.get(&m.id);
         let role = if m.is_learner {
             MemberRole::Learner
-        } else if Some(m.id) == leader {
+        } else if Some(m.id) == obs.plan.leader {
             MemberRole::Leader
         } else {
             MemberRole::Follower
@@ -169,7 +295,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             &mut unready
         }
         .push(m.name.clone());
-        member_statuses.push(MemberStatus {
+        statuses.push(MemberStatus {
             name: m.name.clone(),
             id: format!("{:x}", m.id),
             role: Some(role),
@@ -184,7 +310,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
     if obs.plan.members.is_none() {
         for m in &previous.member_statuses {
             unready.push(m.name.clone());
-            member_statuses.push(MemberStatus {
+            statuses.push(MemberStatus {
                 role: None,
                 healthy: false,
                 db_size: None,
@@ -193,33 +319,25 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             });
         }
     }
-    let voters = members.iter().filter(|m| !m.is_learner).count();
-    let current_version = obs
-        .statuses
-        .values()
-        .map(|s| s.version.as_str())
-        .min_by_key(|v| Version::parse(v))
-        .unwrap_or(previous.current_version.as_str())
-        .to_string();
-    let wanted = cluster.spec.version().to_string();
-    let cluster_id = obs
-        .statuses
-        .values()
-        .next()
-        .map(|s| format!("{:x}", s.cluster_id))
-        .unwrap_or(previous.cluster_id.clone());
-
-    let (quorate, available_reason, available_message) = availability(
-        cluster,
-        obs,
-        action,
-        &previous,
-        voters,
+    Roster {
+        statuses,
+        members: MembersStatus {
+            ready: ready.clone(),
+            unready,
+        },
+        ready,
         healthy_voters,
-        ready.len(),
-    );
+    }
+}
+
+/// The phase and its reason.
+fn phase_of(
+    obs: &Observed,
+    action: &Action,
+    previous: &EtcdClusterStatus,
+) -> (ClusterPhase, String) {
     let ever_ran = !previous.cluster_id.is_empty() || !obs.statuses.is_empty();
-    let (phase, reason) = match action {
+    match action {
         Action::QuorumLost { reason } => (ClusterPhase::Failed, reason.clone()),
         // Silent for a moment (a restarting member): the phase stays what it was; only lost
         // quorum past its grace makes it Failed.
@@ -239,7 +357,17 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         ),
         _ if obs.plan.members.is_none() => (ClusterPhase::Creating, String::new()),
         _ => (ClusterPhase::Running, String::new()),
-    };
+    }
+}
+
+/// Why the cluster is progressing, if it is.
+fn progressing_reason(
+    obs: &Observed,
+    action: &Action,
+    upgrading: bool,
+    voters: usize,
+    size: usize,
+) -> Option<&'static str> {
     // A roll is under way while some live pod is made from an older template: an upgrade
     // when the members do not all run the version asked for yet, else a pod-policy roll.
     let rolling = obs
@@ -248,12 +376,12 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         .iter()
         .any(|p| !p.current && !p.state.is_gone())
         || matches!(action, Action::RollStalled { .. });
-    let roll_reason = if Version::parse(&current_version) != Version::parse(&wanted) {
+    let roll_reason = if upgrading {
         "Upgrading"
     } else {
         "RollingUpdate"
     };
-    let progressing = match action {
+    match action {
         Action::RestoreSeed
         | Action::RestoreDone { .. }
         | Action::Restoring { .. }
@@ -267,71 +395,6 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         }
         Action::DeleteClaim { .. } => Some("Recovering"),
         _ => progressing_of(action, voters, size),
-    };
-    let old = &previous.conditions;
-    let mut conditions = vec![
-        condition(
-            old,
-            generation,
-            "Available",
-            quorate,
-            available_reason,
-            available_message,
-        ),
-        condition(
-            old,
-            generation,
-            "Progressing",
-            progressing.is_some(),
-            progressing.unwrap_or("Stable"),
-            match action {
-                Action::Wait { reason }
-                | Action::Restoring { reason }
-                | Action::RollStalled { reason } => reason.clone(),
-                _ => format!("{voters} of {size} members"),
-            },
-        ),
-    ];
-    let stalled = matches!(action, Action::RollStalled { .. });
-    let degraded = !quorate || ready.len() < voters || !unready.is_empty() || stalled;
-    conditions.push(condition(
-        old,
-        generation,
-        "Degraded",
-        degraded,
-        match action {
-            Action::QuorumLost { .. } => "QuorumLost",
-            Action::RollStalled { .. } => "RollStalled",
-            _ if degraded => "MembersUnhealthy",
-            _ => "AllMembersHealthy",
-        },
-        match action {
-            Action::RollStalled { reason } => reason.clone(),
-            _ if unready.is_empty() => reason.clone(),
-            _ => format!("not ready: {}", unready.join(", ")),
-        },
-    ));
-
-    EtcdClusterStatus {
-        phase: Some(phase),
-        reason,
-        control_paused: cluster.spec.is_paused(),
-        conditions,
-        size: i32::try_from(members.len()).unwrap_or(i32::MAX),
-        service_name: format!("{}-client", cluster.name_any()),
-        client_port: Some(CLIENT_PORT),
-        ready_members: Some(i32::try_from(ready.len()).unwrap_or(i32::MAX)),
-        members: MembersStatus { ready, unready },
-        target_version: if current_version.is_empty() || current_version == wanted {
-            String::new()
-        } else {
-            wanted
-        },
-        current_version,
-        observed_generation: generation,
-        cluster_id,
-        member_statuses,
-        restore: previous.restore.clone(),
     }
 }
 

@@ -85,92 +85,145 @@ pub async fn run(
             .iter()
             .map(|ns| cache::watches(&watch_client, ns.map(String::from)).boxed()),
     );
-    let mut known: BTreeMap<Key, EtcdCluster> = BTreeMap::new();
-    let mut tasks: BTreeMap<Key, Handle> = BTreeMap::new();
-    // Per scope: the keys listed so far while a (re)list is under way.
-    let mut listed: BTreeMap<Option<String>, BTreeSet<Key>> = BTreeMap::new();
     // Initial lists still to finish before the operator counts as ready: the EtcdClusters and
     // the member pods. The other caches answer once listed; until then (or when RBAC refuses
     // their watch) passes read from the API server.
-    let mut unsynced = scopes.len() * 2;
-    let mut pods_listed: BTreeSet<Option<String>> = BTreeSet::new();
-    let mut lead = *leading.borrow_and_update();
-    ctx.metrics.set_leader(lead);
-
+    let mut books = Books {
+        known: BTreeMap::new(),
+        tasks: BTreeMap::new(),
+        listed: BTreeMap::new(),
+        unsynced: scopes.len() * 2,
+        pods_listed: BTreeSet::new(),
+        lead: *leading.borrow_and_update(),
+    };
+    ctx.metrics.set_leader(books.lead);
     loop {
         tokio::select! {
             ev = cluster_events.next() => match ev {
-                Some((scope, Ok(Event::Init))) => { listed.insert(scope, BTreeSet::new()); }
-                Some((scope, Ok(Event::InitApply(o)))) => {
-                    if let Some(l) = listed.get_mut(&scope) { l.insert(dyn_key(&o)); }
-                    accept(&ctx, &mut known, &mut tasks, lead, o);
-                }
-                Some((scope, Ok(Event::InitDone))) => {
-                    // Clusters deleted while the watch was down.
-                    if let Some(l) = listed.remove(&scope) {
-                        let gone: Vec<Key> = known
-                            .keys()
-                            .filter(|k| !l.contains(k) && scope.as_ref().is_none_or(|ns| *ns == k.0))
-                            .cloned()
-                            .collect();
-                        for k in gone { known.remove(&k); stop(&ctx, &mut tasks, &k); }
-                    }
-                    unsynced = unsynced.saturating_sub(1);
-                    if unsynced == 0 { ctx.metrics.set_synced(); }
-                }
-                Some((_, Ok(Event::Apply(o)))) => accept(&ctx, &mut known, &mut tasks, lead, o),
-                Some((_, Ok(Event::Delete(o)))) => {
-                    let k = dyn_key(&o);
-                    known.remove(&k);
-                    stop(&ctx, &mut tasks, &k);
-                }
+                Some((scope, Ok(ev))) => books.on_cluster(&ctx, scope, ev),
                 Some((_, Err(e))) => warn!("watching EtcdClusters: {e}"),
                 None => return,
             },
             ev = cache_events.next() => match ev {
-                Some((scope, Ok(change))) => {
-                    let first_pods = matches!(&change, cache::Change::Pod(e) if matches!(**e, Event::InitDone))
-                        && pods_listed.insert(scope.clone());
-                    let woken = ctx.caches.apply(&scope, change);
-                    for k in woken.clusters {
-                        if let Some(h) = tasks.get(&k) { h.wake.notify_one(); }
-                    }
-                    // One look at each cluster, however many Secrets a relist touched.
-                    let secrets: BTreeSet<Key> = woken.secrets.into_iter().collect();
-                    if !secrets.is_empty() {
-                        for (k, c) in &known {
-                            let reads = read_secrets(c)
-                                .into_iter()
-                                .any(|s| secrets.contains(&(k.0.clone(), s)));
-                            if reads && let Some(h) = tasks.get(k) {
-                                h.wake.notify_one();
-                            }
-                        }
-                    }
-                    if first_pods {
-                        unsynced = unsynced.saturating_sub(1);
-                        if unsynced == 0 { ctx.metrics.set_synced(); }
-                    }
-                }
+                Some((scope, Ok(change))) => books.on_cache(&ctx, scope, change),
                 Some((_, Err(e))) => warn!("watching the clusters' objects: {e}"),
                 None => return,
             },
             changed = leading.changed() => {
-                let now = changed.is_ok() && *leading.borrow_and_update();
-                if now != lead {
-                    lead = now;
-                    ctx.metrics.set_leader(lead);
-                    if lead {
-                        info!(clusters = known.len(), "leading: starting the cluster tasks");
-                        for c in known.values() { start(&ctx, &mut tasks, c.clone()); }
-                    } else {
-                        info!(clusters = tasks.len(), "standing by: ending the cluster tasks");
-                        let keys: Vec<Key> = tasks.keys().cloned().collect();
-                        for k in keys { stop(&ctx, &mut tasks, &k); }
-                    }
-                }
+                books.on_leading(&ctx, changed.is_ok() && *leading.borrow_and_update());
                 if changed.is_err() { return; }
             }
+        }
+    }
+}
+
+/// What the supervisor knows: the clusters, their tasks, and how far the initial lists are.
+struct Books {
+    known: BTreeMap<Key, EtcdCluster>,
+    tasks: BTreeMap<Key, Handle>,
+    /// Per scope: the keys listed so far while a (re)list is under way.
+    listed: BTreeMap<Option<String>, BTreeSet<Key>>,
+    /// Initial lists not finished yet.
+    unsynced: usize,
+    /// Scopes whose member pods were listed once.
+    pods_listed: BTreeSet<Option<String>>,
+    /// Whether this replica leads (and so runs the tasks).
+    lead: bool,
+}
+
+impl Books {
+    fn on_cluster(&mut self, ctx: &Arc<Context>, scope: Option<String>, ev: Event<DynamicObject>) {
+        match ev {
+            Event::Init => {
+                self.listed.insert(scope, BTreeSet::new());
+            }
+            Event::InitApply(o) => {
+                if let Some(l) = self.listed.get_mut(&scope) {
+                    l.insert(dyn_key(&o));
+                }
+                accept(ctx, &mut self.known, &mut self.tasks, self.lead, o);
+            }
+            Event::InitDone => {
+                // Clusters deleted while the watch was down.
+                if let Some(l) = self.listed.remove(&scope) {
+                    let gone: Vec<Key> = self
+                        .known
+                        .keys()
+                        .filter(|k| !l.contains(k) && scope.as_ref().is_none_or(|ns| *ns == k.0))
+                        .cloned()
+                        .collect();
+                    for k in gone {
+                        self.known.remove(&k);
+                        stop(ctx, &mut self.tasks, &k);
+                    }
+                }
+                self.one_synced(ctx);
+            }
+            Event::Apply(o) => accept(ctx, &mut self.known, &mut self.tasks, self.lead, o),
+            Event::Delete(o) => {
+                let k = dyn_key(&o);
+                self.known.remove(&k);
+                stop(ctx, &mut self.tasks, &k);
+            }
+        }
+    }
+
+    fn on_cache(&mut self, ctx: &Arc<Context>, scope: Option<String>, change: cache::Change) {
+        let first_pods = matches!(&change, cache::Change::Pod(e) if matches!(**e, Event::InitDone))
+            && self.pods_listed.insert(scope.clone());
+        let woken = ctx.caches.apply(&scope, change);
+        for k in woken.clusters {
+            if let Some(h) = self.tasks.get(&k) {
+                h.wake.notify_one();
+            }
+        }
+        // One look at each cluster, however many Secrets a relist touched.
+        let secrets: BTreeSet<Key> = woken.secrets.into_iter().collect();
+        if !secrets.is_empty() {
+            for (k, c) in &self.known {
+                let reads = read_secrets(c)
+                    .into_iter()
+                    .any(|s| secrets.contains(&(k.0.clone(), s)));
+                if reads && let Some(h) = self.tasks.get(k) {
+                    h.wake.notify_one();
+                }
+            }
+        }
+        if first_pods {
+            self.one_synced(ctx);
+        }
+    }
+
+    fn on_leading(&mut self, ctx: &Arc<Context>, now: bool) {
+        if now == self.lead {
+            return;
+        }
+        self.lead = now;
+        ctx.metrics.set_leader(now);
+        if now {
+            info!(
+                clusters = self.known.len(),
+                "leading: starting the cluster tasks"
+            );
+            for c in self.known.values() {
+                start(ctx, &mut self.tasks, c.clone());
+            }
+        } else {
+            info!(
+                clusters = self.tasks.len(),
+                "standing by: ending the cluster tasks"
+            );
+            let keys: Vec<Key> = self.tasks.keys().cloned().collect();
+            for k in keys {
+                stop(ctx, &mut self.tasks, &k);
+            }
+        }
+    }
+
+    fn one_synced(&mut self, ctx: &Context) {
+        self.unsynced = self.unsynced.saturating_sub(1);
+        if self.unsynced == 0 {
+            ctx.metrics.set_synced();
         }
     }
 }
@@ -312,7 +365,8 @@ async fn report_unreadable(ctx: Arc<Context>, object: DynamicObject, problem: St
         secondary: None,
     };
     if let Err(e) = ctx
-        .recorder
+        .events
+        .recorder()
         .publish(&ev, &object.object_ref(&resource))
         .await
     {

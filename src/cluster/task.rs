@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tracing::{Instrument, info, info_span, warn};
@@ -20,17 +20,18 @@ use super::plan::{self, Action, Target};
 use super::resources;
 use super::status;
 use super::tls;
-use super::version::{self, Version};
-use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreRecord};
+use super::version;
+use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreHandoff, RestoreRecord};
 use crate::kube::cache::{Caches, Expectations, SecretApi};
 use crate::kube::names::MANAGER;
+use crate::report::Reporter;
 
 /// Shared by every cluster task.
 pub struct Context {
     /// API client for requests; every request it makes is bounded in time (see `main.rs`).
     pub client: Client,
     /// Publishes Kubernetes Events.
-    pub recorder: Recorder,
+    pub events: Reporter,
     /// The process's metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The operator's own image, whose `etcd-gate` new member pods run (see
@@ -236,48 +237,32 @@ async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<tls:
 }
 
 /// The cluster as the actions must build it: the spec, unless its version is not a step etcd
-/// allows from what the members run ([`version::step_allowed`]); then the newest image a live
-/// member pod runs, so that new and replacement members never move the cluster further than
-/// etcd allows, and a roll that was under way (3.4 to 3.5, when 3.6 is asked for meanwhile)
-/// finishes first. Returns the message that reports the held-back change, naming the field.
+/// allows from what the members run; then what [`version::held_back`] keeps. Returns the
+/// message that reports the held-back change, naming the field.
 fn effective_spec(cluster: &EtcdCluster, obs: &Observed) -> (EtcdCluster, Option<String>) {
-    let running: Vec<Version> = obs
-        .statuses
-        .values()
-        .map(|s| Version::parse(&s.version))
-        .collect();
-    let wanted = Version::parse(cluster.spec.version());
-    let Err(why) = version::step_allowed(wanted, &running) else {
-        return (cluster.clone(), None);
-    };
-    // Only images of versions that members answer with: a pod that never started (an image
-    // that cannot be pulled) must not become every new member's image.
-    let newest = obs
+    let running: Vec<&str> = obs.statuses.values().map(|s| s.version.as_str()).collect();
+    let live: Vec<String> = obs
         .pods
         .values()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(observe::etcd_image)
-        .filter_map(|i| Some((Version::of_image(&i)?, i)))
-        .filter(|(v, _)| *v <= wanted && running.contains(v))
-        .max();
-    let Some((repository, version)) = newest
-        .as_ref()
-        .and_then(|(_, image)| image.rsplit_once(":v"))
-    else {
+        .collect();
+    let Some(held) = version::held_back(cluster.spec.version(), &running, &live) else {
         return (cluster.clone(), None);
     };
     let mut effective = cluster.clone();
-    effective.spec.repository = Some(repository.to_string());
-    effective.spec.version = Some(version.to_string());
+    effective.spec.repository = Some(held.repository);
+    effective.spec.version = Some(held.version);
     let keep = effective.spec.image();
     let message = format!(
-        "spec.version: {why}; members keep {keep} until the upgrade to {} is allowed",
+        "spec.version: {}; members keep {keep} until the upgrade to {} is allowed",
+        held.why,
         cluster.spec.version()
     );
     (effective, Some(message))
 }
 
-/// One pass. Returns how soon to look again.
+/// One pass: observe, plan, act, report. Returns how soon to look again.
 async fn reconcile(
     ctx: &Context,
     handles: &Handles,
@@ -290,7 +275,6 @@ async fn reconcile(
     let cached = ctx
         .caches
         .show(&ns, &cluster.name_any(), &mut memory.expect);
-    let paused = cluster.spec.is_paused();
     let material = match validate(ctx, cluster, &ns).await {
         Ok(m) => m,
         Err(e) => {
@@ -301,7 +285,8 @@ async fn reconcile(
         }
     };
     let pass = Pass::new(handles, material.revision.clone(), cached);
-    if !paused {
+    // Prepare: the Services every member's address depends on, before anything is observed.
+    if !cluster.spec.is_paused() {
         act::ensure_services(handles, cluster).await?;
     }
     let mut obs: Observed = observe::observe(
@@ -314,9 +299,62 @@ async fn reconcile(
     .await?;
     let (effective, pin) = effective_spec(cluster, &obs);
     observe::mark_current(&mut obs, &effective, &material.revision);
-    let target = Target {
+    let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
+    let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref()).await?;
+    let outcome = act::act(&pass, &effective, &obs, &action).await;
+    memory.expect.add(pass.take_writes());
+    let new_status = report(
+        ctx,
+        cluster,
+        &obs,
+        &action,
+        &outcome,
+        restore.as_ref(),
+        &pin,
+        memory,
+    )
+    .await?;
+    if matches!(action, Action::QuorumLost { .. }) {
+        return Ok(Duration::from_secs(5));
+    }
+    next_look(
+        ctx,
+        cluster,
+        &material,
+        &obs,
+        &action,
+        outcome,
+        &new_status,
+        memory,
+    )
+    .await
+}
+
+/// The restore the restore controller handed over, if any; one it handed over malformed is
+/// reported and ends the pass.
+async fn pending_restore(
+    ctx: &Context,
+    handles: &Handles,
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    memory: &mut Memory,
+) -> Result<Option<RestoreHandoff>, Error> {
+    match cluster.pending_restore() {
+        Some(Ok(handoff)) => Ok(Some(handoff)),
+        Some(Err(message)) => {
+            let reason = "InvalidRestore";
+            report_invalid(ctx, handles, pass.cached, cluster, memory, reason, &message).await?;
+            Err(Error::Invalid { reason, message })
+        }
+        None => Ok(None),
+    }
+}
+
+/// What the planner sees as the wanted state.
+fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) -> Target {
+    Target {
         size: cluster.spec.members(),
-        paused,
+        paused: cluster.spec.is_paused(),
         persistent: cluster
             .spec
             .pod
@@ -326,31 +364,22 @@ async fn reconcile(
         startup_grace: STARTUP_GRACE,
         replace_after: ctx.timings.replace_unhealthy_after,
         quorum_grace: ctx.timings.quorum_grace,
-        max_learners: observe::max_learners(&obs),
-    };
-    // A restore handed over by the restore controller replaces the normal plan until its seed
-    // serves; the cluster then grows back by the normal plan.
-    let restore = match cluster.pending_restore() {
-        Some(Ok(handoff)) => Some(handoff),
-        Some(Err(message)) => {
-            report_invalid(
-                ctx,
-                handles,
-                pass.cached,
-                cluster,
-                memory,
-                "InvalidRestore",
-                &message,
-            )
-            .await?;
-            return Err(Error::Invalid {
-                reason: "InvalidRestore",
-                message,
-            });
-        }
-        None => None,
-    };
-    let mut action = match &restore {
+        max_learners: observe::max_learners(obs),
+    }
+}
+
+/// The plan stage: the one action of this pass. A restore handed over by the restore
+/// controller replaces the normal plan until its seed serves; the cluster then grows back by
+/// the normal plan.
+async fn decide(
+    ctx: &Context,
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &mut Observed,
+    restore: Option<&RestoreHandoff>,
+) -> Result<Action, Error> {
+    let target = target_of(ctx, cluster, obs);
+    let action = match restore {
         Some(handoff) => plan::restore(
             &obs.plan,
             &target,
@@ -362,48 +391,62 @@ async fn reconcile(
         ),
         None => plan::plan(&obs.plan, &target),
     };
-    if matches!(
+    if !matches!(
         action,
         Action::RemoveMember { .. } | Action::ReplaceMember { .. }
     ) {
-        // Immediately before a removal, the pods are listed again: one deleted since the
-        // observation must not count as a healthy voter's.
-        observe::recheck_pods(&handles.pods, cluster, &mut obs.plan).await?;
-        let again = plan::plan(&obs.plan, &target);
-        if again != action {
-            info!(planned = ?action, now = ?again, "pods changed under a planned removal");
-            action = Action::Wait {
-                reason: "pods changed under a planned removal; looking again".into(),
-            };
-        }
+        return Ok(action);
     }
-    let outcome = act::act(&pass, &effective, &obs, &action).await;
-    memory.expect.add(pass.take_writes());
+    // Immediately before a removal, the pods are listed again: one deleted since the
+    // observation must not count as a healthy voter's.
+    observe::recheck_pods(&handles.pods, cluster, &mut obs.plan).await?;
+    let again = plan::plan(&obs.plan, &target);
+    if again == action {
+        return Ok(action);
+    }
+    info!(planned = ?action, now = ?again, "pods changed under a planned removal");
+    Ok(Action::Wait {
+        reason: "pods changed under a planned removal; looking again".into(),
+    })
+}
 
-    let mut new_status = status::compute(cluster, &obs, &action);
-    if let Some(handoff) = &restore {
+/// The status stage: the status this pass computed, written when due, and the warnings it
+/// carries published once. Returns the status.
+#[allow(clippy::too_many_arguments)]
+async fn report(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+    outcome: &Result<Outcome, act::Error>,
+    restore: Option<&RestoreHandoff>,
+    pin: &Option<String>,
+    memory: &mut Memory,
+) -> Result<EtcdClusterStatus, Error> {
+    let mut new_status = status::compute(cluster, obs, action);
+    if let Some(handoff) = restore {
         let completed = matches!(
-            (&action, &outcome),
+            (action, outcome),
             (Action::RestoreDone { .. }, Ok(Outcome::Done(_)))
         );
         new_status.restore = Some(RestoreRecord {
             name: handoff.name.clone(),
             uid: handoff.uid.clone(),
-            seed: match &action {
+            seed: match action {
                 Action::RestoreDone { seed } => seed.clone(),
                 _ => String::new(),
             },
             completed,
         });
     }
-    if let Some(message) = &pin {
+    if let Some(message) = pin {
         mark_degraded(&mut new_status, "UpgradeBlocked", message);
     }
     record_state(ctx, cluster, &new_status);
     let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
     write_status_if_due(ctx, cluster, &new_status, memory).await?;
 
-    let warning = match (&action, &pin) {
+    let warning = match (action, pin) {
         (Action::RollStalled { reason }, _) => Some(("RollStalled", reason)),
         (_, Some(message)) => Some(("UpgradeBlocked", message)),
         _ => None,
@@ -411,63 +454,56 @@ async fn reconcile(
     if let Some((reason, message)) = warning
         && !already_reported(cluster, reason, message)
     {
-        publish(ctx, cluster, EventType::Warning, reason, message.clone()).await;
-    }
-    if let Action::QuorumLost { reason } = &action {
-        if !was_failed {
-            warn!(reason, "quorum lost");
-            publish(
-                ctx,
-                cluster,
-                EventType::Warning,
-                "QuorumLost",
-                reason.clone(),
-            )
+        ctx.events
+            .publish(cluster, EventType::Warning, reason, message.clone())
             .await;
-        }
-        return Ok(Duration::from_secs(5));
     }
+    if let Action::QuorumLost { reason } = action
+        && !was_failed
+    {
+        warn!(reason, "quorum lost");
+        let message = reason.clone();
+        ctx.events
+            .publish(cluster, EventType::Warning, "QuorumLost", message)
+            .await;
+    }
+    Ok(new_status)
+}
+
+/// What the action's outcome means for the next pass: its Event, a CA rotation's next step
+/// once every member is steady, and how soon to look again.
+#[allow(clippy::too_many_arguments)]
+async fn next_look(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    material: &tls::Material,
+    obs: &Observed,
+    action: &Action,
+    outcome: Result<Outcome, act::Error>,
+    new_status: &EtcdClusterStatus,
+    memory: &mut Memory,
+) -> Result<Duration, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
     match outcome {
         Ok(Outcome::Done(Some(change))) => {
             info!(?action, "{change}");
             ctx.metrics
-                .membership_change(&ns, &cluster.name_any(), reason_of(&action));
-            crate::report::publish_related(
-                &ctx.recorder,
-                cluster,
-                member_pod_ref(cluster, &action),
-                "Reconcile",
-                EventType::Normal,
-                reason_of(&action),
-                change,
-            )
-            .await;
+                .membership_change(&ns, &cluster.name_any(), reason_of(action));
+            ctx.events
+                .publish_related(
+                    cluster,
+                    member_pod_ref(cluster, action),
+                    EventType::Normal,
+                    reason_of(action),
+                    change,
+                )
+                .await;
             Ok(IN_FLIGHT_POLL)
         }
-        Ok(Outcome::Done(None)) if action == Action::Steady => {
-            // Every member runs on the newest certificates: a CA rotation may take its next
-            // step, which the next pass rolls out.
-            let now = time::OffsetDateTime::now_utc();
-            match tls::advance(&ctx.secrets(&ns), cluster, &material, now).await? {
-                Some(step) => {
-                    info!("{step}");
-                    let mut rotating = new_status.clone();
-                    status::mark_rotating(&mut rotating, cluster.metadata.generation, &step);
-                    write_status_if_due(ctx, cluster, &rotating, memory).await?;
-                    publish(
-                        ctx,
-                        cluster,
-                        EventType::Normal,
-                        "CertificatesRotating",
-                        step,
-                    )
-                    .await;
-                    Ok(IN_FLIGHT_POLL)
-                }
-                None => Ok(steady_poll(&new_status, memory, Instant::now())),
-            }
+        Ok(Outcome::Done(None)) if *action == Action::Steady => {
+            rotate_when_steady(ctx, cluster, material, new_status, memory).await
         }
-        Ok(Outcome::Done(None)) if action == Action::Paused => Ok(RESYNC),
+        Ok(Outcome::Done(None)) if *action == Action::Paused => Ok(RESYNC),
         // Waits for the user (a spec change) or for the stuck pod's own events, which wake the
         // task; polling it fast would only repeat the same observation.
         Ok(Outcome::Done(None)) if matches!(action, Action::RollStalled { .. }) => {
@@ -492,17 +528,37 @@ async fn reconcile(
             Ok(IN_FLIGHT_POLL)
         }
         Err(e) => {
-            publish(
-                ctx,
-                cluster,
-                EventType::Warning,
-                "ReconcileFailed",
-                format!("{action:?}: {e}"),
-            )
-            .await;
+            let message = format!("{action:?}: {e}");
+            ctx.events
+                .publish(cluster, EventType::Warning, "ReconcileFailed", message)
+                .await;
             Err(e.into())
         }
     }
+}
+
+/// Every member runs on the newest certificates: a CA rotation may take its next step, which
+/// the next pass rolls out.
+async fn rotate_when_steady(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    material: &tls::Material,
+    new_status: &EtcdClusterStatus,
+    memory: &mut Memory,
+) -> Result<Duration, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let now = time::OffsetDateTime::now_utc();
+    let Some(step) = tls::advance(&ctx.secrets(&ns), cluster, material, now).await? else {
+        return Ok(steady_poll(new_status, memory, Instant::now()));
+    };
+    info!("{step}");
+    let mut rotating = new_status.clone();
+    status::mark_rotating(&mut rotating, cluster.metadata.generation, &step);
+    write_status_if_due(ctx, cluster, &rotating, memory).await?;
+    ctx.events
+        .publish(cluster, EventType::Normal, "CertificatesRotating", step)
+        .await;
+    Ok(IN_FLIGHT_POLL)
 }
 
 fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, message: &str) {
@@ -527,16 +583,6 @@ fn already_reported(cluster: &EtcdCluster, reason: &str, message: &str) -> bool 
         .unwrap_or_default()
         .iter()
         .any(|c| c.type_ == "Degraded" && c.reason == reason && c.message == message)
-}
-
-async fn publish(
-    ctx: &Context,
-    cluster: &EtcdCluster,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    crate::report::publish(&ctx.recorder, cluster, "Reconcile", type_, reason, note).await;
 }
 
 /// The pod of the member an action is about, for its Event.
@@ -584,7 +630,9 @@ async fn report_invalid(
     record_state(ctx, cluster, &new_status);
     write_status_if_due(ctx, cluster, &new_status, memory).await?;
     if !already_reported(cluster, reason, message) {
-        publish(ctx, cluster, EventType::Warning, reason, message.into()).await;
+        ctx.events
+            .publish(cluster, EventType::Warning, reason, message.into())
+            .await;
     }
     Ok(())
 }

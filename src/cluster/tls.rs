@@ -402,23 +402,20 @@ async fn apply(api: &SecretApi, secret: &Secret) -> Result<Secret, Error> {
         .map_err(api_err("writing", &secret.name_any()))
 }
 
-/// The Secrets of `TLS.auto`: the CA made once (and created, never overwritten, so that two
-/// writers cannot each make one), then every certificate Secret brought up to date.
-async fn prepare_auto(
+/// The automatic CA as its Secret holds it, made and created when there is none yet.
+async fn auto_ca(
     api: &SecretApi,
     cluster: &EtcdCluster,
     validity: Duration,
     now: OffsetDateTime,
-) -> Result<Material, Error> {
+) -> Result<(AutoState, Secret), Error> {
     let ca_name = ca_name(cluster);
     let existing = api
         .get_opt(&ca_name)
         .await
         .map_err(api_err("reading", &ca_name))?;
     let ca_present = existing.is_some();
-    let (state, ca_secret) = match existing
-        .and_then(|s| Some((AutoState::from_secret(&s, validity)?, s)))
-    {
+    let found = match existing.and_then(|s| Some((AutoState::from_secret(&s, validity)?, s))) {
         Some(found) => found,
         None if ca_present => {
             return Err(Error::Invalid {
@@ -478,7 +475,18 @@ async fn prepare_auto(
             }
         }
     };
+    Ok(found)
+}
 
+/// The Secrets of `TLS.auto`: the CA made once (and created, never overwritten, so that two
+/// writers cannot each make one), then every certificate Secret brought up to date.
+async fn prepare_auto(
+    api: &SecretApi,
+    cluster: &EtcdCluster,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<Material, Error> {
+    let (state, ca_secret) = auto_ca(api, cluster, validity, now).await?;
     let secrets = secrets(cluster);
     let mut material = Material::default();
     let mut contents: Vec<Vec<u8>> = Vec::new();

@@ -484,12 +484,30 @@ impl SecretApi {
 /// from again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Expect {
-    /// A claim rather than a pod.
-    pub claim: bool,
+    /// What was written.
+    pub kind: Object,
     /// Its name.
     pub name: String,
-    /// Created (it must be listed) or deleted (it must be gone or being deleted).
-    pub present: bool,
+    /// What the caches must show.
+    pub change: Write,
+}
+
+/// The kind of object a task wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Object {
+    /// A member pod.
+    Pod,
+    /// A member's volume claim.
+    Claim,
+}
+
+/// What a task did to an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Created: it must be listed.
+    Created,
+    /// Deleted: it must be gone or being deleted.
+    Deleted,
 }
 
 /// The writes a task waits to see in the caches, with when it made them.
@@ -505,7 +523,7 @@ impl Expectations {
         for e in writes {
             // The last write of a name is the one that counts.
             self.pending
-                .retain(|(p, _)| !(p.claim == e.claim && p.name == e.name));
+                .retain(|(p, _)| !(p.kind == e.kind && p.name == e.name));
             self.pending.push((e, now));
         }
     }
@@ -518,9 +536,12 @@ impl Expectations {
             if at.elapsed() >= SETTLE {
                 return false;
             }
-            let seen = if e.claim { claims } else { pods };
+            let seen = match e.kind {
+                Object::Claim => claims,
+                Object::Pod => pods,
+            };
             let alive = seen.iter().any(|(n, deleting)| *n == e.name && !deleting);
-            alive != e.present
+            alive != (e.change == Write::Created)
         });
         self.pending.is_empty()
     }
@@ -629,14 +650,14 @@ mod tests {
         assert!(e.met(&[], &[]));
         e.add([
             Expect {
-                claim: false,
+                kind: Object::Pod,
                 name: "m1".into(),
-                present: true,
+                change: Write::Created,
             },
             Expect {
-                claim: false,
+                kind: Object::Pod,
                 name: "m0".into(),
-                present: false,
+                change: Write::Deleted,
             },
         ]);
         let m0 = ("m0".to_string(), false);
@@ -647,9 +668,9 @@ mod tests {
         assert!(e.met(&[("m0".into(), true), m1.clone()], &[]));
         // A claim is looked for among claims, not pods.
         e.add([Expect {
-            claim: true,
+            kind: Object::Claim,
             name: "m1".into(),
-            present: true,
+            change: Write::Created,
         }]);
         assert!(!e.met(std::slice::from_ref(&m1), &[]));
         assert!(e.met(&[], &[m1]));

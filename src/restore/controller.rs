@@ -26,13 +26,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Client, ResourceExt};
 use object_store::path::Path;
 use object_store::{Attribute, GetOptions, ObjectStore, ObjectStoreExt, PutMultipartOptions};
 use tokio::sync::watch;
@@ -42,10 +41,13 @@ use crate::api::{
     Condition, EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RESTORE_ANNOTATION,
     RestoreHandoff, RestorePhase, common::find_condition,
 };
-use crate::backup::controller::{self as backup, Storage, namespaced_apis, target};
+use crate::backup::endpoint::cluster_endpoint;
+use crate::backup::error::Error as BackupError;
+use crate::backup::location::{Storage, target};
 use crate::backup::naming;
 use crate::backup::snapshot::{self, Verifier};
 use crate::backup::storage;
+use crate::report::Reporter;
 
 /// The field manager of restore status writes.
 const MANAGER: &str = "etcd-operator-restore";
@@ -67,7 +69,7 @@ pub struct Context {
     /// API client for requests (bounded in time).
     pub client: Client,
     /// Publishes Events.
-    pub recorder: Recorder,
+    pub events: Reporter,
 }
 
 /// Why a restore cannot go on. Every message names its cause.
@@ -75,7 +77,7 @@ pub struct Context {
 pub enum Error {
     /// The storage section, its Secret, or the cluster to snapshot.
     #[error(transparent)]
-    Source(#[from] backup::Error),
+    Source(#[from] BackupError),
     /// The snapshot object does not exist.
     #[error("the snapshot {0} does not exist")]
     Missing(String),
@@ -224,16 +226,6 @@ async fn write_status(
         })
 }
 
-async fn publish<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-    on: &K,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    crate::report::publish(&ctx.recorder, on, "Restore", type_, reason, note).await;
-}
-
 /// The handoff on `cluster`, whether or not the cluster has carried it out.
 fn handoff_of(cluster: &EtcdCluster) -> Option<RestoreHandoff> {
     let value = cluster.annotations().get(RESTORE_ANNOTATION)?;
@@ -342,9 +334,9 @@ async fn safety_snapshot(
     target: &storage::Target,
     path: &str,
 ) -> Result<Option<(String, i64)>, Error> {
-    let endpoint = match backup::cluster_endpoint(client, ns, cluster, None).await {
+    let endpoint = match cluster_endpoint(client, ns, cluster, None).await {
         Ok(e) => e,
-        Err(backup::Error::NoHealthyMember { .. }) => return Ok(None),
+        Err(BackupError::NoHealthyMember { .. }) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let name = naming::pre_restore_name(target.location.as_ref(), Timestamp::now());
@@ -393,6 +385,17 @@ async fn patch_annotation(
         })
 }
 
+/// The revision the cluster serves now, if a member answers.
+async fn revision_of(ctx: &Context, ns: &str, cluster: &EtcdCluster) -> Option<i64> {
+    let endpoint = cluster_endpoint(&ctx.client, ns, &cluster.name_any(), None)
+        .await
+        .ok()?;
+    crate::etcd::status(&endpoint, CONNECT_TIMEOUT)
+        .await
+        .ok()
+        .map(|s| s.revision)
+}
+
 /// The restore is handed over: follows the cluster until it is whole again.
 async fn follow(
     ctx: &Context,
@@ -434,14 +437,7 @@ async fn follow(
         write_status(ctx, restore, &next).await?;
         return Ok(Action::requeue(POLL));
     }
-    let revision = match backup::cluster_endpoint(&ctx.client, &ns, &cluster.name_any(), None).await
-    {
-        Ok(endpoint) => crate::etcd::status(&endpoint, CONNECT_TIMEOUT)
-            .await
-            .ok()
-            .map(|s| s.revision),
-        Err(_) => None,
-    };
+    let revision = revision_of(ctx, &ns, cluster).await;
     let message = format!(
         "EtcdCluster {} runs from the snapshot at {} members{}",
         cluster.name_any(),
@@ -463,15 +459,17 @@ async fn follow(
     write_status(ctx, restore, &done).await?;
     patch_annotation(ctx, &ns, &cluster.name_any(), None).await?;
     info!(restore = restore.name_any(), "{message}");
-    publish(
-        ctx,
-        restore,
-        EventType::Normal,
-        "RestoreCompleted",
-        message.clone(),
-    )
-    .await;
-    publish(ctx, cluster, EventType::Normal, "RestoreCompleted", message).await;
+    ctx.events
+        .publish(
+            restore,
+            EventType::Normal,
+            "RestoreCompleted",
+            message.clone(),
+        )
+        .await;
+    ctx.events
+        .publish(cluster, EventType::Normal, "RestoreCompleted", message)
+        .await;
     Ok(Action::await_change())
 }
 
@@ -522,6 +520,19 @@ async fn reconcile_inner(restore: &EtcdRestore, ctx: &Context) -> Result<Action,
         return Ok(Action::await_change());
     }
 
+    start(ctx, restore, &cluster, uid).await
+}
+
+/// Verifies the snapshot, keeps the cluster as it is, and hands the restore to the cluster's
+/// task (an annotation on the EtcdCluster).
+async fn start(
+    ctx: &Context,
+    restore: &EtcdRestore,
+    cluster: &EtcdCluster,
+    uid: String,
+) -> Result<Action, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let cluster_name = cluster.name_any();
     write_status(
         ctx,
         restore,
@@ -562,22 +573,17 @@ async fn reconcile_inner(restore: &EtcdRestore, ctx: &Context) -> Result<Action,
     next.pre_restore_path = handoff.pre_restore_path;
     write_status(ctx, restore, &next).await?;
     info!(restore = restore.name_any(), "{note}");
-    publish(
-        ctx,
-        restore,
-        EventType::Normal,
-        "RestoreStarted",
-        note.clone(),
-    )
-    .await;
-    publish(
-        ctx,
-        &cluster,
-        EventType::Normal,
-        "RestoreStarted",
-        format!("EtcdRestore {}: {note}", restore.name_any()),
-    )
-    .await;
+    ctx.events
+        .publish(restore, EventType::Normal, "RestoreStarted", note.clone())
+        .await;
+    ctx.events
+        .publish(
+            cluster,
+            EventType::Normal,
+            "RestoreStarted",
+            format!("EtcdRestore {}: {note}", restore.name_any()),
+        )
+        .await;
     Ok(Action::requeue(POLL))
 }
 
@@ -594,7 +600,9 @@ async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Actio
             write_status(&ctx, &restore, &status).await?;
             if !reported {
                 warn!(restore = restore.name_any(), "{message}");
-                publish(&ctx, &*restore, EventType::Warning, e.reason(), message).await;
+                ctx.events
+                    .publish(&*restore, EventType::Warning, e.reason(), message)
+                    .await;
             }
             if e.is_final() {
                 return Ok(Action::await_change());
@@ -616,16 +624,15 @@ pub async fn run(
     namespaces: Vec<String>,
     leading: watch::Receiver<bool>,
 ) {
-    crate::leader::while_leading(leading, "restore controller", || {
-        let controllers = namespaced_apis::<EtcdRestore>(&watch_client, &namespaces)
-            .into_iter()
-            .map(|api| {
-                Controller::new(api, watcher::Config::default())
-                    .run(reconcile, error_policy, ctx.clone())
-                    .for_each(|_| futures::future::ready(()))
-            });
-        futures::future::join_all(controllers).map(|_| ())
-    })
+    crate::runner::run(
+        "restore controller",
+        ctx,
+        watch_client,
+        namespaces,
+        leading,
+        reconcile,
+        error_policy,
+    )
     .await
 }
 
@@ -650,7 +657,7 @@ mod tests {
             .is_final()
         );
         assert!(
-            !Error::Source(backup::Error::SecretNotFound {
+            !Error::Source(BackupError::SecretNotFound {
                 field: "s3.awsSecret",
                 name: "aws".into()
             })

@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use object_store::ObjectStoreExt;
 
 use crate::api::{EtcdCluster, EtcdRestore};
-use crate::backup::controller::{Storage, target};
+use crate::backup::location::{Storage, target};
 
 /// Serves restore snapshots.
 pub struct Snapshots {

@@ -102,6 +102,41 @@ pub fn step_allowed(wanted: Version, running: &[Version]) -> Result<(), String> 
     Ok(())
 }
 
+/// The image members keep while the version asked for is not a step etcd allows from the
+/// versions `running` ([`step_allowed`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldBack {
+    /// The image's repository, without the tag.
+    pub repository: String,
+    /// Its version, without the `v`.
+    pub version: String,
+    /// Why the version asked for is not allowed yet.
+    pub why: String,
+}
+
+/// `None` when `wanted` may be built. Otherwise the newest of `live_images` (the images of
+/// member pods not being deleted) whose version a member answers with, so that new and
+/// replacement members never move the cluster further than etcd allows, and a roll that was
+/// under way (3.4 to 3.5, when 3.6 is asked for meanwhile) finishes first. Only versions that
+/// members answer with: a pod that never started (an image that cannot be pulled) must not
+/// become every new member's image.
+pub fn held_back(wanted: &str, running: &[&str], live_images: &[String]) -> Option<HeldBack> {
+    let running: Vec<Version> = running.iter().map(|v| Version::parse(v)).collect();
+    let wanted = Version::parse(wanted);
+    let why = step_allowed(wanted, &running).err()?;
+    let (_, image) = live_images
+        .iter()
+        .filter_map(|i| Some((Version::of_image(i)?, i)))
+        .filter(|(v, _)| *v <= wanted && running.contains(v))
+        .max()?;
+    let (repository, version) = image.rsplit_once(":v")?;
+    Some(HeldBack {
+        repository: repository.to_string(),
+        version: version.to_string(),
+        why,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,102 @@
+//! Where a snapshot is taken from: a member of an EtcdCluster, or one of a list of endpoints.
+//! Shared by the backup and the restore controllers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client};
+
+use super::error::Error;
+use crate::api::{EtcdCluster, MemberRole};
+use crate::etcd::{self, ClientTls, Endpoint};
+
+/// Bounds each connection to etcd (the snapshot as a whole has its own limit).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The client endpoint of a member to take the snapshot from: a healthy follower of the named
+/// EtcdCluster (so the leader is not loaded), else its leader; reached with `tls`, else the
+/// cluster's own client certificate when it runs TLS.
+pub async fn cluster_endpoint(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    tls: Option<Arc<ClientTls>>,
+) -> Result<Endpoint, Error> {
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), ns);
+    let cluster = clusters
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("EtcdCluster {name}"),
+            source,
+        })?
+        .ok_or_else(|| Error::ClusterNotFound(name.into()))?;
+    let tls = match tls {
+        Some(tls) => Some(tls),
+        None => {
+            let secrets = crate::kube::cache::SecretApi::live(client, ns);
+            crate::cluster::tls::cluster_client(&secrets, &cluster).await?
+        }
+    };
+    let addr = crate::kube::names::addressing(&cluster);
+    let status = cluster.status.unwrap_or_default();
+    let mut candidates: Vec<_> = status
+        .member_statuses
+        .iter()
+        .filter(|m| m.healthy && m.role != Some(MemberRole::Learner))
+        .collect();
+    candidates.sort_by_key(|m| m.role == Some(MemberRole::Leader));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for m in candidates {
+        let pod = pods.get_opt(&m.name).await.map_err(|source| Error::Kube {
+            what: format!("pod {}", m.name),
+            source,
+        })?;
+        if let Some(ip) = pod.and_then(|p| p.status?.pod_ip) {
+            let endpoint = Endpoint::new(
+                addr.client_url_at(&ip),
+                tls.clone(),
+                Some(addr.host(&m.name)),
+            );
+            if etcd::status(&endpoint, CONNECT_TIMEOUT)
+                .await
+                .is_ok_and(|s| s.leader != 0)
+            {
+                return Ok(endpoint);
+            }
+        }
+    }
+    Err(Error::NoHealthyMember {
+        cluster: name.into(),
+        detail: format!(
+            "phase {:?}{}",
+            status.phase,
+            if status.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", status.reason)
+            }
+        ),
+    })
+}
+
+/// Of `endpoints`, one that answers as a member that knows a leader, a follower first; `https`
+/// ones reached with `tls`.
+pub async fn any_endpoint(
+    endpoints: &[String],
+    tls: Option<Arc<ClientTls>>,
+) -> Result<Endpoint, Error> {
+    let mut leader = None;
+    for url in endpoints {
+        let ep = Endpoint::new(url.clone(), tls.clone(), None);
+        match etcd::status(&ep, CONNECT_TIMEOUT).await {
+            Ok(s) if s.leader != 0 && s.leader != s.member_id && !s.is_learner => {
+                return Ok(ep);
+            }
+            Ok(s) if s.leader != 0 && !s.is_learner => leader = leader.or(Some(ep.clone())),
+            _ => {}
+        }
+    }
+    leader.ok_or_else(|| Error::Unreachable(endpoints.join(", ")))
+}

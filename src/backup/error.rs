@@ -1,0 +1,100 @@
+//! Why a backup, or the reading of a snapshot a restore names, failed: shared by both
+//! controllers.
+
+use std::time::Duration;
+
+use super::{snapshot, storage};
+
+/// Why a backup could not be taken. Every message names its cause (field, Secret, cluster,
+/// endpoint), since it becomes the status `Reason`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `clusterName` names no EtcdCluster.
+    #[error("spec.clusterName: EtcdCluster {0} does not exist")]
+    ClusterNotFound(String),
+    /// The cluster has no member that can give a snapshot.
+    #[error("EtcdCluster {cluster} has no healthy member to take a snapshot from ({detail})")]
+    NoHealthyMember {
+        /// The cluster.
+        cluster: String,
+        /// Its phase and reason, as its status says.
+        detail: String,
+    },
+    /// None of the endpoints answers as a member that knows a leader.
+    #[error("no etcd endpoint answers as a member with a leader: {0}")]
+    Unreachable(String),
+    /// A field this operator does not implement yet.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A Secret the spec names does not exist.
+    #[error("{field}: Secret {name} does not exist")]
+    SecretNotFound {
+        /// The field naming it.
+        field: &'static str,
+        /// The Secret.
+        name: String,
+    },
+    /// The storage section or its Secret is unusable.
+    #[error(transparent)]
+    Storage(#[from] storage::Error),
+    /// The snapshot failed (etcd, the stream's hash, the store, the time limit).
+    #[error(transparent)]
+    Snapshot(#[from] snapshot::Error),
+    /// The client certificate Secret of a TLS cluster is missing or unusable.
+    #[error(transparent)]
+    Tls(#[from] crate::cluster::tls::Error),
+    /// Reading from the API server failed.
+    #[error("reading {what}: {source}")]
+    Kube {
+        /// What was being read or written.
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The `error` label of `etcd_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::ClusterNotFound(_) => "cluster_not_found",
+            Error::NoHealthyMember { .. } => "no_healthy_member",
+            Error::Unreachable(_) => "etcd_unreachable",
+            Error::Unsupported(_) => "unsupported_field",
+            Error::SecretNotFound { .. } => "secret_not_found",
+            Error::Storage(_) => "storage_config",
+            Error::Snapshot(e) => e.metric_label(),
+            Error::Tls(crate::cluster::tls::Error::Invalid { .. }) => "invalid_tls_secret",
+            Error::Tls(_) => "kube",
+            Error::Kube { .. } => "kube",
+        }
+    }
+
+    /// The Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::ClusterNotFound(_) => "ClusterNotFound",
+            Error::NoHealthyMember { .. } => "NoHealthyMember",
+            Error::Unreachable(_) => "EtcdUnreachable",
+            Error::Unsupported(_) => "UnsupportedField",
+            Error::SecretNotFound { .. } => "SecretNotFound",
+            Error::Storage(_) => "InvalidStorage",
+            Error::Snapshot(_) => "SnapshotFailed",
+            Error::Tls(crate::cluster::tls::Error::Invalid { reason, .. }) => reason,
+            Error::Tls(_) => "ApiError",
+            Error::Kube { .. } => "ApiError",
+        }
+    }
+
+    /// How soon to try again: a spec or Secret problem waits for the user (a Secret created
+    /// later is not announced), anything else is retried sooner.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            Error::ClusterNotFound(_)
+            | Error::Unsupported(_)
+            | Error::SecretNotFound { .. }
+            | Error::Storage(_) => Duration::from_secs(20),
+            _ => Duration::from_secs(10),
+        }
+    }
+}

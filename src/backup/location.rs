@@ -1,0 +1,111 @@
+//! Where a snapshot is: a storage section (an EtcdBackup's or an EtcdRestore's) read with its
+//! Secret through the API server, for the backup and the restore controllers alike.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+
+use super::error::Error as BackupError;
+use super::storage::{Error, SecretData, Target, abs, gcs, s3, secret_of};
+use crate::api::{AbsSource, GcsSource, S3Source, StorageType};
+
+/// The named Secret's data as text, or why not.
+async fn secret_data(
+    client: &Client,
+    ns: &str,
+    field: &'static str,
+    name: &str,
+) -> Result<SecretData, BackupError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .map_err(|source| BackupError::Kube {
+            what: format!("Secret {name}"),
+            source,
+        })?
+        .ok_or_else(|| BackupError::SecretNotFound {
+            field,
+            name: name.into(),
+        })?;
+    Ok(secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+        .chain(secret.string_data.unwrap_or_default())
+        .collect())
+}
+
+/// Where a snapshot is (an EtcdBackup's or an EtcdRestore's storage section).
+pub struct Storage<'a> {
+    /// `storageType` (EtcdBackup) or `backupStorageType` (EtcdRestore).
+    pub kind: StorageType,
+    /// The S3 section.
+    pub s3: Option<&'a S3Source>,
+    /// The ABS section.
+    pub abs: Option<&'a AbsSource>,
+    /// The GCS section.
+    pub gcs: Option<&'a GcsSource>,
+}
+
+impl<'a> From<&'a crate::api::EtcdBackupSpec> for Storage<'a> {
+    fn from(spec: &'a crate::api::EtcdBackupSpec) -> Self {
+        Storage {
+            kind: spec.storage_type,
+            s3: spec.s3.as_ref(),
+            abs: spec.abs.as_ref(),
+            gcs: spec.gcs.as_ref(),
+        }
+    }
+}
+
+impl<'a> From<&'a crate::api::EtcdRestoreSpec> for Storage<'a> {
+    fn from(spec: &'a crate::api::EtcdRestoreSpec) -> Self {
+        Storage {
+            kind: spec.backup_storage_type,
+            s3: spec.s3.as_ref(),
+            abs: spec.abs.as_ref(),
+            gcs: spec.gcs.as_ref(),
+        }
+    }
+}
+
+/// The store and object location a storage section names, with its coreos-style path.
+pub async fn target(
+    client: &Client,
+    ns: &str,
+    spec: Storage<'_>,
+) -> Result<(Target, String), BackupError> {
+    let secret = secret_of(spec.kind, spec.s3, spec.abs, spec.gcs);
+    let data = match &secret {
+        Some((field, name)) => Some(secret_data(client, ns, field, name).await?),
+        None => None,
+    };
+    let missing = |section: &str| {
+        Error::Spec(format!(
+            "the storage type is {:?} but spec.{section} is not set",
+            spec.kind
+        ))
+    };
+    let (target, path) = match spec.kind {
+        StorageType::S3 => {
+            let source = spec.s3.ok_or_else(|| missing("s3"))?;
+            (s3(source, data.as_ref())?, source.path.clone())
+        }
+        StorageType::Abs => {
+            let source = spec.abs.ok_or_else(|| missing("abs"))?;
+            let data = data.unwrap_or_default();
+            (abs(source, &data)?, source.path.clone())
+        }
+        StorageType::Gcs => {
+            let source = spec.gcs.ok_or_else(|| missing("gcs"))?;
+            (gcs(source, data.as_ref())?, source.path.clone())
+        }
+        StorageType::Oss => {
+            return Err(BackupError::Unsupported(
+                "OSS storage is not implemented by this operator".into(),
+            ));
+        }
+    };
+    Ok((target, path))
+}

@@ -1,0 +1,219 @@
+//! The act stage: carrying out the planner's one action ([`act`] dispatches, one function per
+//! action, in `membership`, `pods` and `restore`), and the prepare stage before observe
+//! ([`ensure_services`]). All writes are server-side applies or creates with the operator's
+//! field manager; children are owned by the EtcdCluster, so deleting it removes them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+
+use super::handles::{Handles, Pass};
+use super::members::{self, ClusterState};
+use super::observe::{ETCD_TIMEOUT, Observed};
+use super::plan::{Action, DeleteReason, RemoveReason};
+use super::resources::{self, Gate, SeedRestore};
+use super::version::Version;
+use crate::api::EtcdCluster;
+use crate::etcd::{self, Etcd};
+use crate::kube::names::{MANAGER, addressing, labels};
+
+mod membership;
+mod pods;
+mod restore;
+mod services;
+
+use membership::*;
+use pods::*;
+pub use restore::bumps_revision;
+use restore::restore_seed;
+pub use services::{ensure_services, holds};
+
+/// What failed, named after the action.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Applying a Service failed.
+    #[error("applying Service {name}: {source}")]
+    ApplyService {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Applying or deleting the PodDisruptionBudget failed.
+    #[error("applying PodDisruptionBudget {name}: {source}")]
+    ApplyBudget {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Creating a member's pod (or its volume claim) failed.
+    #[error("creating the pod of member {member}: {source}")]
+    CreatePod {
+        member: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting a pod failed.
+    #[error("deleting pod {name}: {source}")]
+    DeletePod {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting a volume claim failed.
+    #[error("deleting volume claim {name}: {source}")]
+    DeleteClaim {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the pod or the EndpointSlices that show whether a new member's address is
+    /// published failed.
+    #[error("looking up the address of member {member}: {source}")]
+    Lookup {
+        member: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// An etcd call failed.
+    #[error(transparent)]
+    Etcd(#[from] etcd::Error),
+    /// No member could be reached for a membership change.
+    #[error("no member of the cluster answers")]
+    NoEndpoint,
+}
+
+impl Error {
+    /// The `error` label of `etcd_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::ApplyService { .. } => "apply_service",
+            Error::ApplyBudget { .. } => "apply_budget",
+            Error::CreatePod { .. } => "create_pod",
+            Error::DeletePod { .. } => "delete_pod",
+            Error::DeleteClaim { .. } => "delete_claim",
+            Error::Lookup { .. } => "lookup_address",
+            Error::Etcd(e) => e.metric_label(),
+            Error::NoEndpoint => "no_endpoint",
+        }
+    }
+}
+
+/// What came of an action.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done; the text says what changed (for an Event), if anything did.
+    Done(Option<String>),
+    /// etcd refused for now (it is settling); try again shortly.
+    Retry(String),
+}
+
+/// A connection for a membership change: to the leader when it is known (it would forward the
+/// request anyway), else to a member that answered its status.
+async fn connect(obs: &Observed) -> Result<Etcd, Error> {
+    let members = obs.plan.members.as_deref().unwrap_or_default();
+    let healthy = members.iter().filter(|m| m.healthy && !m.is_learner);
+    let leader = healthy.clone().find(|m| Some(m.id) == obs.plan.leader);
+    let endpoint = leader
+        .into_iter()
+        .chain(healthy)
+        .find_map(|m| obs.pod_endpoint(&m.name))
+        .ok_or(Error::NoEndpoint)?;
+    Ok(Etcd::connect(&endpoint, ETCD_TIMEOUT).await?)
+}
+
+/// `--initial-cluster` from etcd's member list (members that have not started yet have no
+/// name; their peer URL's host label is their name).
+fn initial_cluster(members: &[etcd::Member]) -> String {
+    members
+        .iter()
+        .filter_map(|m| {
+            let name = if m.name.is_empty() {
+                m.host_label()?
+            } else {
+                m.name.as_str()
+            };
+            Some(format!("{name}={}", m.peer_urls.first()?))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn settling(e: etcd::Error) -> Result<Outcome, Error> {
+    if e.is_settling() {
+        Ok(Outcome::Retry(e.to_string()))
+    } else {
+        Err(e.into())
+    }
+}
+
+/// Carries out `action`: one function per action that changes something.
+pub async fn act(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+) -> Result<Outcome, Error> {
+    match action {
+        Action::Bootstrap => bootstrap(pass, cluster).await,
+        Action::AddMembers { count } => add_members(pass, cluster, obs, *count).await,
+        Action::JoinMembers { names } => join_all(pass.handles, cluster, obs, names).await,
+        Action::Promote { name, id } => promote(obs, name, *id).await,
+        Action::RemoveMember { name, id, reason } => {
+            remove_member(pass, cluster, obs, name, *id, *reason).await
+        }
+        Action::ReplaceMember { name, id } => replace_member(pass, cluster, obs, name, *id).await,
+        Action::RecreatePod { name } => recreate_pod(pass, cluster, obs, name).await,
+        Action::MoveLeader { from, to, id } => move_leader(obs, from, to, *id).await,
+        Action::DeleteClaim { name } => delete_claim(pass, name).await,
+        Action::DeletePod { name, reason } => delete_member_pod(pass, cluster, name, *reason).await,
+        Action::RestoreSeed => restore_seed(pass, cluster).await,
+        Action::RestoreDone { seed } => Ok(Outcome::Done(Some(format!(
+            "seed member {seed} serves the restored data; the cluster grows back to its size"
+        )))),
+        Action::Wait { .. }
+        | Action::RollStalled { .. }
+        | Action::Restoring { .. }
+        | Action::QuorumLost { .. }
+        | Action::Paused
+        | Action::Steady => Ok(Outcome::Done(None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_service_as_the_api_server_returns_it_holds_what_was_applied() {
+        let want = json!({
+            "metadata": {"name": "c", "labels": {"app": "etcd"}},
+            "spec": {"clusterIP": "None", "ports": [{"name": "client", "port": 2379}]},
+        });
+        let have = json!({
+            "metadata": {"name": "c", "labels": {"app": "etcd", "other": "x"},
+                         "resourceVersion": "7"},
+            "spec": {"clusterIP": "None", "clusterIPs": ["None"], "type": "ClusterIP",
+                     "ports": [{"name": "client", "port": 2379, "protocol": "TCP",
+                                "targetPort": 2379}]},
+            "status": {"loadBalancer": {}},
+        });
+        assert!(holds(&have, &want));
+        // A port changed or added by someone else, or a label gone: applied again.
+        let mut moved = have.clone();
+        moved["spec"]["ports"][0]["port"] = json!(2380);
+        assert!(!holds(&moved, &want));
+        let mut more = have.clone();
+        more["spec"]["ports"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "x", "port": 1}));
+        assert!(!holds(&more, &want));
+        let mut unlabeled = have;
+        unlabeled["metadata"]["labels"] = json!({});
+        assert!(!holds(&unlabeled, &want));
+    }
+}

@@ -1,0 +1,249 @@
+//! Member pods and their claims: made (behind the gate, or not), deleted, made again on their
+//! volume.
+
+use super::*;
+use crate::kube::cache::{Object, Write};
+
+/// Whether a new pod's volume claim may be created with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Claim {
+    /// A new member: its claim is made (or found, after an interrupted attempt).
+    New,
+    /// A member restarted on its data: never a new, empty claim under its old ID. Should the
+    /// claim have gone since it was observed, the pod waits for it, and the planner replaces
+    /// the member.
+    Existing,
+}
+
+pub(super) async fn create_pod(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    member: &str,
+    args: Vec<String>,
+    gate: Option<&Gate>,
+    claim: Claim,
+) -> Result<(), Error> {
+    let err = |source| Error::CreatePod {
+        member: member.to_string(),
+        source,
+    };
+    if let Some(spec) = cluster
+        .spec
+        .pod
+        .as_ref()
+        .and_then(|p| p.persistent_volume_claim_spec.clone())
+        .filter(|_| claim == Claim::New)
+    {
+        let claim = PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(member.into()),
+                namespace: cluster.namespace(),
+                labels: Some(labels(&cluster.name_any(), "member")),
+                owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(spec),
+            ..PersistentVolumeClaim::default()
+        };
+        match pass
+            .handles
+            .pvcs
+            .create(&PostParams::default(), &claim)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(err(e)),
+        }
+        pass.wrote(Object::Claim, member, Write::Created);
+    }
+    let pod = resources::member_pod(cluster, member, args, gate, &pass.tls_revision);
+    pass.handles
+        .pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .map_err(err)?;
+    pass.wrote(Object::Pod, member, Write::Created);
+    Ok(())
+}
+
+pub(super) async fn delete_pod(pass: &Pass<'_>, name: &str) -> Result<(), Error> {
+    pass.wrote(Object::Pod, name, Write::Deleted);
+    match pass
+        .handles
+        .pods
+        .delete(name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::DeletePod {
+            name: name.into(),
+            source,
+        }),
+    }
+}
+
+/// Creates the pods of `count` new members ahead of their members, each etcd held back by
+/// the gate until every one of them is added (see [`Gate`]): each pod's `--initial-cluster`
+/// names the current members (`current`, whose names are `peers`) and all the new ones, which
+/// is the membership etcd checks it against when it starts. `endpoints` are the current
+/// members' peer URLs by pod IP (see [`crate::kube::names::Addressing::gate_endpoint`]). Returns the new
+/// members' names.
+pub(super) async fn create_gated_pods(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    image: &str,
+    peers: Vec<String>,
+    current: String,
+    endpoints: Vec<String>,
+    count: usize,
+) -> Result<Vec<String>, Error> {
+    let addr = addressing(cluster);
+    let names: Vec<String> = (0..count.max(1))
+        .map(|_| members::new_member_name(&cluster.name_any()))
+        .collect();
+    let ic = std::iter::once(current)
+        .chain(names.iter().map(|n| format!("{n}={}", addr.peer_url(n))))
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
+    for name in &names {
+        let gate = Gate {
+            image: image.into(),
+            endpoints: endpoints.clone(),
+            peer_tls: addr.peer_tls,
+            peer_url: addr.peer_url(name),
+            peers: peers
+                .iter()
+                .chain(names.iter().filter(|n| *n != name))
+                .cloned()
+                .collect(),
+            restore: None,
+        };
+        let args = members::etcd_args(&addr, name, &ic, &ClusterState::Existing);
+        create_pod(pass, cluster, name, args, Some(&gate), Claim::New).await?;
+    }
+    Ok(names)
+}
+
+/// The IP of pod `name` once it has one, or `None` after `wait`.
+pub(super) async fn pod_ip_within(
+    handles: &Handles,
+    name: &str,
+    wait: Duration,
+) -> Result<Option<String>, Error> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let pod = handles
+            .pods
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::Lookup {
+                member: name.into(),
+                source,
+            })?;
+        if let Some(ip) = pod.and_then(|p| p.status?.pod_ip) {
+            return Ok(Some(ip));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How long an action waits for a new pod's address to be published before it looks again
+/// on a later round.
+pub(super) const PUBLISH_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether the pod of `member` has an address in the headless Service's EndpointSlices, so
+/// cluster DNS answers for its name.
+pub(super) async fn published(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    member: &str,
+) -> Result<bool, Error> {
+    let Some(ip) = pod_ip_within(handles, member, Duration::ZERO).await? else {
+        return Ok(false);
+    };
+    let by_service = format!("kubernetes.io/service-name={}", cluster.name_any());
+    let slices = handles
+        .slices
+        .list(&ListParams::default().labels(&by_service))
+        .await
+        .map_err(|source| Error::Lookup {
+            member: member.into(),
+            source,
+        })?;
+    Ok(slices
+        .items
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .any(|e| e.addresses.contains(&ip)))
+}
+
+pub(super) async fn recreate_pod(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    name: &str,
+) -> Result<Outcome, Error> {
+    let addr = addressing(cluster);
+    // etcd restarting on its data reads the membership from its own log and ignores
+    // --initial-cluster; it names the members as last seen all the same.
+    let ic = match obs.members.as_deref() {
+        Some(all) => initial_cluster(all),
+        None => addr.initial_cluster(obs.plan.known_members.iter().map(String::as_str)),
+    };
+    let args = members::etcd_args(&addr, name, &ic, &ClusterState::Existing);
+    create_pod(pass, cluster, name, args, None, Claim::Existing).await?;
+    Ok(Outcome::Done(Some(format!(
+        "recreated the pod of member {name} on its volume ({})",
+        cluster.spec.image()
+    ))))
+}
+
+pub(super) async fn delete_claim(pass: &Pass<'_>, name: &str) -> Result<Outcome, Error> {
+    pass.wrote(Object::Claim, name, Write::Deleted);
+    match pass
+        .handles
+        .pvcs
+        .delete(name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(source) => {
+            return Err(Error::DeleteClaim {
+                name: name.to_string(),
+                source,
+            });
+        }
+    }
+    Ok(Outcome::Done(Some(format!(
+        "deleted volume claim {name}, whose member is no longer in the cluster"
+    ))))
+}
+
+pub(super) async fn delete_member_pod(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    name: &str,
+    reason: DeleteReason,
+) -> Result<Outcome, Error> {
+    delete_pod(pass, name).await?;
+    Ok(Outcome::Done(Some(match reason {
+        DeleteReason::NoMember => format!("deleted pod {name}, which has no member"),
+        DeleteReason::Ended => {
+            format!("deleted the ended pod of member {name}; it is recreated on its volume")
+        }
+        DeleteReason::Restore => {
+            format!("deleted pod {name}: a restore replaces the cluster's members")
+        }
+        DeleteReason::Outdated => format!(
+            "restarting member {name} on its volume with the new pod template ({})",
+            cluster.spec.image()
+        ),
+    })))
+}

@@ -1,0 +1,65 @@
+//! A restore's seed: a new cluster's one member, whose gate restores the snapshot first.
+
+use super::*;
+
+/// Whether the etcdutl of `version` has `--bump-revision` and `--mark-compacted` (3.5.10 and
+/// later).
+pub fn bumps_revision(version: &str) -> bool {
+    Version::parse(version) >= Version::new(3, 5, 10)
+}
+
+/// The seed of a restore: a new cluster's only member, whose gate fetches and restores the
+/// snapshot before etcd starts.
+pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Result<Outcome, Error> {
+    let handoff = match cluster.pending_restore() {
+        Some(Ok(h)) => h,
+        _ => return Ok(Outcome::Retry("the restore is no longer asked for".into())),
+    };
+    let (Some(image), Some(url)) = (
+        &pass.handles.gate_image,
+        pass.handles.snapshot_url_of(cluster),
+    ) else {
+        return Ok(Outcome::Retry(
+            "no gate image or snapshot URL to make the seed with".into(),
+        ));
+    };
+    let addr = addressing(cluster);
+    let name = members::new_member_name(&cluster.name_any());
+    let ic = addr.initial_cluster([name.as_str()]);
+    // A new cluster token: nothing of the replaced cluster may ever talk to this one.
+    let cluster_token = handoff.uid.clone();
+    let args = members::etcd_args(
+        &addr,
+        &name,
+        &ic,
+        &ClusterState::New {
+            token: cluster_token.clone(),
+        },
+    );
+    let gate = Gate {
+        image: image.clone(),
+        endpoints: vec![],
+        peer_tls: addr.peer_tls,
+        peer_url: addr.peer_url(&name),
+        peers: vec![],
+        restore: Some(SeedRestore {
+            uid: handoff.uid.clone(),
+            url,
+            token: handoff.token.clone(),
+            sha256: handoff.sha256.clone(),
+            name: name.clone(),
+            initial_cluster: ic,
+            cluster_token,
+            bump_revision: if bumps_revision(cluster.spec.version()) {
+                handoff.bump_revision
+            } else {
+                0
+            },
+        }),
+    };
+    create_pod(pass, cluster, &name, args, Some(&gate), Claim::New).await?;
+    Ok(Outcome::Done(Some(format!(
+        "created seed member {name}, which restores EtcdRestore {}'s snapshot",
+        handoff.name
+    ))))
+}

@@ -1,0 +1,82 @@
+//! The prepare stage: the Services and the PodDisruptionBudget every member's address
+//! depends on, applied before anything is observed (only what the caches show differs).
+
+use super::*;
+
+/// Server-side applies the headless and the client Service, and the PodDisruptionBudget (or
+/// deletes it when the cluster is too small to need one); only what the caches show differs
+/// from what is wanted, so a cluster at rest makes no request.
+pub async fn ensure_services(handles: &Handles, cluster: &EtcdCluster) -> Result<(), Error> {
+    let params = PatchParams::apply(MANAGER).force();
+    let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let services = handles.caches.services.group(&ns, &name);
+    for svc in [
+        resources::headless_service(cluster),
+        resources::client_service(cluster),
+    ] {
+        if in_place(&services, &svc) == Some(true) {
+            continue;
+        }
+        let name = svc.name_any();
+        handles
+            .services
+            .patch(&name, &params, &Patch::Apply(&svc))
+            .await
+            .map_err(|source| Error::ApplyService { name, source })?;
+    }
+    let budgets = handles.caches.budgets.group(&ns, &name);
+    match resources::disruption_budget(cluster) {
+        Some(budget) if in_place(&budgets, &budget) == Some(true) => {}
+        // Known to be absent.
+        None if budgets.as_ref().is_some_and(|b| b.is_empty()) => {}
+        Some(budget) => {
+            handles
+                .budgets
+                .patch(&name, &params, &Patch::Apply(&budget))
+                .await
+                .map_err(|source| Error::ApplyBudget { name, source })?;
+        }
+        None => match handles
+            .budgets
+            .delete(&name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(source) => return Err(Error::ApplyBudget { name, source }),
+        },
+    }
+    Ok(())
+}
+
+/// Whether the cached object named like `want` holds `want` (see [`holds`]); `None` when the
+/// cache cannot say (not listed yet).
+pub(super) fn in_place<K: Resource + serde::Serialize>(
+    cached: &Option<Vec<Arc<K>>>,
+    want: &K,
+) -> Option<bool> {
+    let cached = cached.as_ref()?;
+    let Some(have) = cached.iter().find(|o| o.meta().name == want.meta().name) else {
+        return Some(false);
+    };
+    let (Ok(have), Ok(want)) = (serde_json::to_value(&**have), serde_json::to_value(want)) else {
+        return Some(false);
+    };
+    Some(holds(&have, &want))
+}
+
+/// Whether `have` holds everything `want` says: every field of `want` is in `have` with the
+/// same value (lists element by element), whatever else the API server added (defaults, other
+/// managers' fields, status).
+pub fn holds(have: &serde_json::Value, want: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, wv)| h.get(k).is_some_and(|hv| holds(hv, wv))),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| holds(hv, wv))
+        }
+        (h, w) => h == w,
+    }
+}

@@ -1,0 +1,283 @@
+//! The planner: from what was observed about one cluster (etcd's member list, each member's
+//! status, the pods) and the spec, the single next step. Pure: no client, no clock.
+//!
+//! It keeps the membership rules: at most one membership change at a time; nothing that leaves
+//! the cluster without quorum; members join as learners and are promoted once etcd accepts it;
+//! scale-down removes a pending learner first (it is never promoted only to be removed), then an
+//! unhealthy member, then a follower, never the leader; a member whose pod is gone is removed
+//! (and replaced by the scale-up path) unless it keeps its data on a volume; a member that stays
+//! unhealthy while its pod runs is replaced after [`Target::replace_after`]; every partial state
+//! a crash leaves is finished or undone; lost quorum is reported only once the silent members
+//! have been silent for [`Target::quorum_grace`] (a restarting member is not a lost cluster), and
+//! nothing destructive is done.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+mod restore;
+mod steps;
+#[cfg(test)]
+mod tests;
+pub mod version;
+
+pub use restore::{RestoreTarget, restore};
+use steps::{rescue_persistent, without_member_list};
+
+/// A pod's lifecycle as far as the planner cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodState {
+    /// Not running yet (scheduling, pulling, init containers).
+    Pending,
+    /// Its containers run.
+    Running,
+    /// It ended (Failed or Succeeded: etcd never exits on its own).
+    Gone,
+    /// It is being deleted: as good as gone, and not to be deleted again.
+    Terminating,
+}
+
+impl PodState {
+    /// Ended or being deleted.
+    pub fn is_gone(self) -> bool {
+        matches!(self, PodState::Gone | PodState::Terminating)
+    }
+}
+
+/// One pod that belongs to the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodView {
+    /// Pod name, which is also the member name.
+    pub name: String,
+    /// Its state.
+    pub state: PodState,
+    /// How long ago it was created.
+    pub age: Duration,
+    /// For a pod created ahead of its member (its etcd waits behind `etcd-gate` until the
+    /// member is added): the other members its `--initial-cluster` names.
+    pub joining: Option<BTreeSet<String>>,
+    /// For a seed restored from a snapshot: the restore's UID and the URL its gate fetches
+    /// the snapshot from.
+    pub restore: Option<(String, String)>,
+    /// Whether it was made from the pod template the spec asks for now (image, pod policy).
+    /// A member whose pod is not is rolled: replaced, or restarted on its volume.
+    pub current: bool,
+    /// Why it cannot start, when the kubelet says so (an image that cannot be pulled, a
+    /// container that crash-loops): a roll that reaches such a pod stops there.
+    pub failing: Option<String>,
+}
+
+/// One member from etcd's member list, with its status if it answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    /// Member name (the first label of its peer URL).
+    pub name: String,
+    /// etcd member ID.
+    pub id: u64,
+    /// Whether it is a learner.
+    pub is_learner: bool,
+    /// Whether it is healthy: it answered a status request as itself (the member ID it reports
+    /// is this one), it knows a leader, and it raises no alarm.
+    pub healthy: bool,
+    /// How long it has been unhealthy without a break, as far as this operator has watched it
+    /// (zero when healthy; the clock starts again when the operator restarts, which only ever
+    /// delays a replacement).
+    pub unhealthy_for: Duration,
+    /// Whether it has applied (nearly) everything the leader has committed, as far as the
+    /// answers of one observation tell: a roll moves on only when every voter has.
+    pub caught_up: bool,
+}
+
+/// Everything the planner needs about one cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// etcd's member list, or `None` when no member answered.
+    pub members: Option<Vec<MemberView>>,
+    /// ID of the leader, when known.
+    pub leader: Option<u64>,
+    /// The cluster's pods.
+    pub pods: Vec<PodView>,
+    /// Whether the seed was ever created (recorded in status, or a pod exists), so the
+    /// operator never bootstraps twice.
+    pub bootstrapped: bool,
+    /// How long no member has answered (zero when one did).
+    pub silent_for: Duration,
+    /// Volume claims of the cluster that exist and are not being deleted, by name (a member's
+    /// claim has the member's name). Only observed for clusters with persistent volumes.
+    pub claims: BTreeSet<String>,
+    /// The members the last written status listed: when no member answers, these are the
+    /// members whose pods may be recreated on their claims.
+    pub known_members: BTreeSet<String>,
+    /// Healthy voters that clients of the client Service do not reach yet (the pod not Ready,
+    /// or not published as a ready endpoint): a roll waits for them, so that its next step
+    /// never leaves clients fewer members than the step itself takes.
+    pub unpublished: BTreeSet<String>,
+}
+
+impl Observation {
+    /// Whether member `name`'s pod exists and is neither ended nor being deleted. A member
+    /// whose pod is being deleted still answers for a moment, but it is on its way out: it
+    /// counts towards neither quorum nor readiness.
+    pub fn pod_alive(&self, name: &str) -> bool {
+        self.pods
+            .iter()
+            .any(|p| p.name == name && !p.state.is_gone())
+    }
+
+    fn pod(&self, name: &str) -> Option<&PodView> {
+        self.pods.iter().find(|p| p.name == name)
+    }
+
+    /// Whether member `name` has a pod made from an older pod template.
+    fn stale(&self, name: &str) -> bool {
+        self.pod(name).is_some_and(|p| !p.current)
+    }
+}
+
+/// What the planner is asked to reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// `spec.size`.
+    pub size: usize,
+    /// `spec.paused`.
+    pub paused: bool,
+    /// Members keep their data on volumes: a member whose pod is gone gets its pod back.
+    pub persistent: bool,
+    /// How long a learner may take to start before its addition is undone.
+    pub learner_timeout: Duration,
+    /// How long a new pod may take to answer before silence counts as lost quorum.
+    pub startup_grace: Duration,
+    /// How long a member may stay unhealthy while its pod runs (crash-looping, stuck Pending,
+    /// raising an alarm) before it is removed and replaced.
+    pub replace_after: Duration,
+    /// How long members may be silent before their silence counts as lost quorum: a member
+    /// whose container restarts is back within seconds.
+    pub quorum_grace: Duration,
+    /// How many learners every member accepts at once (etcd 3.6's `--max-learners`, carried by
+    /// every member's pod; 1 otherwise). Each member checks the limit as it applies an
+    /// addition, so it is the smallest of the members'.
+    pub max_learners: usize,
+}
+
+/// Why a member is removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoveReason {
+    /// A learner was added but its pod never came (the operator stopped in between) or died.
+    StrandedLearner,
+    /// Its pod is gone, and its data with it.
+    PodGone,
+    /// Scale-down.
+    ScaleDown,
+    /// It stayed unhealthy past [`Target::replace_after`] while its pod ran; the scale-up path
+    /// replaces it.
+    Unhealthy,
+    /// Its pod is made from an older pod template (an upgrade, a pod-policy change) and it has
+    /// no volume to be restarted on: a member with the new template has joined in its place.
+    Outdated,
+    /// Its volume claim is gone or being deleted, and its data with it: it is never restarted
+    /// empty under its old ID, but replaced by a new member.
+    DataGone,
+}
+
+/// Why a pod is deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// Its member is not (or no longer) in etcd's member list.
+    NoMember,
+    /// It ended (evicted, or its node rebooted) and its member keeps its data on a volume: the
+    /// pod is recreated on the same claim once this one is gone.
+    Ended,
+    /// A restore replaces the cluster's members: a member of the cluster being replaced, or a
+    /// seed that cannot finish (it ended, or fetches from an operator that no longer leads).
+    Restore,
+    /// Its pod is made from an older pod template and its member keeps its data on a volume:
+    /// the pod is recreated with the new template on the same claim, same name, same member.
+    Outdated,
+}
+
+/// The next step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Create the seed member's pod (`--initial-cluster-state=new`, a fresh token).
+    Bootstrap,
+    /// Start `count` new members at once: their pods first (each names all of them in its
+    /// `--initial-cluster`, and its etcd waits until every one is added), then each is added
+    /// as a learner. More than one only where every member accepts that many learners.
+    AddMembers { count: usize },
+    /// Add the member of a pod that was created ahead of it (the addition's second half).
+    JoinMembers { names: Vec<String> },
+    /// Promote a learner that has started.
+    Promote { name: String, id: u64 },
+    /// A voter whose pod is gone, its data with it: removed, and in the same step its
+    /// replacement's pod is created and the replacement added as a learner.
+    ReplaceMember { name: String, id: u64 },
+    /// Remove a member from etcd (its pod is deleted on a later step).
+    RemoveMember {
+        name: String,
+        id: u64,
+        reason: RemoveReason,
+    },
+    /// Recreate the pod of a member that keeps its data on a volume.
+    RecreatePod { name: String },
+    /// Delete a pod that has no member.
+    DeletePod { name: String, reason: DeleteReason },
+    /// Hand leadership from the leader, whose pod is outdated, to a voter that runs the new
+    /// template, so that the leader is rolled last and without an election by timeout.
+    MoveLeader { from: String, to: String, id: u64 },
+    /// Delete the volume claim of a member that is no longer in the cluster.
+    DeleteClaim { name: String },
+    /// A roll (upgrade or pod-policy change) reached a member that does not come up with the
+    /// new template: nothing else is touched until it does, or the spec changes.
+    RollStalled { reason: String },
+    /// Something is in flight; look again later.
+    Wait { reason: String },
+    /// Fewer than a majority of voters are healthy: report, change nothing.
+    QuorumLost { reason: String },
+    /// `spec.paused`: change nothing.
+    Paused,
+    /// Restore: create the seed, which fetches the snapshot and restores it before etcd starts.
+    RestoreSeed,
+    /// Restore: the seed serves the snapshot's data; the restore's part is over, and the
+    /// cluster grows back to its size by the usual path.
+    RestoreDone { seed: String },
+    /// Restore: something is in flight (or missing); look again later.
+    Restoring { reason: String },
+    /// The cluster is as asked.
+    Steady,
+}
+
+impl Action {
+    /// Whether the action changes etcd's membership.
+    pub fn is_membership_change(&self) -> bool {
+        matches!(
+            self,
+            Action::AddMembers { .. }
+                | Action::JoinMembers { .. }
+                | Action::Promote { .. }
+                | Action::RemoveMember { .. }
+                | Action::ReplaceMember { .. }
+        )
+    }
+}
+
+/// Majority of `voters`.
+pub fn quorum(voters: usize) -> usize {
+    voters / 2 + 1
+}
+
+/// The next step for one cluster. The steps are tried in order of priority; the first that
+/// has something to do decides.
+pub fn plan(obs: &Observation, target: &Target) -> Action {
+    if target.paused {
+        return Action::Paused;
+    }
+    // Getting a persistent member's pod back never costs anything (its data waits on its
+    // claim), and after a node reboot it is the only way quorum comes back: before the
+    // quorum check.
+    if let Some(a) = rescue_persistent(obs, target) {
+        return a;
+    }
+    let Some(members) = &obs.members else {
+        return without_member_list(obs, target);
+    };
+    steps::next(obs, target, members)
+}

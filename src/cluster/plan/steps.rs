@@ -1,0 +1,679 @@
+//! The steps of [`plan`](super::plan), in the order it tries them, on a cluster whose member
+//! list is known; and what is done without one.
+
+use std::collections::BTreeSet;
+
+use super::*;
+
+/// The next step for a cluster whose member list is known: lost quorum first, then the steps
+/// in order of priority; the first that has something to do decides.
+pub(super) fn next(obs: &Observation, target: &Target, members: &[MemberView]) -> Action {
+    let c = Cluster::of(obs, target, members);
+    if let Some(a) = c.quorum_lost() {
+        return a;
+    }
+    [
+        Cluster::stalled_roll,
+        Cluster::learner,
+        Cluster::pods_without_member,
+        Cluster::orphan_claims,
+        Cluster::voters_without_pod,
+        Cluster::voters_losing_data,
+        Cluster::stopping,
+        Cluster::shrink,
+        Cluster::sick_voter,
+        Cluster::grow,
+        Cluster::roll,
+    ]
+    .iter()
+    .find_map(|step| step(&c))
+    .unwrap_or(Action::Steady)
+}
+
+/// What every step needs to know about a cluster whose member list is known.
+struct Cluster<'a> {
+    obs: &'a Observation,
+    target: &'a Target,
+    members: &'a [MemberView],
+    voters: Vec<&'a MemberView>,
+    /// Voters that answer and whose pod is not leaving.
+    healthy: usize,
+    /// Some member's pod is made from an older template: a roll is under way.
+    rolling: bool,
+    /// A surplus voter is allowed: some outdated voter cannot be restarted in place, so a
+    /// member with the new template joins before it is removed.
+    surge: bool,
+}
+
+impl<'a> Cluster<'a> {
+    fn of(obs: &'a Observation, target: &'a Target, members: &'a [MemberView]) -> Self {
+        let voters: Vec<&MemberView> = members.iter().filter(|m| !m.is_learner).collect();
+        // Counting a voter whose pod is being deleted would let a removal go ahead on a quorum
+        // that is already leaving (two pods deleted at once).
+        let healthy = voters
+            .iter()
+            .filter(|m| m.healthy && obs.pod_alive(&m.name))
+            .count();
+        let mut c = Cluster {
+            obs,
+            target,
+            members,
+            voters,
+            healthy,
+            rolling: members.iter().any(|m| obs.stale(&m.name)),
+            surge: false,
+        };
+        c.surge = c
+            .voters
+            .iter()
+            .any(|v| (c.obs.stale(&v.name) && !c.restartable(v)) || c.losing_data(v));
+        c
+    }
+
+    /// A persistent voter whose claim was deleted while its pod runs: its data goes when the
+    /// pod does.
+    fn losing_data(&self, v: &MemberView) -> bool {
+        self.target.persistent && self.obs.pod_alive(&v.name) && !self.obs.claims.contains(&v.name)
+    }
+
+    /// Whether `m` counts towards quorum.
+    fn counts(&self, m: &MemberView) -> bool {
+        m.healthy && !m.is_learner && self.obs.pod_alive(&m.name)
+    }
+
+    /// Whether `v` can be restarted in place on its volume: its claim is there, and the
+    /// healthy voters without it are still a quorum of the whole membership. (A 1- or
+    /// 2-member cluster cannot restart a healthy member without losing quorum for a moment;
+    /// it rolls by adding first, as clusters without volumes do.)
+    fn restartable(&self, v: &MemberView) -> bool {
+        self.target.persistent
+            && self.obs.claims.contains(&v.name)
+            && self.healthy - usize::from(self.counts(v)) >= quorum(self.voters.len())
+    }
+
+    /// How many voters may be there: the size, and one more while a roll adds first.
+    fn capacity(&self) -> usize {
+        self.target.size + usize::from(self.surge)
+    }
+
+    fn quorum_lost(&self) -> Option<Action> {
+        let (obs, target, voters) = (self.obs, self.target, &self.voters);
+        if self.healthy >= quorum(voters.len()) {
+            return None;
+        }
+        // Members whose pods still run and that went silent only a moment ago are most likely
+        // restarting; until the grace has passed, the cluster is short, not lost.
+        let restarting = voters
+            .iter()
+            .filter(|m| {
+                !m.healthy && obs.pod_alive(&m.name) && m.unhealthy_for < target.quorum_grace
+            })
+            .count();
+        let reason = format!(
+            "{} of {} voting members are healthy, {} are needed",
+            self.healthy,
+            voters.len(),
+            quorum(voters.len())
+        );
+        if self.healthy + restarting >= quorum(voters.len()) {
+            return Some(Action::Wait {
+                reason: format!("{reason}; {restarting} went silent moments ago"),
+            });
+        }
+        Some(Action::QuorumLost { reason })
+    }
+
+    /// A roll stops at a member made from the new template that does not come up: the
+    /// kubelet reports that its pod cannot start, or it has not become healthy within the
+    /// learner timeout. Nothing else is touched; a spec change (which makes that pod outdated
+    /// in turn) or the member recovering lets the roll go on.
+    fn stalled_roll(&self) -> Option<Action> {
+        if !self.rolling {
+            return None;
+        }
+        let names: BTreeSet<&str> = self.members.iter().map(|m| m.name.as_str()).collect();
+        for p in self
+            .obs
+            .pods
+            .iter()
+            .filter(|p| p.current && !p.state.is_gone())
+        {
+            let member = self.members.iter().find(|m| m.name == p.name);
+            if member.is_some_and(|m| m.healthy) {
+                continue;
+            }
+            // A pod without a member only counts when it waits to join.
+            if !names.contains(p.name.as_str()) && p.joining.is_none() {
+                continue;
+            }
+            let slow = match member {
+                Some(m) if !m.is_learner => m.unhealthy_for >= self.target.learner_timeout,
+                _ => p.age >= self.target.learner_timeout,
+            };
+            let why = match (&p.failing, slow) {
+                (Some(f), _) => f.clone(),
+                (None, true) => format!(
+                    "not healthy after {} s",
+                    self.target.learner_timeout.as_secs()
+                ),
+                (None, false) => continue,
+            };
+            return Some(Action::RollStalled {
+                reason: format!(
+                    "member {} does not come up with the new pod template ({why}); the roll \
+                     is paused and no other member is touched until it does or the spec changes",
+                    p.name
+                ),
+            });
+        }
+        None
+    }
+
+    /// Learners first: additions in flight are finished (promoted, one voter at a time) or
+    /// undone (removed). Learners beyond what the size still needs go first, the unhealthy
+    /// ones first: promoting one only to remove it would be two voting changes for nothing.
+    /// While learners start, the rest of their batch is added.
+    fn learner(&self) -> Option<Action> {
+        let learners: Vec<&MemberView> = self.members.iter().filter(|m| m.is_learner).collect();
+        if learners.is_empty() {
+            return None;
+        }
+        let remove = |l: &MemberView, reason| {
+            Some(Action::RemoveMember {
+                name: l.name.clone(),
+                id: l.id,
+                reason,
+            })
+        };
+        let needed = self.capacity().saturating_sub(self.voters.len());
+        if learners.len() > needed {
+            let l = learners
+                .iter()
+                .find(|l| !l.healthy)
+                .unwrap_or(&learners[learners.len() - 1]);
+            return remove(l, RemoveReason::ScaleDown);
+        }
+        for l in &learners {
+            let why = match self.obs.pod(&l.name) {
+                None => RemoveReason::StrandedLearner,
+                Some(p) if p.state.is_gone() => RemoveReason::StrandedLearner,
+                // Made from a template the spec no longer asks for: its replacement gets the
+                // new one.
+                Some(p) if !p.current => RemoveReason::Outdated,
+                // Added so long ago that it will not catch up (etcd refused every promotion).
+                Some(p) if p.age > self.target.learner_timeout => RemoveReason::StrandedLearner,
+                Some(_) => continue,
+            };
+            return remove(l, why);
+        }
+        if let Some(l) = learners.iter().find(|l| l.healthy) {
+            return Some(Action::Promote {
+                name: l.name.clone(),
+                id: l.id,
+            });
+        }
+        // etcd adds a member only while its leader has heard from every voter lately.
+        let room = self.target.max_learners.saturating_sub(learners.len());
+        let batch: Vec<String> = self.joining().into_iter().take(room).collect();
+        if !batch.is_empty() && self.healthy == self.voters.len() {
+            return Some(Action::JoinMembers { names: batch });
+        }
+        Some(Action::Wait {
+            reason: format!("learner {} is starting", learners[0].name),
+        })
+    }
+
+    /// The pods created ahead of their members that are still to be added, in one batch:
+    /// pods made from the current template, alive and within the learner timeout, whose
+    /// `--initial-cluster` (their `joining` peers and themselves) is the same for all of them,
+    /// names every current member, and names no one else but pods of the batch; and the batch
+    /// fits the size. etcd refuses a member whose `--initial-cluster` is not the membership it
+    /// finds, so any other pod without a member is deleted.
+    fn joining(&self) -> Vec<String> {
+        let names = self.names();
+        let candidates: Vec<(&PodView, BTreeSet<String>)> = self
+            .obs
+            .pods
+            .iter()
+            .filter(|p| {
+                !names.contains(&p.name)
+                    && p.current
+                    && !p.state.is_gone()
+                    && p.age <= self.target.learner_timeout
+            })
+            .filter_map(|p| {
+                let mut all = p.joining.clone()?;
+                all.insert(p.name.clone());
+                Some((p, all))
+            })
+            .collect();
+        for (_, all) in &candidates {
+            let batch: Vec<String> = candidates
+                .iter()
+                .filter(|(_, a)| a == all)
+                .map(|(p, _)| p.name.clone())
+                .collect();
+            let rest: BTreeSet<String> = all.difference(&names).cloned().collect();
+            let fits = all.len() <= self.capacity()
+                && names.is_subset(all)
+                && rest == batch.iter().cloned().collect::<BTreeSet<_>>();
+            if fits {
+                return batch;
+            }
+        }
+        Vec::new()
+    }
+
+    /// Pods without a member: a removal whose pod deletion was interrupted, a pod whose member
+    /// was never added, or one created ahead of its member. Only the batch that can still
+    /// join is kept (see [`Cluster::joining`]), and only while a member is still wanted.
+    fn pods_without_member(&self) -> Option<Action> {
+        let names = self.names();
+        let kept = if self.voters.len() < self.capacity() {
+            self.joining()
+        } else {
+            Vec::new()
+        };
+        self.obs
+            .pods
+            .iter()
+            .find(|p| {
+                !names.contains(&p.name)
+                    && p.state != PodState::Terminating
+                    && !kept.contains(&p.name)
+            })
+            .map(|p| Action::DeletePod {
+                name: p.name.clone(),
+                reason: DeleteReason::NoMember,
+            })
+    }
+
+    fn names(&self) -> BTreeSet<String> {
+        self.members.iter().map(|m| m.name.clone()).collect()
+    }
+
+    /// The claim of a member that is gone (removed, or never added) holds nothing anyone
+    /// will use again.
+    fn orphan_claims(&self) -> Option<Action> {
+        let names = self.names();
+        self.obs
+            .claims
+            .iter()
+            .find(|c| !names.contains(*c) && self.obs.pod(c).is_none())
+            .map(|c| Action::DeleteClaim { name: c.clone() })
+    }
+
+    /// Voters whose pod is gone or being deleted. Such a voter never counts, so removing it
+    /// never costs a healthy one: it is safe whenever the healthy voters are a quorum of the
+    /// smaller membership. With a volume the pod comes back on it ([`rescue_persistent`]);
+    /// without one, or when the claim is gone too, the member is replaced, without waiting
+    /// for a deleted pod's etcd to stop (which took 1.5 s of a 4 s heal): its data goes with
+    /// its pod, and once removed it stops on its own.
+    fn voters_without_pod(&self) -> Option<Action> {
+        for v in &self.voters {
+            let deleted = self
+                .obs
+                .pod(&v.name)
+                .is_some_and(|p| p.state == PodState::Terminating);
+            if self.obs.pod_alive(&v.name) || (v.healthy && !deleted) {
+                continue;
+            }
+            if self.target.persistent && self.obs.claims.contains(&v.name) {
+                return Some(Action::Wait {
+                    reason: format!(
+                        "the pod of {} is stopping; it comes back on its volume",
+                        v.name
+                    ),
+                });
+            }
+            // A leader being stopped hands leadership to a follower first; removing it under
+            // its feet would leave the cluster without a leader for an election timeout.
+            if v.healthy && self.obs.leader == Some(v.id) {
+                return Some(Action::Wait {
+                    reason: format!("the pod of {} is stopping", v.name),
+                });
+            }
+            if self.healthy >= quorum(self.voters.len() - 1) {
+                // Its replacement in the same step when the size still wants it and nothing
+                // else is joining.
+                let replace = self.voters.len() <= self.target.size
+                    && self.members.iter().all(|m| !m.is_learner)
+                    && self.joining().is_empty();
+                if replace {
+                    return Some(Action::ReplaceMember {
+                        name: v.name.clone(),
+                        id: v.id,
+                    });
+                }
+                return Some(Action::RemoveMember {
+                    name: v.name.clone(),
+                    id: v.id,
+                    reason: if self.target.persistent {
+                        RemoveReason::DataGone
+                    } else {
+                        RemoveReason::PodGone
+                    },
+                });
+            }
+        }
+        None
+    }
+
+    /// A persistent voter whose claim was deleted while its pod runs is replaced now, while its
+    /// data is still there to replicate from: removed when the healthy voters without it are
+    /// a quorum of the smaller membership (leadership moved first if it leads), else after a
+    /// new member has joined.
+    fn voters_losing_data(&self) -> Option<Action> {
+        let v = self.voters.iter().find(|v| self.losing_data(v))?;
+        if self.healthy - usize::from(self.counts(v)) < quorum(self.voters.len() - 1) {
+            if self.voters.len() < self.capacity() && self.voters.iter().all(|v| v.healthy) {
+                return Some(self.add());
+            }
+            return Some(Action::Wait {
+                reason: format!(
+                    "the claim of {} is gone; it is replaced once that keeps quorum",
+                    v.name
+                ),
+            });
+        }
+        if Some(v.id) == self.obs.leader && self.counts(v) {
+            return Some(self.move_leader_from(v));
+        }
+        Some(Action::RemoveMember {
+            name: v.name.clone(),
+            id: v.id,
+            reason: RemoveReason::DataGone,
+        })
+    }
+
+    /// Hands leadership from `from` to a healthy, caught-up voter made from the current
+    /// template (any healthy voter when none is).
+    fn move_leader_from(&self, from: &MemberView) -> Action {
+        let candidates = || {
+            self.voters
+                .iter()
+                .filter(|v| v.id != from.id && self.counts(v) && v.caught_up)
+        };
+        let to = candidates()
+            .find(|v| !self.obs.stale(&v.name))
+            .or_else(|| candidates().next());
+        match to {
+            Some(to) => Action::MoveLeader {
+                from: from.name.clone(),
+                to: to.name.clone(),
+                id: to.id,
+            },
+            None => Action::Wait {
+                reason: format!("no voter can take over leadership from {}", from.name),
+            },
+        }
+    }
+
+    /// More voters than asked for (a scale-down, or the surplus of a roll that adds first).
+    /// Removes one: an unhealthy one if any, then an outdated one once every voter has caught
+    /// up, else a follower; never the leader (leadership is moved first when only the leader
+    /// is outdated).
+    fn shrink(&self) -> Option<Action> {
+        let (obs, voters, healthy) = (self.obs, &self.voters, self.healthy);
+        if voters.len() <= self.target.size {
+            return None;
+        }
+        let remaining = quorum(voters.len() - 1);
+        let remove = |v: &MemberView, reason| {
+            Some(Action::RemoveMember {
+                name: v.name.clone(),
+                id: v.id,
+                reason,
+            })
+        };
+        let follower = |v: &&&MemberView| Some(v.id) != obs.leader;
+        if let Some(v) = voters
+            .iter()
+            .filter(follower)
+            .find(|v| !v.healthy && healthy >= remaining)
+        {
+            return remove(v, RemoveReason::ScaleDown);
+        }
+        if obs.leader.is_none() || healthy <= remaining {
+            return Some(Action::Wait {
+                reason: "no member can be removed without risking quorum".into(),
+            });
+        }
+        let stale: Vec<&&MemberView> = voters.iter().filter(|v| obs.stale(&v.name)).collect();
+        if !stale.is_empty() {
+            if let Some(w) = self.catching_up() {
+                return Some(w);
+            }
+            if let Some(v) = stale.iter().copied().find(follower) {
+                return remove(v, RemoveReason::Outdated);
+            }
+            return Some(self.move_leader_from(stale[0]));
+        }
+        voters
+            .iter()
+            .filter(follower)
+            .find(|v| v.healthy)
+            .and_then(|v| remove(v, RemoveReason::ScaleDown))
+    }
+
+    /// A voter whose pod is being deleted but still answers, and that [`voters_without_pod`]
+    /// cannot remove yet (quorum), is on its way out: nothing else moves until it has stopped.
+    /// Without this a cluster whose only difference from the spec is such a pod would
+    /// be called steady (found by `repeated_steps_converge_to_size`).
+    fn stopping(&self) -> Option<Action> {
+        self.voters
+            .iter()
+            .find(|v| {
+                self.obs
+                    .pod(&v.name)
+                    .is_some_and(|p| p.state == PodState::Terminating)
+            })
+            .map(|v| Action::Wait {
+                reason: format!("the pod of {} is stopping", v.name),
+            })
+    }
+
+    /// A wait while some voter has not caught up with the leader, or serves but is not yet
+    /// reached through the client Service.
+    fn catching_up(&self) -> Option<Action> {
+        if let Some(v) = self.voters.iter().find(|v| !v.caught_up) {
+            return Some(Action::Wait {
+                reason: format!("member {} is catching up with the leader", v.name),
+            });
+        }
+        self.voters
+            .iter()
+            .find(|v| self.counts(v) && self.obs.unpublished.contains(&v.name))
+            .map(|v| Action::Wait {
+                reason: format!(
+                    "member {} serves, but the client Service does not send clients to it yet",
+                    v.name
+                ),
+            })
+    }
+
+    /// An unhealthy voter whose pod runs. In a roll, an outdated one goes first (it counts
+    /// for nothing as it is). Otherwise one stuck (crash-looping, Pending, an alarm raised)
+    /// past the bound blocks every other change, so it is replaced, when the healthy voters
+    /// are a quorum without it.
+    fn sick_voter(&self) -> Option<Action> {
+        let sick = self.voters.iter().find(|v| !v.healthy)?;
+        let n = self.voters.len();
+        let removable = self.healthy >= quorum(n - 1) && Some(sick.id) != self.obs.leader;
+        if self.obs.stale(&sick.name) {
+            if self.restartable(sick) {
+                return Some(Action::DeletePod {
+                    name: sick.name.clone(),
+                    reason: DeleteReason::Outdated,
+                });
+            }
+            if removable {
+                return Some(Action::RemoveMember {
+                    name: sick.name.clone(),
+                    id: sick.id,
+                    reason: RemoveReason::Outdated,
+                });
+            }
+        }
+        if sick.unhealthy_for >= self.target.replace_after && removable {
+            return Some(Action::RemoveMember {
+                name: sick.name.clone(),
+                id: sick.id,
+                reason: RemoveReason::Unhealthy,
+            });
+        }
+        // The reason goes into status, so it names no running clock: a message that changed
+        // every pass would make every pass a status write.
+        Some(Action::Wait {
+            reason: format!(
+                "member {} is not healthy; it is replaced if it stays so for {} s",
+                sick.name,
+                self.target.replace_after.as_secs()
+            ),
+        })
+    }
+
+    /// Fewer voters than asked for: the member whose pod waits to join is added, else a new
+    /// one is started.
+    fn grow(&self) -> Option<Action> {
+        if self.voters.len() >= self.target.size {
+            return None;
+        }
+        Some(self.add())
+    }
+
+    /// The batch waiting to join, else as many new members as are missing and every member
+    /// accepts as learners at once.
+    fn add(&self) -> Action {
+        let batch: Vec<String> = self
+            .joining()
+            .into_iter()
+            .take(self.target.max_learners)
+            .collect();
+        if !batch.is_empty() {
+            return Action::JoinMembers { names: batch };
+        }
+        let missing = self.capacity().saturating_sub(self.voters.len());
+        Action::AddMembers {
+            count: missing.min(self.target.max_learners).max(1),
+        }
+    }
+
+    /// Every voter healthy, none missing: the next outdated member is rolled, followers
+    /// first, the leader last. A member with a volume is restarted on it (no membership
+    /// change); one without is replaced, a member with the new template joining first so the
+    /// cluster never has fewer healthy voters than it had. Each step waits until every voter
+    /// has caught up with the leader.
+    fn roll(&self) -> Option<Action> {
+        let stale: Vec<&&MemberView> = self
+            .voters
+            .iter()
+            .filter(|v| self.obs.stale(&v.name))
+            .collect();
+        if stale.is_empty() {
+            return None;
+        }
+        // A pod still stopping (the last step's restart) answers for a moment: it is not
+        // rolled again, and nothing else moves until it is gone.
+        if let Some(v) = self.voters.iter().find(|v| !self.obs.pod_alive(&v.name)) {
+            return Some(Action::Wait {
+                reason: format!("the pod of {} is stopping", v.name),
+            });
+        }
+        if let Some(w) = self.catching_up() {
+            return Some(w);
+        }
+        let leader = |v: &&&MemberView| Some(v.id) == self.obs.leader;
+        let next = stale
+            .iter()
+            .find(|v| !leader(v))
+            .or_else(|| stale.first())?;
+        if !self.restartable(next) {
+            // Added first; the outdated member goes in the shrink step that follows.
+            return Some(self.add());
+        }
+        if leader(next) {
+            return Some(self.move_leader_from(next));
+        }
+        Some(Action::DeletePod {
+            name: next.name.clone(),
+            reason: DeleteReason::Outdated,
+        })
+    }
+}
+
+/// For clusters with volumes: a member's pod that ended (evicted, its node rebooted) is
+/// deleted, and a member with its claim but no pod gets its pod back, same name, same member
+/// ID. Voters from etcd's member list; when no member answers, the members the last status
+/// listed. Neither step changes the membership, so neither needs quorum.
+pub(super) fn rescue_persistent(obs: &Observation, target: &Target) -> Option<Action> {
+    if !target.persistent {
+        return None;
+    }
+    let names: Vec<&String> = match &obs.members {
+        Some(ms) => ms
+            .iter()
+            .filter(|m| !m.is_learner)
+            .map(|m| &m.name)
+            .collect(),
+        None => obs.known_members.iter().collect(),
+    };
+    for name in names.into_iter().filter(|n| obs.claims.contains(*n)) {
+        match obs.pod(name) {
+            None => {
+                return Some(Action::RecreatePod { name: name.clone() });
+            }
+            Some(p) if p.state == PodState::Gone => {
+                return Some(Action::DeletePod {
+                    name: name.clone(),
+                    reason: DeleteReason::Ended,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+pub(super) fn without_member_list(obs: &Observation, target: &Target) -> Action {
+    if !obs.bootstrapped && obs.pods.is_empty() {
+        return Action::Bootstrap;
+    }
+    if obs
+        .pods
+        .iter()
+        .any(|p| p.state == PodState::Pending || p.age < target.startup_grace)
+    {
+        return Action::Wait {
+            reason: "members are starting".into(),
+        };
+    }
+    if !obs.pods.is_empty() && obs.silent_for < target.quorum_grace {
+        return Action::Wait {
+            reason: format!(
+                "no member answers; members that restart are given {} s before quorum counts as lost",
+                target.quorum_grace.as_secs()
+            ),
+        };
+    }
+    if obs.pods.is_empty() && target.persistent {
+        // Members with claims were brought back before this step; none is left to bring back.
+        return Action::QuorumLost {
+            reason: "every member pod is gone and no claim of a member the status lists \
+                     remains, so the operator will not bootstrap a new, empty cluster: restore \
+                     from a backup, or delete and recreate the EtcdCluster"
+                .into(),
+        };
+    }
+    if obs.pods.is_empty() {
+        return Action::QuorumLost {
+            reason: "every member pod is gone; the data went with them, so the operator will \
+                     not bootstrap a new, empty cluster: restore from a backup, or delete and \
+                     recreate the EtcdCluster"
+                .into(),
+        };
+    }
+    Action::QuorumLost {
+        reason: "no member answers".into(),
+    }
+}

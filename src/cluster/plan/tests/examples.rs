@@ -1,0 +1,664 @@
+//! One example per planning rule.
+
+use super::*;
+
+#[test]
+fn a_restore_replaces_every_member_by_one_seed_and_ends_when_it_serves() {
+    let t = target(3);
+    let r = restore_target(Some("http://op/s"));
+    // Nothing is touched while the seed could not be made.
+    let mut obs = steady(3);
+    for blocked in [
+        restore_target(None),
+        RestoreTarget {
+            gate: false,
+            ..r.clone()
+        },
+    ] {
+        assert!(matches!(
+            restore(&obs, &t, &blocked),
+            Action::Restoring { .. }
+        ));
+    }
+    // The old members' pods go first, one per step, then are waited out.
+    assert_eq!(
+        restore(&obs, &t, &r),
+        Action::DeletePod {
+            name: "m1".into(),
+            reason: DeleteReason::Restore
+        }
+    );
+    for p in &mut obs.pods {
+        p.state = PodState::Terminating;
+    }
+    assert!(matches!(restore(&obs, &t, &r), Action::Restoring { .. }));
+    obs.pods.clear();
+    obs.members = None;
+    assert_eq!(restore(&obs, &t, &r), Action::RestoreSeed);
+    // The seed restores, then serves.
+    obs.pods.push(seed(PodState::Running, "http://op/s"));
+    assert!(matches!(restore(&obs, &t, &r), Action::Restoring { .. }));
+    obs.members = Some(vec![member("seed", 9, false, true)]);
+    assert_eq!(
+        restore(&obs, &t, &r),
+        Action::RestoreDone {
+            seed: "seed".into()
+        }
+    );
+    assert_eq!(
+        restore(&obs, &Target { paused: true, ..t }, &r),
+        Action::Paused
+    );
+}
+
+#[test]
+fn a_seed_that_ended_or_fetches_from_a_former_leader_is_made_again() {
+    let t = target(3);
+    let r = restore_target(Some("http://new-leader/s"));
+    let mut obs = Observation {
+        pods: vec![seed(PodState::Running, "http://old-leader/s")],
+        ..Observation::default()
+    };
+    let delete = Action::DeletePod {
+        name: "seed".into(),
+        reason: DeleteReason::Restore,
+    };
+    assert_eq!(restore(&obs, &t, &r), delete);
+    obs.pods = vec![seed(PodState::Gone, "http://new-leader/s")];
+    assert_eq!(restore(&obs, &t, &r), delete);
+    // Serving, it stays whoever made it.
+    obs.pods = vec![seed(PodState::Running, "http://old-leader/s")];
+    obs.members = Some(vec![member("seed", 9, false, true)]);
+    assert!(matches!(restore(&obs, &t, &r), Action::RestoreDone { .. }));
+}
+
+#[test]
+fn an_empty_cluster_is_bootstrapped_once() {
+    assert_eq!(plan(&Observation::default(), &target(3)), Action::Bootstrap);
+    let after_seed = Observation {
+        bootstrapped: true,
+        ..Observation::default()
+    };
+    assert!(matches!(
+        plan(&after_seed, &target(3)),
+        Action::QuorumLost { .. }
+    ));
+}
+
+#[test]
+fn grows_and_shrinks_one_member_at_a_time() {
+    assert_eq!(
+        plan(&steady(1), &target(3)),
+        Action::AddMembers { count: 1 }
+    );
+    assert_eq!(plan(&steady(3), &target(3)), Action::Steady);
+    let down = plan(&steady(3), &target(1));
+    assert!(
+        matches!(down, Action::RemoveMember { id, reason: RemoveReason::ScaleDown, .. } if id != 1)
+    );
+}
+
+#[test]
+fn a_started_learner_is_promoted_and_a_stranded_one_removed() {
+    let mut obs = steady(3);
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(member("m4", 4, true, true));
+    obs.pods.push(running("m4"));
+    assert_eq!(
+        plan(&obs, &target(5)),
+        Action::Promote {
+            name: "m4".into(),
+            id: 4
+        }
+    );
+    obs.pods.pop();
+    assert!(matches!(
+        plan(&obs, &target(5)),
+        Action::RemoveMember {
+            id: 4,
+            reason: RemoveReason::StrandedLearner,
+            ..
+        }
+    ));
+}
+
+/// The pod of `name`, made in one batch with m1..m3 and waiting to be added: it names the
+/// others.
+fn gated(name: &str) -> PodView {
+    let batch: BTreeSet<String> = ["m1", "m2", "m3"].map(String::from).into();
+    PodView {
+        joining: Some(batch.iter().filter(|n| *n != name).cloned().collect()),
+        state: PodState::Running,
+        ..running(name)
+    }
+}
+
+#[test]
+fn where_members_accept_several_learners_the_missing_members_start_at_once() {
+    // Seed alone, 4 missing: as many as the members accept.
+    assert_eq!(
+        plan(&steady(1), &learners(6)),
+        Action::AddMembers { count: 4 }
+    );
+    assert_eq!(
+        plan(&steady(1), &learners(2)),
+        Action::AddMembers { count: 2 }
+    );
+    assert_eq!(
+        plan(&steady(1), &learners(1)),
+        Action::AddMembers { count: 1 }
+    );
+    // The batch's pods name the seed and each other; they are added one after the other,
+    // while the first added waits for the rest (its etcd cannot start before).
+    let mut obs = steady(1);
+    obs.pods.extend([gated("m2"), gated("m3")]);
+    let t = Target {
+        size: 3,
+        ..learners(6)
+    };
+    let join = |names: &[&str]| Action::JoinMembers {
+        names: names.iter().map(|n| n.to_string()).collect(),
+    };
+    assert_eq!(plan(&obs, &t), join(&["m2", "m3"]));
+    // As many as the members accept.
+    assert_eq!(
+        plan(
+            &obs,
+            &Target {
+                max_learners: 1,
+                ..t
+            }
+        ),
+        join(&["m2"])
+    );
+    // Interrupted after the first: the rest.
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(member("m2", 2, true, false));
+    assert_eq!(plan(&obs, &t), join(&["m3"]));
+    // Members that accept one learner only: the second waits; it is never added.
+    assert!(matches!(
+        plan(
+            &obs,
+            &Target {
+                max_learners: 1,
+                ..t
+            }
+        ),
+        Action::Wait { .. }
+    ));
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(member("m3", 3, true, false));
+    assert!(matches!(plan(&obs, &t), Action::Wait { .. }));
+    // Both started: promoted one at a time (one voting change per step).
+    for m in obs.members.as_mut().unwrap() {
+        m.healthy = true;
+    }
+    assert_eq!(
+        plan(&obs, &t),
+        Action::Promote {
+            name: "m2".into(),
+            id: 2
+        }
+    );
+    obs.members.as_mut().unwrap()[1].is_learner = false;
+    assert_eq!(
+        plan(&obs, &t),
+        Action::Promote {
+            name: "m3".into(),
+            id: 3
+        }
+    );
+}
+
+#[test]
+fn a_pod_of_another_batch_is_deleted_and_surplus_learners_go_first() {
+    let t = Target {
+        size: 3,
+        ..learners(6)
+    };
+    // A pod naming a member of another batch is not one of this batch: deleted.
+    let mut obs = steady(1);
+    obs.pods.extend([gated("m2"), gated("m3")]);
+    obs.pods.push(PodView {
+        joining: Some(["m1".to_string()].into()),
+        ..running("m9")
+    });
+    assert_eq!(
+        plan(&obs, &t),
+        Action::DeletePod {
+            name: "m9".into(),
+            reason: DeleteReason::NoMember
+        }
+    );
+    // On scale-down, learners beyond what the size needs go, not started ones first.
+    let mut obs = steady(3);
+    obs.members
+        .as_mut()
+        .unwrap()
+        .extend([member("m4", 4, true, true), member("m5", 5, true, false)]);
+    obs.pods.extend([running("m4"), running("m5")]);
+    assert!(matches!(
+        plan(&obs, &Target { size: 4, ..t }),
+        Action::RemoveMember {
+            id: 5,
+            reason: RemoveReason::ScaleDown,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_pod_created_ahead_of_its_member_is_joined_or_else_deleted() {
+    let mut obs = steady(3);
+    let peers: BTreeSet<String> = ["m1", "m2", "m3"].map(String::from).into();
+    obs.pods.push(PodView {
+        joining: Some(peers),
+        state: PodState::Pending,
+        ..running("m4")
+    });
+    assert_eq!(
+        plan(&obs, &target(5)),
+        Action::JoinMembers {
+            names: vec!["m4".into()]
+        }
+    );
+    // Not wanted any more, or too late.
+    let delete = Action::DeletePod {
+        name: "m4".into(),
+        reason: DeleteReason::NoMember,
+    };
+    assert_eq!(plan(&obs, &target(3)), delete);
+    let impatient = Target {
+        learner_timeout: MINUTE / 2,
+        ..target(5)
+    };
+    assert_eq!(plan(&obs, &impatient), delete);
+    // The membership changed since the pod was made: etcd would refuse its
+    // --initial-cluster.
+    obs.members.as_mut().unwrap().pop();
+    obs.pods.remove(2);
+    assert_eq!(plan(&obs, &target(5)), delete);
+}
+
+#[test]
+fn the_second_members_pod_made_beside_the_seed_joins_once_the_seed_answers() {
+    let gated = PodView {
+        joining: Some(["m1".to_string()].into()),
+        state: PodState::Pending,
+        age: Duration::from_secs(1),
+        ..running("m2")
+    };
+    let starting = Observation {
+        members: None,
+        leader: None,
+        pods: vec![
+            PodView {
+                age: Duration::from_secs(1),
+                ..running("m1")
+            },
+            gated.clone(),
+        ],
+        bootstrapped: true,
+        silent_for: Duration::ZERO,
+        ..Observation::default()
+    };
+    assert!(matches!(plan(&starting, &target(3)), Action::Wait { .. }));
+    let mut seeded = steady(1);
+    seeded.pods.push(gated);
+    assert_eq!(
+        plan(&seeded, &target(3)),
+        Action::JoinMembers {
+            names: vec!["m2".into()]
+        }
+    );
+}
+
+#[test]
+fn a_deleted_pod_s_member_is_replaced_while_its_etcd_still_stops() {
+    // Without volumes its data goes with the pod: there is nothing to wait for.
+    let mut obs = steady(3);
+    obs.pods[2].state = PodState::Terminating;
+    assert_eq!(
+        plan(&obs, &target(3)),
+        Action::ReplaceMember {
+            name: "m3".into(),
+            id: 3
+        }
+    );
+    // The leader hands leadership over as it stops: removing it first would leave the
+    // cluster without one for an election timeout.
+    let mut leading = steady(3);
+    leading.pods[0].state = PodState::Terminating;
+    assert!(matches!(
+        plan(&leading, &target(3)),
+        Action::Wait { reason } if reason.contains("stopping")
+    ));
+    // Removing it would cost quorum while another voter is down: it is waited for.
+    let mut short = steady(3);
+    short.pods[2].state = PodState::Terminating;
+    short.members.as_mut().unwrap()[1].healthy = false;
+    assert!(matches!(
+        plan(&short, &target(3)),
+        Action::Wait { .. } | Action::QuorumLost { .. }
+    ));
+}
+
+#[test]
+fn a_dead_member_is_replaced_in_one_step() {
+    let mut obs = steady(3);
+    obs.members.as_mut().unwrap()[2].healthy = false;
+    obs.pods.pop();
+    assert_eq!(
+        plan(&obs, &target(3)),
+        Action::ReplaceMember {
+            name: "m3".into(),
+            id: 3
+        }
+    );
+    // Beyond the size it is only removed.
+    assert!(matches!(
+        plan(&obs, &target(2)),
+        Action::RemoveMember {
+            id: 3,
+            reason: RemoveReason::PodGone,
+            ..
+        }
+    ));
+    let persistent = Target {
+        persistent: true,
+        ..target(3)
+    };
+    assert_eq!(
+        plan(&obs, &persistent),
+        Action::RecreatePod { name: "m3".into() }
+    );
+}
+
+#[test]
+fn lost_quorum_is_reported_and_nothing_is_done() {
+    let mut obs = steady(3);
+    for m in &mut obs.members.as_mut().unwrap()[1..] {
+        m.healthy = false;
+    }
+    obs.pods.truncate(1);
+    assert!(matches!(plan(&obs, &target(3)), Action::QuorumLost { .. }));
+}
+
+#[test]
+fn a_terminating_pod_does_not_count_towards_quorum() {
+    // Two of three pods deleted at once: one member already down, the other still
+    // answering while its pod terminates. Removing the first would leave a two-member
+    // cluster whose second half is on its way out.
+    let mut obs = steady(3);
+    obs.members.as_mut().unwrap()[0].healthy = false;
+    obs.pods[0].state = PodState::Terminating;
+    obs.pods[1].state = PodState::Terminating;
+    assert!(matches!(plan(&obs, &target(3)), Action::QuorumLost { .. }));
+}
+
+#[test]
+fn paused_changes_nothing() {
+    let mut obs = steady(3);
+    obs.pods.pop();
+    assert_eq!(
+        plan(
+            &obs,
+            &Target {
+                paused: true,
+                ..target(3)
+            }
+        ),
+        Action::Paused
+    );
+}
+
+#[test]
+fn on_scale_down_a_pending_learner_is_removed_not_promoted() {
+    // 3 voters and a learner that has caught up, and the user asks for 3 again.
+    let mut obs = steady(3);
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(member("m4", 4, true, true));
+    obs.pods.push(running("m4"));
+    assert_eq!(
+        plan(&obs, &target(3)),
+        Action::RemoveMember {
+            name: "m4".into(),
+            id: 4,
+            reason: RemoveReason::ScaleDown
+        }
+    );
+    // Below the learner's own slot too: still removed first, then a follower.
+    assert!(matches!(
+        plan(&obs, &target(1)),
+        Action::RemoveMember { id: 4, .. }
+    ));
+}
+
+#[test]
+fn a_learner_that_never_catches_up_is_removed() {
+    let mut obs = steady(3);
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(member("m4", 4, true, true));
+    obs.pods.push(PodView {
+        age: 10 * MINUTE,
+        ..running("m4")
+    });
+    assert!(matches!(
+        plan(&obs, &target(5)),
+        Action::RemoveMember {
+            id: 4,
+            reason: RemoveReason::StrandedLearner,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_restarting_single_member_is_not_lost_quorum_until_the_grace_has_passed() {
+    // The member's container restarts: its pod still runs, etcd is silent for a moment.
+    let mut obs = steady(1);
+    obs.members.as_mut().unwrap()[0].healthy = false;
+    obs.members.as_mut().unwrap()[0].unhealthy_for = Duration::from_secs(3);
+    obs.leader = None;
+    assert!(matches!(plan(&obs, &target(1)), Action::Wait { .. }));
+    obs.members.as_mut().unwrap()[0].unhealthy_for = MINUTE;
+    assert!(matches!(plan(&obs, &target(1)), Action::QuorumLost { .. }));
+
+    // Nobody answers at all: the same grace, counted from the last answer.
+    let silent = Observation {
+        members: None,
+        leader: None,
+        silent_for: Duration::from_secs(3),
+        ..steady(1)
+    };
+    assert!(matches!(plan(&silent, &target(1)), Action::Wait { .. }));
+    let lost = Observation {
+        silent_for: MINUTE,
+        ..silent
+    };
+    assert!(matches!(plan(&lost, &target(1)), Action::QuorumLost { .. }));
+}
+
+#[test]
+fn a_member_stuck_unhealthy_while_its_pod_runs_is_replaced_after_the_bound() {
+    // Crash-looping: the pod is Running (or Pending), etcd never answers as this member.
+    let mut obs = steady(3);
+    obs.members.as_mut().unwrap()[2].healthy = false;
+    obs.members.as_mut().unwrap()[2].unhealthy_for = MINUTE;
+    // Before the bound it blocks scale-up, as a member that is merely slow should.
+    assert!(matches!(plan(&obs, &target(5)), Action::Wait { .. }));
+    assert!(matches!(plan(&obs, &target(3)), Action::Wait { .. }));
+    obs.members.as_mut().unwrap()[2].unhealthy_for = 6 * MINUTE;
+    let replace = Action::RemoveMember {
+        name: "m3".into(),
+        id: 3,
+        reason: RemoveReason::Unhealthy,
+    };
+    assert_eq!(plan(&obs, &target(3)), replace);
+    assert_eq!(plan(&obs, &target(5)), replace);
+    obs.pods[2].state = PodState::Pending;
+    assert_eq!(plan(&obs, &target(3)), replace);
+
+    // Not when the others are not a quorum without it (2 of 3 stuck in a 3-member cluster
+    // is lost quorum; in a 5-member cluster with 2 stuck, one at a time).
+    let mut five = steady(5);
+    for m in &mut five.members.as_mut().unwrap()[3..] {
+        m.healthy = false;
+        m.unhealthy_for = 6 * MINUTE;
+    }
+    assert!(matches!(
+        plan(&five, &target(5)),
+        Action::RemoveMember {
+            reason: RemoveReason::Unhealthy,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_persistent_members_ended_pod_is_deleted_then_recreated_on_its_claim() {
+    let persistent = Target {
+        persistent: true,
+        ..target(3)
+    };
+    let mut obs = steady(3);
+    obs.members.as_mut().unwrap()[2].healthy = false;
+    obs.pods[2].state = PodState::Gone;
+    assert_eq!(
+        plan(&obs, &persistent),
+        Action::DeletePod {
+            name: "m3".into(),
+            reason: DeleteReason::Ended
+        }
+    );
+    obs.pods.pop();
+    assert_eq!(
+        plan(&obs, &persistent),
+        Action::RecreatePod { name: "m3".into() }
+    );
+}
+
+#[test]
+fn a_stale_leader_is_never_chosen_for_scale_down_and_a_healthy_one_is_never_removed() {
+    // The leader as some member last reported it is m1, which is now silent.
+    let mut obs = steady(3);
+    obs.members.as_mut().unwrap()[0].healthy = false;
+    obs.pods[0].state = PodState::Running;
+    obs.leader = Some(1);
+    match plan(&obs, &target(2)) {
+        Action::RemoveMember { id, .. } => assert_ne!(id, 1),
+        other => assert!(matches!(other, Action::Wait { .. }), "{other:?}"),
+    }
+}
+
+#[test]
+fn persistent_pods_come_back_even_without_quorum_but_never_without_their_claim() {
+    let persistent = target_of(3, true);
+    // A node rebooted: two of three pods ended (Failed), the third answers alone.
+    let mut obs = steady(3);
+    for i in 1..3 {
+        obs.members.as_mut().unwrap()[i].healthy = false;
+        obs.pods[i].state = PodState::Gone;
+    }
+    assert_eq!(
+        plan(&obs, &persistent),
+        Action::DeletePod {
+            name: "m2".into(),
+            reason: DeleteReason::Ended
+        }
+    );
+    obs.pods.truncate(1);
+    assert_eq!(
+        plan(&obs, &persistent),
+        Action::RecreatePod { name: "m2".into() }
+    );
+    // Every pod deleted at once: nobody answers; the members the status listed come back.
+    let none = Observation {
+        members: None,
+        leader: None,
+        pods: vec![],
+        ..steady(3)
+    };
+    assert_eq!(
+        plan(&none, &persistent),
+        Action::RecreatePod { name: "m1".into() }
+    );
+    // Without volumes that is lost quorum.
+    assert!(matches!(plan(&none, &target(3)), Action::QuorumLost { .. }));
+    // With volumes but no claim left: lost, and the message says why.
+    let bare = Observation {
+        claims: BTreeSet::new(),
+        ..none.clone()
+    };
+    assert!(matches!(
+        plan(&bare, &persistent),
+        Action::QuorumLost { reason } if reason.contains("no claim")
+    ));
+}
+
+#[test]
+fn a_persistent_member_whose_claim_is_gone_is_replaced_never_restarted_empty() {
+    let persistent = target_of(3, true);
+    // A claim that is gone: the member is replaced, never restarted empty (beyond the
+    // size, only removed).
+    let mut obs = steady(3);
+    obs.members.as_mut().unwrap()[2].healthy = false;
+    obs.pods.pop();
+    obs.claims.remove("m3");
+    assert_eq!(
+        plan(&obs, &persistent),
+        Action::ReplaceMember {
+            name: "m3".into(),
+            id: 3
+        }
+    );
+    assert_eq!(
+        plan(
+            &obs,
+            &Target {
+                size: 2,
+                ..persistent
+            }
+        ),
+        Action::RemoveMember {
+            name: "m3".into(),
+            id: 3,
+            reason: RemoveReason::DataGone
+        }
+    );
+    // A claim deleted while its pod runs: replaced now, while its data can still be
+    // replicated from it; leadership first if it leads.
+    let mut obs = steady(3);
+    obs.claims.remove("m3");
+    assert!(matches!(
+        plan(&obs, &persistent),
+        Action::RemoveMember {
+            id: 3,
+            reason: RemoveReason::DataGone,
+            ..
+        }
+    ));
+    obs.claims.insert("m3".into());
+    obs.claims.remove("m1");
+    assert!(matches!(
+        plan(&obs, &persistent),
+        Action::MoveLeader { ref from, .. } if from == "m1"
+    ));
+    // The claim of a removed member goes.
+    let mut obs = steady(3);
+    obs.claims.insert("old".into());
+    assert_eq!(
+        plan(&obs, &persistent),
+        Action::DeleteClaim { name: "old".into() }
+    );
+}
