@@ -11,8 +11,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, ResourceExt};
 
+use super::tls::Material;
 use crate::api::EtcdCluster;
-use crate::kube::cache::{Caches, Expect, Object, Write};
+use crate::kube::cache::{Caches, Expect, Object, SecretApi, Write};
 
 /// The API handles of one cluster's namespace, and what every pass of its task reads unchanged.
 pub struct Handles {
@@ -34,6 +35,8 @@ pub struct Handles {
     pub snapshot_url: Option<String>,
     /// The shared watch caches.
     pub caches: Arc<Caches>,
+    /// Secrets of the cluster's namespace, read through the caches.
+    pub secrets: SecretApi,
 }
 
 impl Handles {
@@ -53,6 +56,7 @@ impl Handles {
             slices: Api::namespaced(client.clone(), ns),
             gate_image,
             snapshot_url,
+            secrets: SecretApi::cached(client, ns, caches.clone()),
             caches,
         }
     }
@@ -72,8 +76,9 @@ impl Handles {
 pub struct Pass<'a> {
     /// The task's handles.
     pub handles: &'a Handles,
-    /// Fingerprint of the cluster's member TLS Secrets (see [`crate::cluster::tls::Material`]).
-    pub tls_revision: String,
+    /// The cluster's TLS material as read this pass (its `revision` fingerprints the member
+    /// Secrets).
+    pub tls: &'a Material,
     /// Whether this pass may read pods and claims from the caches (they show every pod and
     /// claim this task created or deleted; see [`crate::kube::cache::Expectations`]).
     pub cached: bool,
@@ -82,12 +87,12 @@ pub struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    /// A pass through `handles` on the member Secrets of `tls_revision`, reading the caches
-    /// when `cached`.
-    pub fn new(handles: &'a Handles, tls_revision: String, cached: bool) -> Self {
+    /// A pass through `handles` with the TLS material `tls`, reading the caches when
+    /// `cached`.
+    pub fn new(handles: &'a Handles, tls: &'a Material, cached: bool) -> Self {
         Pass {
             handles,
-            tls_revision,
+            tls,
             cached,
             writes: Mutex::default(),
         }

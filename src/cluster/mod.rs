@@ -10,13 +10,12 @@
 //!       |        and the TLS Secrets every member's address and identity depend on
 //!   observe      pods, claims, each member's status, the member list, the client Service
 //!       |        (observe.rs, serving.rs) -> plan::Observation
-//!     plan       pure: the one next action (plan/), no client, no clock
-//!       |
+//!     plan       pure: the one next action (plan/), no client, no clock; a step of the
+//!       |        automatic CA's rotation is an action too, once the cluster is otherwise steady
 //!      act       carries the action out (act/), one function per action
 //!       |
 //!    status      pure: the status from the observation and the action (status.rs); the task
-//!                writes it, publishes Events, rotates an automatic CA once every member is
-//!                steady, and decides how soon to look again
+//!                writes it, publishes Events, and decides how soon to look again
 //! ```
 //!
 //! Import rules (checked by `hack/import-rules.py` in `make lint`): `plan` imports nothing of

@@ -394,6 +394,7 @@ fn progressing_reason(
             Some(roll_reason)
         }
         Action::DeleteClaim { .. } => Some("Recovering"),
+        Action::RotateCa => Some("CertificatesRotating"),
         _ => progressing_of(action, voters, size),
     }
 }

@@ -284,7 +284,7 @@ async fn reconcile(
             return Err(e);
         }
     };
-    let pass = Pass::new(handles, material.revision.clone(), cached);
+    let pass = Pass::new(handles, &material, cached);
     // Prepare: the Services every member's address depends on, before anything is observed.
     if !cluster.spec.is_paused() {
         act::ensure_services(handles, cluster).await?;
@@ -299,6 +299,8 @@ async fn reconcile(
     .await?;
     let (effective, pin) = effective_spec(cluster, &obs);
     observe::mark_current(&mut obs, &effective, &material.revision);
+    obs.plan.ca_rotation_due =
+        tls::rotation_due(&material, cluster, time::OffsetDateTime::now_utc());
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref()).await?;
     let outcome = act::act(&pass, &effective, &obs, &action).await;
@@ -317,17 +319,7 @@ async fn reconcile(
     if matches!(action, Action::QuorumLost { .. }) {
         return Ok(Duration::from_secs(5));
     }
-    next_look(
-        ctx,
-        cluster,
-        &material,
-        &obs,
-        &action,
-        outcome,
-        &new_status,
-        memory,
-    )
-    .await
+    next_look(ctx, cluster, &obs, &action, outcome, &new_status, memory).await
 }
 
 /// The restore the restore controller handed over, if any; one it handed over malformed is
@@ -442,6 +434,9 @@ async fn report(
     if let Some(message) = pin {
         mark_degraded(&mut new_status, "UpgradeBlocked", message);
     }
+    if let (Action::RotateCa, Ok(Outcome::Done(Some(step)))) = (action, outcome) {
+        status::mark_rotating(&mut new_status, cluster.metadata.generation, step);
+    }
     record_state(ctx, cluster, &new_status);
     let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
     write_status_if_due(ctx, cluster, &new_status, memory).await?;
@@ -470,13 +465,10 @@ async fn report(
     Ok(new_status)
 }
 
-/// What the action's outcome means for the next pass: its Event, a CA rotation's next step
-/// once every member is steady, and how soon to look again.
-#[allow(clippy::too_many_arguments)]
+/// What the action's outcome means for the next pass: its Event, and how soon to look again.
 async fn next_look(
     ctx: &Context,
     cluster: &EtcdCluster,
-    material: &tls::Material,
     obs: &Observed,
     action: &Action,
     outcome: Result<Outcome, act::Error>,
@@ -487,8 +479,10 @@ async fn next_look(
     match outcome {
         Ok(Outcome::Done(Some(change))) => {
             info!(?action, "{change}");
-            ctx.metrics
-                .membership_change(&ns, &cluster.name_any(), reason_of(action));
+            if *action != Action::RotateCa {
+                ctx.metrics
+                    .membership_change(&ns, &cluster.name_any(), reason_of(action));
+            }
             ctx.events
                 .publish_related(
                     cluster,
@@ -501,7 +495,7 @@ async fn next_look(
             Ok(IN_FLIGHT_POLL)
         }
         Ok(Outcome::Done(None)) if *action == Action::Steady => {
-            rotate_when_steady(ctx, cluster, material, new_status, memory).await
+            Ok(steady_poll(new_status, memory, Instant::now()))
         }
         Ok(Outcome::Done(None)) if *action == Action::Paused => Ok(RESYNC),
         // Waits for the user (a spec change) or for the stuck pod's own events, which wake the
@@ -535,30 +529,6 @@ async fn next_look(
             Err(e.into())
         }
     }
-}
-
-/// Every member runs on the newest certificates: a CA rotation may take its next step, which
-/// the next pass rolls out.
-async fn rotate_when_steady(
-    ctx: &Context,
-    cluster: &EtcdCluster,
-    material: &tls::Material,
-    new_status: &EtcdClusterStatus,
-    memory: &mut Memory,
-) -> Result<Duration, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let now = time::OffsetDateTime::now_utc();
-    let Some(step) = tls::advance(&ctx.secrets(&ns), cluster, material, now).await? else {
-        return Ok(steady_poll(new_status, memory, Instant::now()));
-    };
-    info!("{step}");
-    let mut rotating = new_status.clone();
-    status::mark_rotating(&mut rotating, cluster.metadata.generation, &step);
-    write_status_if_due(ctx, cluster, &rotating, memory).await?;
-    ctx.events
-        .publish(cluster, EventType::Normal, "CertificatesRotating", step)
-        .await;
-    Ok(IN_FLIGHT_POLL)
 }
 
 fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, message: &str) {
@@ -700,6 +670,7 @@ fn reason_of(action: &Action) -> &'static str {
         Action::DeletePod { .. } => "PodDeleted",
         Action::RestoreSeed => "RestoreSeedCreated",
         Action::RestoreDone { .. } => "RestoreSeedServing",
+        Action::RotateCa => "CertificatesRotating",
         _ => "Reconciled",
     }
 }

@@ -549,6 +549,46 @@ fn ca_annotations(state: &AutoState) -> BTreeMap<String, String> {
     ])
 }
 
+/// Whether a rotation of `cluster`'s automatic CA has a step to take: asked for by the
+/// annotation, two thirds of the CA's validity passed, or a rotation under way. Cheap (no key
+/// is made): the planner asks it every pass.
+pub fn rotation_due(material: &Material, cluster: &EtcdCluster, now: OffsetDateTime) -> bool {
+    material
+        .auto
+        .as_ref()
+        .is_some_and(|(state, _)| step_due(state, &wanted_token(cluster), now))
+}
+
+/// The rotation token the annotation asks for (empty when none).
+fn wanted_token(cluster: &EtcdCluster) -> String {
+    cluster
+        .annotations()
+        .get(ROTATE_ANNOTATION)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Whether [`next_state`] has a step to take from `state`.
+fn step_due(state: &AutoState, wanted_token: &str, now: OffsetDateTime) -> bool {
+    match state.phase {
+        Phase::Steady => renewal_due(state, now) || asked(state, wanted_token),
+        Phase::TrustNext => true,
+        Phase::IssuedNext => state.next.is_some(),
+    }
+}
+
+/// Two thirds of the CA's validity have passed (or its certificate cannot be read).
+fn renewal_due(state: &AutoState, now: OffsetDateTime) -> bool {
+    pki::parse_certs(state.ca.0.cert.as_bytes())
+        .map(|c| c[0].renewal_due(now))
+        .unwrap_or(true)
+}
+
+/// The annotation asks for a rotation not made yet.
+fn asked(state: &AutoState, wanted_token: &str) -> bool {
+    !wanted_token.is_empty() && wanted_token != state.rotated_for
+}
+
 /// The next state of a rotation, for members that run on the current Secrets, and what it
 /// does, for the Event. Pure.
 fn next_state(
@@ -557,16 +597,13 @@ fn next_state(
     cluster: &str,
     now: OffsetDateTime,
 ) -> Result<Option<(AutoState, String)>, pki::Error> {
+    if !step_due(state, wanted_token, now) {
+        return Ok(None);
+    }
     let mut next = state.clone();
     let message = match state.phase {
         Phase::Steady => {
-            let due = pki::parse_certs(state.ca.0.cert.as_bytes())
-                .map(|c| c[0].renewal_due(now))
-                .unwrap_or(true);
-            let asked = !wanted_token.is_empty() && wanted_token != state.rotated_for;
-            if !due && !asked {
-                return Ok(None);
-            }
+            let asked = asked(state, wanted_token);
             next.next = Some(Ca::new(cluster, now, state.validity * 10)?);
             next.phase = Phase::TrustNext;
             next.rotated_for = wanted_token.to_string();
@@ -596,9 +633,11 @@ fn next_state(
     Ok(Some((next, message)))
 }
 
-/// Moves a rotation of `cluster`'s automatic CA one step on. Called only when the members run
-/// on the current Secrets (the planner finds the cluster steady: every pod current, every
-/// member a healthy voter), so that each step's roll has finished before the next begins.
+/// Moves a rotation of `cluster`'s automatic CA one step on. Planned ([`Action::RotateCa`])
+/// only when the members run on the current Secrets (every pod current, every member a
+/// healthy voter), so that each step's roll has finished before the next begins.
+///
+/// [`Action::RotateCa`]: super::plan::Action::RotateCa
 /// Returns what it did, for an Event.
 pub async fn advance(
     api: &SecretApi,
@@ -609,11 +648,7 @@ pub async fn advance(
     let Some((state, ca_secret)) = &material.auto else {
         return Ok(None);
     };
-    let wanted = cluster
-        .annotations()
-        .get(ROTATE_ANNOTATION)
-        .cloned()
-        .unwrap_or_default();
+    let wanted = wanted_token(cluster);
     let Some((next, message)) =
         next_state(state, &wanted, &cluster.name_any(), now).map_err(pki_err(cluster))?
     else {
@@ -651,6 +686,23 @@ mod tests {
             rotated_for: String::new(),
             validity: YEAR,
         }
+    }
+
+    #[test]
+    fn a_step_is_due_exactly_when_next_state_has_one() {
+        let s0 = steady();
+        assert!(!step_due(&s0, "", now()));
+        assert!(step_due(&s0, "r1", now()));
+        let (s1, _) = next_state(&s0, "r1", "c", now()).unwrap().unwrap();
+        assert!(step_due(&s1, "r1", now()));
+        let (s2, _) = next_state(&s1, "r1", "c", now()).unwrap().unwrap();
+        assert!(step_due(&s2, "r1", now()));
+        let (s3, _) = next_state(&s2, "r1", "c", now()).unwrap().unwrap();
+        assert!(!step_due(&s3, "r1", now()));
+        assert_eq!(next_state(&s3, "r1", "c", now()).unwrap(), None);
+        // Two thirds of ten years later, renewal is due without being asked.
+        let later = now() + YEAR * 7;
+        assert!(step_due(&s3, "r1", later));
     }
 
     #[test]

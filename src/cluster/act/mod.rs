@@ -20,11 +20,13 @@ use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
 use crate::kube::names::{MANAGER, addressing, labels};
 
+mod certificates;
 mod membership;
 mod pods;
 mod restore;
 mod services;
 
+use certificates::rotate_ca;
 use membership::*;
 use pods::*;
 pub use restore::bumps_revision;
@@ -83,6 +85,9 @@ pub enum Error {
     /// No member could be reached for a membership change.
     #[error("no member of the cluster answers")]
     NoEndpoint,
+    /// A step of the automatic CA's rotation failed.
+    #[error(transparent)]
+    Tls(#[from] super::tls::Error),
 }
 
 impl Error {
@@ -97,6 +102,9 @@ impl Error {
             Error::Lookup { .. } => "lookup_address",
             Error::Etcd(e) => e.metric_label(),
             Error::NoEndpoint => "no_endpoint",
+            Error::Tls(super::tls::Error::Invalid { .. }) => "invalid_spec",
+            Error::Tls(super::tls::Error::Api { .. }) => "tls_secret",
+            Error::Tls(super::tls::Error::Pki { .. }) => "tls_certificate",
         }
     }
 }
@@ -170,6 +178,7 @@ pub async fn act(
         Action::DeleteClaim { name } => delete_claim(pass, name).await,
         Action::DeletePod { name, reason } => delete_member_pod(pass, cluster, name, *reason).await,
         Action::RestoreSeed => restore_seed(pass, cluster).await,
+        Action::RotateCa => rotate_ca(pass, cluster).await,
         Action::RestoreDone { seed } => Ok(Outcome::Done(Some(format!(
             "seed member {seed} serves the restored data; the cluster grows back to its size"
         )))),

@@ -57,7 +57,7 @@ pub(super) async fn create_pod(
         }
         pass.wrote(Object::Claim, member, Write::Created);
     }
-    let pod = resources::member_pod(cluster, member, args, gate, &pass.tls_revision);
+    let pod = resources::member_pod(cluster, member, args, gate, &pass.tls.revision);
     pass.handles
         .pods
         .create(&PostParams::default(), &pod)

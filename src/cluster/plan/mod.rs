@@ -111,6 +111,9 @@ pub struct Observation {
     /// or not published as a ready endpoint): a roll waits for them, so that its next step
     /// never leaves clients fewer members than the step itself takes.
     pub unpublished: BTreeSet<String>,
+    /// The cluster's automatic CA has a rotation step to take (asked for, or two thirds of
+    /// its validity passed, or a rotation under way).
+    pub ca_rotation_due: bool,
 }
 
 impl Observation {
@@ -241,6 +244,10 @@ pub enum Action {
     RestoreDone { seed: String },
     /// Restore: something is in flight (or missing); look again later.
     Restoring { reason: String },
+    /// Take the next step of the automatic CA's rotation: the cluster is otherwise as asked
+    /// (every pod current, every member a healthy voter), so the roll of the last step is
+    /// over.
+    RotateCa,
     /// The cluster is as asked.
     Steady,
 }

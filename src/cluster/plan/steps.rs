@@ -27,7 +27,11 @@ pub(super) fn next(obs: &Observation, target: &Target, members: &[MemberView]) -
     ]
     .iter()
     .find_map(|step| step(&c))
-    .unwrap_or(Action::Steady)
+    .unwrap_or(if obs.ca_rotation_due {
+        Action::RotateCa
+    } else {
+        Action::Steady
+    })
 }
 
 /// What every step needs to know about a cluster whose member list is known.

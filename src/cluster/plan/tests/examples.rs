@@ -662,3 +662,28 @@ fn a_persistent_member_whose_claim_is_gone_is_replaced_never_restarted_empty() {
         Action::DeleteClaim { name: "old".into() }
     );
 }
+
+#[test]
+fn a_ca_rotation_step_waits_until_the_cluster_is_otherwise_as_asked() {
+    let mut obs = steady(3);
+    obs.ca_rotation_due = true;
+    assert_eq!(plan(&obs, &target(3)), Action::RotateCa);
+    // A member still rolling onto the last step's Secrets (or anything else to do) comes
+    // first: each step's roll finishes before the next step.
+    obs.pods[1].current = false;
+    assert_ne!(plan(&obs, &target(3)), Action::RotateCa);
+    let mut growing = steady(2);
+    growing.ca_rotation_due = true;
+    assert!(matches!(
+        plan(&growing, &target(3)),
+        Action::AddMembers { .. }
+    ));
+    // Paused: nothing, not even a rotation.
+    let mut paused = steady(3);
+    paused.ca_rotation_due = true;
+    let t = Target {
+        paused: true,
+        ..target(3)
+    };
+    assert_eq!(plan(&paused, &t), Action::Paused);
+}

@@ -60,6 +60,7 @@ fn steady(n: u64) -> Observation {
         claims: (1..=n).map(|i| format!("m{i}")).collect(),
         known_members: (1..=n).map(|i| format!("m{i}")).collect(),
         unpublished: BTreeSet::new(),
+        ca_rotation_due: false,
     }
 }
 

@@ -1,0 +1,12 @@
+//! The automatic CA's rotation, one step per action: each step changes the Secrets the members
+//! run on, and the roll it causes finishes before the planner asks for the next.
+
+use super::*;
+use crate::cluster::tls;
+
+/// Takes the rotation's next step; its message names the step, for the Event and the status.
+pub(super) async fn rotate_ca(pass: &Pass<'_>, cluster: &EtcdCluster) -> Result<Outcome, Error> {
+    let now = time::OffsetDateTime::now_utc();
+    let step = tls::advance(&pass.handles.secrets, cluster, pass.tls, now).await?;
+    Ok(Outcome::Done(step))
+}
