@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{snapshot, storage};
+use crate::kube::invalid::Invalid;
 
 /// Why a backup could not be taken. Every message names its cause (field, Secret, cluster,
 /// endpoint), since it becomes the status `Reason`.
@@ -64,7 +65,7 @@ impl Error {
             Error::SecretNotFound { .. } => "secret_not_found",
             Error::Storage(_) => "storage_config",
             Error::Snapshot(e) => e.metric_label(),
-            Error::Tls(crate::cluster::tls::Error::Invalid { .. }) => "invalid_tls_secret",
+            Error::Tls(crate::cluster::tls::Error::Invalid(Invalid { .. })) => "invalid_tls_secret",
             Error::Tls(_) => "kube",
             Error::Kube { .. } => "kube",
         }
@@ -80,7 +81,7 @@ impl Error {
             Error::SecretNotFound { .. } => "SecretNotFound",
             Error::Storage(_) => "InvalidStorage",
             Error::Snapshot(_) => "SnapshotFailed",
-            Error::Tls(crate::cluster::tls::Error::Invalid { reason, .. }) => reason,
+            Error::Tls(crate::cluster::tls::Error::Invalid(Invalid { reason, .. })) => reason,
             Error::Tls(_) => "ApiError",
             Error::Kube { .. } => "ApiError",
         }

@@ -23,6 +23,7 @@ use super::tls;
 use super::version;
 use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreHandoff, RestoreRecord};
 use crate::kube::cache::{Caches, Expectations, SecretApi};
+use crate::kube::invalid::Invalid;
 use crate::kube::names::MANAGER;
 use crate::report::Reporter;
 
@@ -100,13 +101,8 @@ const INVALID_RECHECK: Duration = Duration::from_secs(10);
 pub enum Error {
     /// The spec cannot be acted on as it is (a missing Secret, a field not implemented): a
     /// Degraded condition and an Event name the field; nothing is changed until it is fixed.
-    #[error("{message}")]
-    Invalid {
-        /// The condition's reason, e.g. `SecretNotFound`.
-        reason: &'static str,
-        /// The message, naming the field.
-        message: String,
-    },
+    #[error(transparent)]
+    Invalid(Invalid),
     /// Reading a Secret the spec names failed.
     #[error("reading Secret {name}: {source}")]
     ReadSecret {
@@ -132,9 +128,9 @@ impl Error {
     /// The `error` label of `etcd_operator_reconcile_errors_total`.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Invalid { .. } => "invalid_spec",
+            Error::Invalid(Invalid { .. }) => "invalid_spec",
             Error::ReadSecret { .. } => "read_secret",
-            Error::Tls(tls::Error::Invalid { .. }) => "invalid_spec",
+            Error::Tls(tls::Error::Invalid(Invalid { .. })) => "invalid_spec",
             Error::Tls(tls::Error::Api { .. }) => "tls_secret",
             Error::Tls(tls::Error::Pki { .. }) => "tls_certificate",
             Error::Observe(e) => e.metric_label(),
@@ -145,7 +141,7 @@ impl Error {
 
     /// Whether the error waits for the user rather than for time.
     pub fn is_invalid(&self) -> bool {
-        matches!(self, Error::Invalid { .. })
+        matches!(self, Error::Invalid(Invalid { .. }))
     }
 }
 
@@ -211,7 +207,7 @@ fn status_due(
 impl From<tls::Error> for Error {
     fn from(e: tls::Error) -> Self {
         match e {
-            tls::Error::Invalid { reason, message } => Error::Invalid { reason, message },
+            tls::Error::Invalid(invalid) => Error::Invalid(invalid),
             e => Error::Tls(e),
         }
     }
@@ -225,10 +221,10 @@ async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<tls:
         match secrets.exists(&name).await {
             Ok(true) => {}
             Ok(false) => {
-                return Err(Error::Invalid {
+                return Err(Error::Invalid(Invalid {
                     reason: "SecretNotFound",
                     message: format!("{field}: Secret {ns}/{name} does not exist"),
-                });
+                }));
             }
             Err(source) => return Err(Error::ReadSecret { name, source }),
         }
@@ -278,7 +274,7 @@ async fn reconcile(
     let material = match validate(ctx, cluster, &ns).await {
         Ok(m) => m,
         Err(e) => {
-            if let Error::Invalid { reason, message } = &e {
+            if let Error::Invalid(Invalid { reason, message }) = &e {
                 report_invalid(ctx, handles, cached, cluster, memory, reason, message).await?;
             }
             return Err(e);
@@ -336,7 +332,7 @@ async fn pending_restore(
         Some(Err(message)) => {
             let reason = "InvalidRestore";
             report_invalid(ctx, handles, pass.cached, cluster, memory, reason, &message).await?;
-            Err(Error::Invalid { reason, message })
+            Err(Error::Invalid(Invalid { reason, message }))
         }
         None => Ok(None),
     }

@@ -19,6 +19,7 @@ use time::OffsetDateTime;
 use crate::api::EtcdCluster;
 use crate::etcd::ClientTls;
 use crate::kube::cache::SecretApi;
+use crate::kube::invalid::Invalid;
 use crate::kube::names::{addressing, ca_name, meta, secrets};
 use crate::pki::{self, Ca, Layout, Pair, Role};
 
@@ -35,11 +36,8 @@ const ISSUER_ANNOTATION: &str = "etcd.database.coreos.com/tls-issuer";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A TLS Secret the spec names is missing or unusable; reported on the cluster.
-    #[error("{message}")]
-    Invalid {
-        reason: &'static str,
-        message: String,
-    },
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
     /// The API server refused or failed a read or a write.
     #[error("{what} Secret {name}: {source}")]
     Api {
@@ -145,7 +143,7 @@ pub async fn cluster_client(
 }
 
 fn invalid_secret(field: &str, api: &SecretApi, name: &str, problem: &str) -> Error {
-    Error::Invalid {
+    Error::Invalid(Invalid {
         reason: "InvalidTLSSecret",
         message: format!(
             "{field}: Secret {}/{name} {}{problem}",
@@ -156,17 +154,17 @@ fn invalid_secret(field: &str, api: &SecretApi, name: &str, problem: &str) -> Er
                 "key "
             }
         ),
-    }
+    })
 }
 
 /// Reads Secret `name`, or says which field names it and that it does not exist.
 async fn read(api: &SecretApi, field: &str, name: &str) -> Result<Secret, Error> {
     match api.get_opt(name).await {
         Ok(Some(s)) => Ok(s),
-        Ok(None) => Err(Error::Invalid {
+        Ok(None) => Err(Error::Invalid(Invalid {
             reason: "SecretNotFound",
             message: format!("{field}: Secret {}/{name} does not exist", api.namespace()),
-        }),
+        })),
         Err(e) => Err(api_err("reading", name)(e)),
     }
 }
@@ -418,21 +416,21 @@ async fn auto_ca(
     let found = match existing.and_then(|s| Some((AutoState::from_secret(&s, validity)?, s))) {
         Some(found) => found,
         None if ca_present => {
-            return Err(Error::Invalid {
+            return Err(Error::Invalid(Invalid {
                 reason: "InvalidTLSSecret",
                 message: format!(
                     "spec.TLS.auto: Secret {}/{ca_name} has no ca.crt and ca.key; delete it \
                      only if no member uses it yet",
                     api.namespace()
                 ),
-            });
+            }));
         }
         None => {
             // Certificates without their CA: members run on a CA whose key is gone. A new CA
             // would roll in members that no old member trusts, so nothing is made.
             let peer = secrets(cluster).peer.unwrap_or_default();
             if api.exists(&peer).await.map_err(api_err("reading", &peer))? {
-                return Err(Error::Invalid {
+                return Err(Error::Invalid(Invalid {
                     reason: "InvalidTLSSecret",
                     message: format!(
                         "spec.TLS.auto: Secret {ns}/{ca_name} (the cluster's CA) is gone while \
@@ -440,7 +438,7 @@ async fn auto_ca(
                          the namespace, or restore a backup of the data into a new cluster",
                         ns = api.namespace()
                     ),
-                });
+                }));
             }
             let state = AutoState {
                 ca: Ca::new(&cluster.name_any(), now, validity * 10).map_err(pki_err(cluster))?,
@@ -464,11 +462,12 @@ async fn auto_ca(
                         .get(&ca_name)
                         .await
                         .map_err(api_err("reading", &ca_name))?;
-                    let state =
-                        AutoState::from_secret(&s, validity).ok_or_else(|| Error::Invalid {
+                    let state = AutoState::from_secret(&s, validity).ok_or_else(|| {
+                        Error::Invalid(Invalid {
                             reason: "InvalidTLSSecret",
                             message: format!("spec.TLS.auto: Secret {ca_name} has no ca.crt"),
-                        })?;
+                        })
+                    })?;
                     (state, s)
                 }
                 Err(e) => return Err(api_err("creating", &ca_name)(e)),

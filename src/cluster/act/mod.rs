@@ -18,6 +18,7 @@ use super::resources::{self, Gate, SeedRestore};
 use super::version::Version;
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
+use crate::kube::invalid::Invalid;
 use crate::kube::names::{MANAGER, addressing, labels};
 
 mod certificates;
@@ -102,7 +103,7 @@ impl Error {
             Error::Lookup { .. } => "lookup_address",
             Error::Etcd(e) => e.metric_label(),
             Error::NoEndpoint => "no_endpoint",
-            Error::Tls(super::tls::Error::Invalid { .. }) => "invalid_spec",
+            Error::Tls(super::tls::Error::Invalid(Invalid { .. })) => "invalid_spec",
             Error::Tls(super::tls::Error::Api { .. }) => "tls_secret",
             Error::Tls(super::tls::Error::Pki { .. }) => "tls_certificate",
         }
