@@ -321,28 +321,38 @@ fn the_second_members_pod_made_beside_the_seed_joins_once_the_seed_answers() {
 
 #[test]
 fn a_deleted_pod_s_member_is_replaced_while_its_etcd_still_stops() {
+    let three = || cluster().voter("m1").voter("m2");
     // Without volumes its data goes with the pod: there is nothing to wait for.
-    let mut obs = steady(3);
-    obs.pods[2].state = PodState::Terminating;
-    assert_eq!(
-        plan(&obs, &target(3)),
-        Action::ReplaceMember {
-            name: "m3".into(),
-            id: 3
-        }
-    );
+    let obs = three()
+        .voter("m3")
+        .pod(PodState::Terminating)
+        .led_by("m1")
+        .build();
+    let replace = Action::ReplaceMember {
+        name: "m3".into(),
+        id: 3,
+    };
+    assert_eq!(plan(&obs, &target(3)), replace);
     // The leader hands leadership over as it stops: removing it first would leave the
     // cluster without one for an election timeout.
-    let mut leading = steady(3);
-    leading.pods[0].state = PodState::Terminating;
+    let leading = three()
+        .voter("m3")
+        .pod(PodState::Terminating)
+        .led_by("m3")
+        .build();
     assert!(matches!(
         plan(&leading, &target(3)),
         Action::Wait { reason } if reason.contains("stopping")
     ));
     // Removing it would cost quorum while another voter is down: it is waited for.
-    let mut short = steady(3);
-    short.pods[2].state = PodState::Terminating;
-    short.members.as_mut().unwrap()[1].healthy = false;
+    let short = cluster()
+        .voter("m1")
+        .voter("m2")
+        .unhealthy()
+        .voter("m3")
+        .pod(PodState::Terminating)
+        .led_by("m1")
+        .build();
     assert!(matches!(
         plan(&short, &target(3)),
         Action::Wait { .. } | Action::QuorumLost { .. }
@@ -351,9 +361,14 @@ fn a_deleted_pod_s_member_is_replaced_while_its_etcd_still_stops() {
 
 #[test]
 fn a_dead_member_is_replaced_in_one_step() {
-    let mut obs = steady(3);
-    obs.members.as_mut().unwrap()[2].healthy = false;
-    obs.pods.pop();
+    let obs = cluster()
+        .voter("m1")
+        .voter("m2")
+        .voter("m3")
+        .unhealthy()
+        .no_pod()
+        .led_by("m1")
+        .build();
     assert_eq!(
         plan(&obs, &target(3)),
         Action::ReplaceMember {
@@ -370,23 +385,25 @@ fn a_dead_member_is_replaced_in_one_step() {
             ..
         }
     ));
-    let persistent = Target {
-        persistent: true,
-        ..target(3)
-    };
+    // With volumes its pod comes back on its claim.
     assert_eq!(
-        plan(&obs, &persistent),
+        plan(&obs, &target_of(3, true)),
         Action::RecreatePod { name: "m3".into() }
     );
 }
 
 #[test]
 fn lost_quorum_is_reported_and_nothing_is_done() {
-    let mut obs = steady(3);
-    for m in &mut obs.members.as_mut().unwrap()[1..] {
-        m.healthy = false;
-    }
-    obs.pods.truncate(1);
+    let obs = cluster()
+        .voter("m1")
+        .voter("m2")
+        .unhealthy()
+        .no_pod()
+        .voter("m3")
+        .unhealthy()
+        .no_pod()
+        .led_by("m1")
+        .build();
     assert!(matches!(plan(&obs, &target(3)), Action::QuorumLost { .. }));
 }
 
@@ -395,10 +412,15 @@ fn a_terminating_pod_does_not_count_towards_quorum() {
     // Two of three pods deleted at once: one member already down, the other still
     // answering while its pod terminates. Removing the first would leave a two-member
     // cluster whose second half is on its way out.
-    let mut obs = steady(3);
-    obs.members.as_mut().unwrap()[0].healthy = false;
-    obs.pods[0].state = PodState::Terminating;
-    obs.pods[1].state = PodState::Terminating;
+    let obs = cluster()
+        .voter("m1")
+        .unhealthy()
+        .pod(PodState::Terminating)
+        .voter("m2")
+        .pod(PodState::Terminating)
+        .voter("m3")
+        .led_by("m1")
+        .build();
     assert!(matches!(plan(&obs, &target(3)), Action::QuorumLost { .. }));
 }
 
@@ -421,12 +443,13 @@ fn paused_changes_nothing() {
 #[test]
 fn on_scale_down_a_pending_learner_is_removed_not_promoted() {
     // 3 voters and a learner that has caught up, and the user asks for 3 again.
-    let mut obs = steady(3);
-    obs.members
-        .as_mut()
-        .unwrap()
-        .push(member("m4", 4, true, true));
-    obs.pods.push(running("m4"));
+    let obs = cluster()
+        .voter("m1")
+        .voter("m2")
+        .voter("m3")
+        .learner("m4")
+        .led_by("m1")
+        .build();
     assert_eq!(
         plan(&obs, &target(3)),
         Action::RemoveMember {

@@ -46,21 +46,105 @@ fn running(name: &str) -> PodView {
     }
 }
 
+/// `n` healthy voters m1..mn with running pods made from the current template and their
+/// claims, m1 leading.
 fn steady(n: u64) -> Observation {
-    Observation {
-        members: Some(
-            (1..=n)
-                .map(|i| member(&format!("m{i}"), i, false, true))
-                .collect(),
-        ),
-        leader: Some(1),
-        pods: (1..=n).map(|i| running(&format!("m{i}"))).collect(),
-        bootstrapped: true,
-        silent_for: Duration::ZERO,
-        claims: (1..=n).map(|i| format!("m{i}")).collect(),
-        known_members: (1..=n).map(|i| format!("m{i}")).collect(),
-        unpublished: BTreeSet::new(),
-        ca_rotation_due: false,
+    (1..=n)
+        .fold(cluster(), |c, i| c.voter(&format!("m{i}")))
+        .led_by("m1")
+        .build()
+}
+
+/// An observation built member by member: `cluster().voter("m1").voter("m2").unhealthy()`
+/// describes m2, the member added last. Each member has a running pod made from the current
+/// template and a claim, and is named in the last status; IDs count from 1.
+fn cluster() -> Fixture {
+    Fixture {
+        obs: Observation {
+            members: Some(vec![]),
+            leader: None,
+            pods: vec![],
+            bootstrapped: true,
+            silent_for: Duration::ZERO,
+            claims: BTreeSet::new(),
+            known_members: BTreeSet::new(),
+            unpublished: BTreeSet::new(),
+            ca_rotation_due: false,
+        },
+    }
+}
+
+struct Fixture {
+    obs: Observation,
+}
+
+impl Fixture {
+    fn add(mut self, name: &str, is_learner: bool) -> Self {
+        let members = self.obs.members.get_or_insert_with(Vec::new);
+        let id = members.len() as u64 + 1;
+        members.push(member(name, id, is_learner, true));
+        self.obs.pods.push(running(name));
+        self.obs.claims.insert(name.into());
+        self.obs.known_members.insert(name.into());
+        self
+    }
+
+    /// A healthy voter.
+    fn voter(self, name: &str) -> Self {
+        self.add(name, false)
+    }
+
+    /// A learner that has started (it answers).
+    fn learner(self, name: &str) -> Self {
+        self.add(name, true)
+    }
+
+    fn last(&mut self) -> &mut MemberView {
+        self.obs
+            .members
+            .as_mut()
+            .and_then(|m| m.last_mut())
+            .expect("a member first")
+    }
+
+    /// The member added last does not answer (and has not for an hour).
+    fn unhealthy(mut self) -> Self {
+        let m = self.last();
+        let name = m.name.clone();
+        *m = member(&name, m.id, m.is_learner, false);
+        self
+    }
+
+    /// The pod of the member added last is in `state`.
+    fn pod(mut self, state: PodState) -> Self {
+        let name = self.last().name.clone();
+        for p in self.obs.pods.iter_mut().filter(|p| p.name == name) {
+            p.state = state;
+        }
+        self
+    }
+
+    /// The member added last has no pod.
+    fn no_pod(mut self) -> Self {
+        let name = self.last().name.clone();
+        self.obs.pods.retain(|p| p.name != name);
+        self
+    }
+
+    /// `name` leads.
+    fn led_by(mut self, name: &str) -> Self {
+        self.obs.leader = self
+            .obs
+            .members
+            .iter()
+            .flatten()
+            .find(|m| m.name == name)
+            .map(|m| m.id);
+        self
+    }
+
+    fn build(self) -> Observation {
+        self.obs
     }
 }
 
