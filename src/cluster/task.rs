@@ -471,11 +471,21 @@ async fn next_look(
     new_status: &EtcdClusterStatus,
     memory: &mut Memory,
 ) -> Result<Duration, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    match outcome {
-        Ok(Outcome::Done(Some(change))) => {
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let message = format!("{action:?}: {e}");
+            ctx.events
+                .publish(cluster, EventType::Warning, "ReconcileFailed", message)
+                .await;
+            return Err(e.into());
+        }
+    };
+    match &outcome {
+        Outcome::Done(Some(change)) => {
             info!(?action, "{change}");
             if *action != Action::RotateCa {
+                let ns = cluster.namespace().unwrap_or_default();
                 ctx.metrics
                     .membership_change(&ns, &cluster.name_any(), reason_of(action));
             }
@@ -485,46 +495,39 @@ async fn next_look(
                     member_pod_ref(cluster, action),
                     EventType::Normal,
                     reason_of(action),
-                    change,
+                    change.clone(),
                 )
                 .await;
-            Ok(IN_FLIGHT_POLL)
         }
-        Ok(Outcome::Done(None)) if *action == Action::Steady => {
-            Ok(steady_poll(new_status, memory, Instant::now()))
-        }
-        Ok(Outcome::Done(None)) if *action == Action::Paused => Ok(RESYNC),
+        Outcome::Retry(why) => info!(?action, "not yet: {why}"),
+        Outcome::Done(None) => {}
+    }
+    Ok(next_pass(&obs.plan, action, &outcome)
+        .unwrap_or_else(|| steady_poll(new_status, memory, Instant::now())))
+}
+
+/// How soon to look again after `outcome` of `action` on `obs`; `None` for a steady cluster,
+/// whose poll depends on what its status says ([`steady_poll`]).
+fn next_pass(obs: &plan::Observation, action: &Action, outcome: &Outcome) -> Option<Duration> {
+    Some(match (outcome, action) {
+        // Something changed, or etcd refused for now: the next step, shortly.
+        (Outcome::Done(Some(_)) | Outcome::Retry(_), _) => IN_FLIGHT_POLL,
+        (Outcome::Done(None), Action::Steady) => return None,
+        (Outcome::Done(None), Action::Paused) => RESYNC,
         // Waits for the user (a spec change) or for the stuck pod's own events, which wake the
         // task; polling it fast would only repeat the same observation.
-        Ok(Outcome::Done(None)) if matches!(action, Action::RollStalled { .. }) => {
-            Ok(INVALID_RECHECK)
-        }
+        (Outcome::Done(None), Action::RollStalled { .. }) => INVALID_RECHECK,
         // Nothing runs yet (scheduling, pulling): the pods' own events wake the task when that
         // changes; polling would only repeat the observation (2 passes a second per cluster).
-        Ok(Outcome::Done(None))
-            if obs.plan.members.is_none()
-                && !obs.plan.pods.is_empty()
-                && obs
-                    .plan
-                    .pods
-                    .iter()
-                    .all(|p| p.state == plan::PodState::Pending) =>
+        (Outcome::Done(None), _)
+            if obs.members.is_none()
+                && !obs.pods.is_empty()
+                && obs.pods.iter().all(|p| p.state == plan::PodState::Pending) =>
         {
-            Ok(PENDING_POLL)
+            PENDING_POLL
         }
-        Ok(Outcome::Done(None)) => Ok(2 * IN_FLIGHT_POLL),
-        Ok(Outcome::Retry(why)) => {
-            info!(?action, "not yet: {why}");
-            Ok(IN_FLIGHT_POLL)
-        }
-        Err(e) => {
-            let message = format!("{action:?}: {e}");
-            ctx.events
-                .publish(cluster, EventType::Warning, "ReconcileFailed", message)
-                .await;
-            Err(e.into())
-        }
-    }
+        (Outcome::Done(None), _) => 2 * IN_FLIGHT_POLL,
+    })
 }
 
 fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, message: &str) {
@@ -734,6 +737,41 @@ pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_pass_comes_soon_while_something_moves_and_late_while_waiting_for_events() {
+        let obs = plan::Observation::default();
+        let done = Outcome::Done(Some("added".into()));
+        let nothing = Outcome::Done(None);
+        let add = Action::AddMembers { count: 1 };
+        assert_eq!(next_pass(&obs, &add, &done), Some(IN_FLIGHT_POLL));
+        let retry = Outcome::Retry("settling".into());
+        assert_eq!(next_pass(&obs, &add, &retry), Some(IN_FLIGHT_POLL));
+        assert_eq!(next_pass(&obs, &Action::Steady, &nothing), None);
+        assert_eq!(next_pass(&obs, &Action::Paused, &nothing), Some(RESYNC));
+        let stalled = Action::RollStalled {
+            reason: "m2 does not start".into(),
+        };
+        assert_eq!(next_pass(&obs, &stalled, &nothing), Some(INVALID_RECHECK));
+        let wait = Action::Wait {
+            reason: "learner starting".into(),
+        };
+        assert_eq!(next_pass(&obs, &wait, &nothing), Some(2 * IN_FLIGHT_POLL));
+        // Every pod still scheduling or pulling, no member answers: their events wake the task.
+        let pending = plan::Observation {
+            pods: vec![plan::PodView {
+                name: "m1".into(),
+                state: plan::PodState::Pending,
+                age: Duration::ZERO,
+                joining: None,
+                restore: None,
+                current: true,
+                failing: None,
+            }],
+            ..plan::Observation::default()
+        };
+        assert_eq!(next_pass(&pending, &wait, &nothing), Some(PENDING_POLL));
+    }
     use crate::api::{EtcdClusterSpec, MemberStatus};
 
     fn with_index(raft_index: i64) -> EtcdClusterStatus {
