@@ -16,7 +16,8 @@ build:
 test: lint unit chart-test cluster-cycle-test e2e
 
 ## lint: formatting, clippy (the workspace lints of Cargo.toml, warnings denied), the import
-## rules of the modules (hack/import-rules.py), licenses, bans and sources (hack/deny.sh).
+## rules of the modules (hack/import-rules.py), no function over 80 lines
+## (hack/function-length.py), licenses, bans and sources (hack/deny.sh).
 lint:
 	hack/deps.sh
 	$(CARGO) fmt --all -- --check
