@@ -4,7 +4,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::observe::Observed;
-use super::plan::{Action, DeleteReason, RemoveReason, quorum};
+use super::plan::{Action, DeleteReason, MoveReason, RemoveReason, quorum};
 use super::serving::READ_GRACE;
 use super::version::Version;
 use crate::api::{
@@ -389,7 +389,12 @@ fn progressing_reason(
             reason: DeleteReason::Restore,
             ..
         } => Some("Restoring"),
-        Action::RollStalled { .. } | Action::MoveLeader { .. } => Some(roll_reason),
+        Action::RollStalled { .. }
+        | Action::MoveLeader {
+            reason: MoveReason::Roll,
+            ..
+        } => Some(roll_reason),
+        Action::MoveLeader { .. } => Some("Recovering"),
         _ if rolling && !matches!(action, Action::QuorumLost { .. } | Action::Paused) => {
             Some(roll_reason)
         }

@@ -232,14 +232,27 @@ pub(super) async fn move_leader(
     from: &str,
     to: &str,
     id: u64,
+    reason: MoveReason,
 ) -> Result<Outcome, Error> {
-    // etcd accepts a leadership transfer only from the leader itself.
+    // etcd accepts a leadership transfer only from the leader itself. One whose pod is being
+    // deleted may stop answering any moment: that is for the next look, not an error.
     let endpoint = obs.pod_endpoint(from).ok_or(Error::NoEndpoint)?;
-    let mut etcd = Etcd::connect(&endpoint, ETCD_TIMEOUT).await?;
+    let mut etcd = match Etcd::connect(&endpoint, ETCD_TIMEOUT).await {
+        Ok(etcd) => etcd,
+        Err(e) if reason == MoveReason::Leaving => return Ok(Outcome::Retry(e.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    let why = match reason {
+        MoveReason::Roll => format!("so that {from} is rolled last"),
+        MoveReason::Leaving => {
+            format!("so that {from}, on its way out, is replaced without an election")
+        }
+    };
     match etcd.move_leader(id).await {
         Ok(()) => Ok(Outcome::Done(Some(format!(
-            "moved leadership from {from} to {to}, so that {from} is rolled last"
+            "moved leadership from {from} to {to}, {why}"
         )))),
+        Err(e) if reason == MoveReason::Leaving => Ok(Outcome::Retry(e.to_string())),
         Err(e) => settling(e),
     }
 }

@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use super::handles::{Handles, Pass};
 use super::members::{self, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
-use super::plan::{Action, DeleteReason, RemoveReason};
+use super::plan::{Action, DeleteReason, MoveReason, RemoveReason};
 use super::resources::{self, Gate, SeedRestore};
 use super::version::Version;
 use crate::api::EtcdCluster;
@@ -175,7 +175,12 @@ pub async fn act(
         }
         Action::ReplaceMember { name, id } => replace_member(pass, cluster, obs, name, *id).await,
         Action::RecreatePod { name } => recreate_pod(pass, cluster, obs, name).await,
-        Action::MoveLeader { from, to, id } => move_leader(obs, from, to, *id).await,
+        Action::MoveLeader {
+            from,
+            to,
+            id,
+            reason,
+        } => move_leader(obs, from, to, *id, *reason).await,
         Action::DeleteClaim { name } => delete_claim(pass, name).await,
         Action::DeletePod { name, reason } => delete_member_pod(pass, cluster, name, *reason).await,
         Action::RestoreSeed => restore_seed(pass, cluster).await,

@@ -181,6 +181,16 @@ pub enum RemoveReason {
     DataGone,
 }
 
+/// Why leadership is moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveReason {
+    /// A roll: the leader is rolled last.
+    Roll,
+    /// The leader's pod is being deleted, or its data is going: its member is replaced once
+    /// another leads, without an election.
+    Leaving,
+}
+
 /// Why a pod is deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeleteReason {
@@ -225,7 +235,12 @@ pub enum Action {
     DeletePod { name: String, reason: DeleteReason },
     /// Hand leadership from the leader, whose pod is outdated, to a voter that runs the new
     /// template, so that the leader is rolled last and without an election by timeout.
-    MoveLeader { from: String, to: String, id: u64 },
+    MoveLeader {
+        from: String,
+        to: String,
+        id: u64,
+        reason: MoveReason,
+    },
     /// Delete the volume claim of a member that is no longer in the cluster.
     DeleteClaim { name: String },
     /// A roll (upgrade or pod-policy change) reached a member that does not come up with the

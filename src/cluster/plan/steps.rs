@@ -330,12 +330,11 @@ impl<'a> Cluster<'a> {
                     ),
                 });
             }
-            // A leader being stopped hands leadership to a follower first; removing it under
-            // its feet would leave the cluster without a leader for an election timeout.
+            // A leader being stopped hands leadership over first (etcd would as it stops, but
+            // only once the kubelet has signalled it, a second or more later); removing it
+            // under its feet would leave the cluster without a leader for an election timeout.
             if v.healthy && self.obs.leader == Some(v.id) {
-                return Some(Action::Wait {
-                    reason: format!("the pod of {} is stopping", v.name),
-                });
+                return Some(self.move_leader_from(v, MoveReason::Leaving));
             }
             if self.healthy >= quorum(self.voters.len() - 1) {
                 // Its replacement in the same step when the size still wants it and nothing
@@ -381,7 +380,7 @@ impl<'a> Cluster<'a> {
             });
         }
         if Some(v.id) == self.obs.leader && self.counts(v) {
-            return Some(self.move_leader_from(v));
+            return Some(self.move_leader_from(v, MoveReason::Leaving));
         }
         Some(Action::RemoveMember {
             name: v.name.clone(),
@@ -392,7 +391,7 @@ impl<'a> Cluster<'a> {
 
     /// Hands leadership from `from` to a healthy, caught-up voter made from the current
     /// template (any healthy voter when none is).
-    fn move_leader_from(&self, from: &MemberView) -> Action {
+    fn move_leader_from(&self, from: &MemberView, reason: MoveReason) -> Action {
         let candidates = || {
             self.voters
                 .iter()
@@ -406,6 +405,7 @@ impl<'a> Cluster<'a> {
                 from: from.name.clone(),
                 to: to.name.clone(),
                 id: to.id,
+                reason,
             },
             None => Action::Wait {
                 reason: format!("no voter can take over leadership from {}", from.name),
@@ -451,7 +451,7 @@ impl<'a> Cluster<'a> {
             if let Some(v) = stale.iter().copied().find(follower) {
                 return remove(v, RemoveReason::Outdated);
             }
-            return Some(self.move_leader_from(stale[0]));
+            return Some(self.move_leader_from(stale[0], MoveReason::Roll));
         }
         voters
             .iter()
@@ -597,7 +597,7 @@ impl<'a> Cluster<'a> {
             return Some(self.add());
         }
         if leader(next) {
-            return Some(self.move_leader_from(next));
+            return Some(self.move_leader_from(next, MoveReason::Roll));
         }
         Some(Action::DeletePod {
             name: next.name.clone(),

@@ -333,8 +333,8 @@ fn a_deleted_pod_s_member_is_replaced_while_its_etcd_still_stops() {
         id: 3,
     };
     assert_eq!(plan(&obs, &target(3)), replace);
-    // The leader hands leadership over as it stops: removing it first would leave the
-    // cluster without one for an election timeout.
+    // The leader hands leadership over first: removing it would leave the cluster without
+    // one for an election timeout.
     let leading = three()
         .voter("m3")
         .pod(PodState::Terminating)
@@ -342,7 +342,7 @@ fn a_deleted_pod_s_member_is_replaced_while_its_etcd_still_stops() {
         .build();
     assert!(matches!(
         plan(&leading, &target(3)),
-        Action::Wait { reason } if reason.contains("stopping")
+        Action::MoveLeader { ref from, reason: MoveReason::Leaving, .. } if from == "m3"
     ));
     // Removing it would cost quorum while another voter is down: it is waited for.
     let short = cluster()
