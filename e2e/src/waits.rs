@@ -108,23 +108,7 @@ pub fn etcd_pod_floor(k: &Kubectl, ns: &str, i: usize) -> Duration {
 
 /// Names of the member pods of `cluster`, sorted.
 pub fn pod_names(k: &Kubectl, ns: &str, cluster: &str) -> Vec<String> {
-    let selector = format!("etcd_cluster={cluster}");
-    let out = k.ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            &selector,
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ],
-        None,
-    );
-    let mut names: Vec<String> = out.split_whitespace().map(String::from).collect();
-    names.sort();
-    names
+    names_of(&member_pods(k, ns, cluster))
 }
 
 /// Whether `cluster` has exactly `n` member pods, none being deleted, every one Ready.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use e2e::{
     Keys, Kubectl, Operator, RollView, Volumes, Writer, client_endpoint, event_count, events, get,
-    healthy_at_size, holds_for, keys_under, patch_spec, pod_names, until, write_once,
+    healthy_at_size, holds_for, keys_under, member_pods, patch_spec, pod_names, until, write_once,
 };
 use serde_json::{Value, json};
 
@@ -23,25 +23,6 @@ fn cluster(size: usize, version: &str, pod: Option<Value>) -> String {
     json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
         "metadata": {"name": "example"}, "spec": spec})
     .to_string()
-}
-
-/// The member pods of `example`, as JSON.
-fn member_pods(k: &Kubectl, ns: &str) -> Vec<Value> {
-    let out = k.ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            "etcd_cluster=example",
-            "-o",
-            "json",
-        ],
-        None,
-    );
-    let list: Value = serde_json::from_str(&out).unwrap();
-    list["items"].as_array().cloned().unwrap_or_default()
 }
 
 /// Waits until every member runs `version`, checking at every look that the cluster stays
@@ -281,7 +262,7 @@ fn a_resource_change_is_rolled_one_member_at_a_time() {
         );
         let learners = view.members.iter().filter(|m| m.2 == "learner").count();
         assert!(learners <= 1, "two members joined at once: {view:?}");
-        let pods = member_pods(&k, ns);
+        let pods = member_pods(&k, ns, "example");
         let live: Vec<&Value> = pods
             .iter()
             .filter(|p| p["metadata"]["deletionTimestamp"].is_null())

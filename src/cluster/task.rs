@@ -22,7 +22,7 @@ use super::status;
 use super::tls;
 use super::version;
 use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreHandoff, RestoreRecord};
-use crate::kube::cache::{Caches, Expectations, SecretApi};
+use crate::kube::cache::{Caches, Expectations};
 use crate::kube::invalid::Invalid;
 use crate::kube::names::MANAGER;
 use crate::report::Reporter;
@@ -44,12 +44,6 @@ pub struct Context {
     pub snapshot_url: Option<String>,
     /// The watch caches the passes read (fed by the supervisor).
     pub caches: Arc<Caches>,
-}
-
-impl Context {
-    fn secrets(&self, ns: &str) -> SecretApi {
-        SecretApi::cached(&self.client, ns, self.caches.clone())
-    }
 }
 
 /// How long the planner gives members before it acts on their silence.
@@ -215,8 +209,12 @@ impl From<tls::Error> for Error {
 
 /// The first problem that keeps the spec from being acted on: a Secret it names that does not
 /// exist or cannot be used; then what the pass needs of TLS (see [`tls::prepare`]).
-async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<tls::Material, Error> {
-    let secrets = ctx.secrets(ns);
+async fn validate(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    ns: &str,
+) -> Result<tls::Material, Error> {
+    let secrets = &handles.secrets;
     for (field, name) in resources::referenced_secrets(&cluster.spec) {
         match secrets.exists(&name).await {
             Ok(true) => {}
@@ -229,7 +227,7 @@ async fn validate(ctx: &Context, cluster: &EtcdCluster, ns: &str) -> Result<tls:
             Err(source) => return Err(Error::ReadSecret { name, source }),
         }
     }
-    Ok(tls::prepare(&secrets, cluster, time::OffsetDateTime::now_utc()).await?)
+    Ok(tls::prepare(secrets, cluster, time::OffsetDateTime::now_utc()).await?)
 }
 
 /// The cluster as the actions must build it: the spec, unless its version is not a step etcd
@@ -271,7 +269,7 @@ async fn reconcile(
     let cached = ctx
         .caches
         .show(&ns, &cluster.name_any(), &mut memory.expect);
-    let material = match validate(ctx, cluster, &ns).await {
+    let material = match validate(handles, cluster, &ns).await {
         Ok(m) => m,
         Err(e) => {
             if let Error::Invalid(Invalid { reason, message }) = &e {
@@ -588,8 +586,10 @@ async fn report_invalid(
 ) -> Result<(), Error> {
     // The client certificate may still be usable when another TLS Secret is not, and without
     // it the status would call every member of a TLS cluster silent.
-    let secrets = ctx.secrets(&cluster.namespace().unwrap_or_default());
-    let tls = tls::cluster_client(&secrets, cluster).await.ok().flatten();
+    let tls = tls::cluster_client(&handles.secrets, cluster)
+        .await
+        .ok()
+        .flatten();
     let obs = observe::observe(handles, cached, cluster, tls, &mut memory.health).await?;
     let wait = Action::Wait {
         reason: message.into(),
