@@ -27,6 +27,7 @@ render() { # NAME ARGS...
 }
 render defaults
 render namespaced --set watchNamespaces='{team-a,team-b}'
+render namespaced-nodes --set watchNamespaces='{team-a}' --set readNodes=true
 render ha --set replicas=2 --set metrics.serviceMonitor.enabled=true \
   --set podLabels.team=db --set podAnnotations.note=x --set nodeSelector.disk=ssd \
   --set 'tolerations[0].key=dedicated' --set 'tolerations[0].operator=Exists' \
@@ -49,6 +50,14 @@ if grep -q '^kind: ClusterRole' "$out/namespaced.yaml"; then
   echo "[chart] namespaced mode must not grant cluster-wide rights: $(kinds namespaced)" >&2; exit 1
 fi
 [ "$(grep -c '^kind: Role$' "$out/namespaced.yaml")" = 3 ] || { echo "[chart] expected a Role per namespace plus the Lease's: $(kinds namespaced)" >&2; exit 1; }
+# Node loss: acted on (and Nodes readable) cluster-wide; off where Nodes cannot be read.
+grep -q -- '--node-loss-grace=30' "$out/defaults.yaml" && grep -q 'resources: \[nodes\]' "$out/defaults.yaml" ||
+  { echo "[chart] cluster-wide mode must read Nodes and pass --node-loss-grace=30" >&2; exit 1; }
+grep -q -- '--node-loss-grace=0' "$out/namespaced.yaml" || { echo "[chart] namespaced mode must pass --node-loss-grace=0" >&2; exit 1; }
+grep -q -- '--node-loss-grace=30' "$out/namespaced-nodes.yaml" && [ "$(grep -c '^kind: ClusterRole' "$out/namespaced-nodes.yaml")" = 2 ] &&
+  grep -A3 '^rules:' "$out/namespaced-nodes.yaml" | grep -q 'resources: \[nodes\]' ||
+  { echo "[chart] readNodes must grant list/watch of Nodes (only) and pass --node-loss-grace=30" >&2; exit 1; }
+grep -q 'topologyKey: kubernetes.io/hostname' "$out/ha.yaml" || { echo "[chart] replicas > 1 are not spread over nodes" >&2; exit 1; }
 grep -q '^kind: PodDisruptionBudget' "$out/ha.yaml" || { echo "[chart] replicas > 1 renders no PodDisruptionBudget" >&2; exit 1; }
 if grep -q '^kind: PodDisruptionBudget' "$out/defaults.yaml"; then echo "[chart] one replica must not get a PodDisruptionBudget" >&2; exit 1; fi
 if "$helm" template x "$chart" --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; then

@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
 # The local Kubernetes used by the tests, built from the official sources (hack/build-k8s.sh).
 #
-#   hack/cluster.sh up                        a single-node cluster: the control plane plus scheduler,
-#                                             containerd, kubelet, CNI bridge, kube-proxy, CoreDNS and
-#                                             the locally built images
+#   hack/cluster.sh up                        the control plane on this machine and NODES (default 3)
+#                                             worker nodes, each in its own network namespace with its
+#                                             own containerd, kubelet, kube-proxy and pod range, zones
+#                                             zone-a, zone-b, zone-c in turn; CoreDNS on every node; the
+#                                             locally built images in every node's containerd
 #   hack/cluster.sh up --control-plane-only   etcd + kube-apiserver + kube-controller-manager, in seconds
 #   hack/cluster.sh down                      stops every process it started, by PID, and removes its
-#                                             state, mounts, network namespaces, interfaces and iptables chains
-#   hack/cluster.sh down --control-plane-only stops a control plane started without a node and removes
-#                                             its state only, leaving the node's network (shared by any
-#                                             running cluster: the bridge, netns, iptables) alone
+#                                             state, mounts, network namespaces, interfaces, cgroups and
+#                                             iptables chains
+#   hack/cluster.sh down --control-plane-only stops a control plane started without nodes and removes
+#                                             its state only
+#   hack/cluster.sh node stop NODE            NODE powered off: its network gone, then every process of
+#                                             it (containerd, kubelet, kube-proxy, pods) killed at once
+#   hack/cluster.sh node start NODE           NODE powered on again (its disk kept: images, volumes)
+#   hack/cluster.sh node partition NODE       NODE cut off from the other nodes and the control plane
+#   hack/cluster.sh node heal NODE            the partition lifted
+#   hack/cluster.sh stop COMPONENT [NODE]     one component stopped (TERM, then KILL after 5 s):
+#   hack/cluster.sh start COMPONENT [NODE]    etcd, kube-apiserver, kube-controller-manager,
+#                                             kube-scheduler, kube-proxy (the host's); with NODE:
+#                                             containerd, kubelet, kube-proxy. start waits until ready.
+#   hack/cluster.sh nodes                     the node names
 #   hack/cluster.sh kubeconfig                prints the kubeconfig path
-#   hack/cluster.sh import ARCHIVE...         imports image archives into the node's containerd
+#   hack/cluster.sh import ARCHIVE...         imports image archives into every node's containerd
 #
-# State (PKI, etcd data, logs, PIDs, kubeconfig) lives in $ETCD_OPERATOR_CLUSTER_DIR
-# (default /tmp/etcd-operator-cluster); the kubeconfig is $ETCD_OPERATOR_CLUSTER_DIR/kubeconfig.
-# The node's API address is the CNI bridge's own address (10.244.0.1), which the host and the pods
-# both reach; nothing listens on the machine's external interfaces.
+# State (PKI, etcd data, logs, PIDs, kubeconfig, each node's disk under nodes/NODE) lives in
+# $ETCD_OPERATOR_CLUSTER_DIR (default /tmp/etcd-operator-cluster). Node i is eo-node-i at
+# 10.244.0.(10+i) with pods in 10.244.i.0/24, on the bridge eo-br0 whose own address (10.244.0.1)
+# is the API server's; nothing listens on the machine's external interfaces. The host runs a
+# kube-proxy of its own, so that Service addresses work from here as from a node.
 #
-# KUBELET_MAX_PODS (default 110) is the node's pod limit, read when the kubelet starts; the pod
-# range is a /24, so at most 253 pods get an address. `make bench-scale` starts it with 250.
+# NODES (1 to 9) is read by `up`. KUBELET_MAX_PODS (default 110) is each node's pod limit; the pod
+# range is a /24, so at most 253 pods per node get an address.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,16 +40,14 @@ state=${ETCD_OPERATOR_CLUSTER_DIR:-/tmp/etcd-operator-cluster}
 pki=$state/pki
 logs=$state/logs
 pids=$state/pids
+cmds=$state/cmd
 kubeconfig=$state/kubeconfig
 api_host=127.0.0.1
 [ -f "$state/api-host" ] && api_host=$(cat "$state/api-host")
-bridge=eo-cni0
-pod_subnet=10.244.0.0/24
+bridge=eo-br0
 bridge_ip=10.244.0.1
 cluster_cidr=10.244.0.0/16
 dns_ip=10.96.0.10
-node_name=etcd-operator-node
-sock=$state/containerd/containerd.sock
 api_port=${ETCD_OPERATOR_API_PORT:-6443}
 etcd_client_port=${ETCD_OPERATOR_API_ETCD_PORT:-2479}
 etcd_peer_port=$((etcd_client_port + 1))
@@ -44,6 +55,11 @@ controller_manager_port=${ETCD_OPERATOR_CONTROLLER_MANAGER_PORT:-10257}
 max_pods=${KUBELET_MAX_PODS:-110}
 service_cidr=10.96.0.0/16
 service_ip=10.96.0.1
+# Node failure is noticed in 20 s (the default is 50 s); the operator's own grace comes on top.
+node_monitor_grace=${NODE_MONITOR_GRACE:-20s}
+v2=/sys/fs/cgroup/unified
+[ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] && v2=/sys/fs/cgroup
+v1_controllers="blkio cpu cpuacct cpuset devices freezer memory pids systemd"
 
 cache=${ETCD_OPERATOR_CACHE:-$HOME/.cache/etcd-operator}
 
@@ -56,15 +72,36 @@ need() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
 }
 
+k8s_bin() { echo "$cache/k8s/$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/k8s/go.mod")/bin"; }
+kubectl() { "$(k8s_bin)/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
 running() { [ -f "$pids/$1.pid" ] && kill -0 "$(cat "$pids/$1.pid")" 2>/dev/null; }
 
 # start NAME CMD...: starts CMD in its own session unless NAME already runs; logs to $logs/NAME.log.
+# The command is kept, so that `start COMPONENT` brings it back exactly as it was.
 start() {
   local name=$1; shift
   if running "$name"; then log "$name already running (pid $(cat "$pids/$name.pid"))"; return 0; fi
-  setsid "$@" >"$logs/$name.log" 2>&1 < /dev/null &
+  mkdir -p "$cmds" "$logs" "$pids"
+  printf '%s\0' "$@" > "$cmds/$name"
+  setsid "$@" >>"$logs/$name.log" 2>&1 < /dev/null &
   echo $! > "$pids/$name.pid"
   log "started $name (pid $!)"
+}
+
+# stop_pid NAME: TERM, up to 5 s, then KILL; by the PID it was started with.
+stop_pid() {
+  local f=$pids/$1.pid pid
+  [ -e "$f" ] || return 0
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    log "stopped $1 (pid $pid)"
+  fi
+  rm -f "$f"
 }
 
 # wait_for DESCRIPTION SECONDS CMD...: polls CMD until it succeeds.
@@ -87,7 +124,8 @@ cert() { # cert NAME CN O [SAN]: a key and a certificate signed by the cluster C
   { echo "basicConstraints=CA:FALSE"; echo "keyUsage=critical,digitalSignature,keyEncipherment"
     if [ -n "$san" ]; then echo "extendedKeyUsage=serverAuth,clientAuth"; echo "subjectAltName=$san"
     else echo "extendedKeyUsage=clientAuth"; fi; } > "$ext"
-  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+  # A random serial, not a serial file: certificates are made in parallel.
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -set_serial "0x$(openssl rand -hex 16)" \
     -days 3650 -sha256 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
   rm -f "$pki/$name.csr" "$ext"
 }
@@ -103,14 +141,20 @@ make_pki() {
     openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
   fi
   cert apiserver kube-apiserver "" \
-    "IP:127.0.0.1,IP:$bridge_ip,IP:$service_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-  cert admin kubernetes-admin system:masters
-  cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
-  cert controller-manager system:kube-controller-manager ""
-  cert scheduler system:kube-scheduler ""
-  cert kube-proxy system:kube-proxy ""
-  cert kubelet "system:node:$node_name" system:nodes
-  cert kubelet-serving "system:node:$node_name" system:nodes "IP:$bridge_ip,IP:127.0.0.1,DNS:$node_name"
+    "IP:127.0.0.1,IP:$bridge_ip,IP:$service_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" &
+  local jobs_=($!)
+  cert admin kubernetes-admin system:masters & jobs_+=($!)
+  cert controller-manager system:kube-controller-manager "" & jobs_+=($!)
+  cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters & jobs_+=($!)
+  wait_all "${jobs_[@]}"
+}
+
+# wait_all PID...: waits for these background jobs (never a bare `wait`: the daemons are
+# background jobs of this shell too) and fails if one failed.
+wait_all() {
+  local p failed=0
+  for p in "$@"; do wait "$p" || failed=1; done
+  return $failed
 }
 
 write_kubeconfig() { # write_kubeconfig FILE CERTNAME
@@ -140,15 +184,28 @@ etcd_bin() { # the apiserver's own etcd: Debian's etcd-server
   command -v etcd
 }
 
-up_control_plane() {
-  need openssl openssl
-  local bin; bin=$("$here/build-k8s.sh" kube-apiserver kube-controller-manager kubectl)
-  mkdir -p "$logs" "$pids" "$state/etcd"
-  echo "$api_host" > "$state/api-host"
-  make_pki
-  write_kubeconfig "$kubeconfig" admin
-  write_kubeconfig "$state/controller-manager.kubeconfig" controller-manager
+# --- the control plane ----------------------------------------------------------------------
 
+ready() { # ready COMPONENT [NODE]: whether it answers
+  local c=$1 n=${2:-}
+  if [ -n "$n" ]; then
+    case $c in
+      containerd) ctr --address "$(node_dir "$n")/containerd/containerd.sock" version ;;
+      kubelet) in_node "$n" curl -fsS http://127.0.0.1:10248/healthz ;;
+      kube-proxy) in_node "$n" curl -sS -o /dev/null http://127.0.0.1:10256/healthz ;;
+    esac
+    return
+  fi
+  case $c in
+    etcd) curl -fsS "http://127.0.0.1:$etcd_client_port/health" ;;
+    kube-apiserver) kubectl get --raw /readyz ;;
+    kube-controller-manager) curl -fksS "https://127.0.0.1:$controller_manager_port/healthz" ;;
+    kube-scheduler) curl -fksS https://127.0.0.1:10259/healthz ;;
+    kube-proxy) curl -sS -o /dev/null http://127.0.0.1:10256/healthz ;;
+  esac
+}
+
+start_etcd() {
   start etcd "$(etcd_bin)" --name=apiserver-etcd --data-dir="$state/etcd" \
     --listen-client-urls="http://127.0.0.1:$etcd_client_port" \
     --advertise-client-urls="http://127.0.0.1:$etcd_client_port" \
@@ -156,8 +213,11 @@ up_control_plane() {
     --initial-advertise-peer-urls="http://127.0.0.1:$etcd_peer_port" \
     --initial-cluster="apiserver-etcd=http://127.0.0.1:$etcd_peer_port" \
     --quota-backend-bytes=4294967296 --snapshot-count=10000
-  wait_for "etcd" 30 curl -fsS "http://127.0.0.1:$etcd_client_port/health"
+  wait_for "etcd" 30 ready etcd
+}
 
+start_apiserver() {
+  local bin; bin=$(k8s_bin)
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_client_port" \
     --bind-address="$api_host" --advertise-address="$api_host" --secure-port="$api_port" \
@@ -170,8 +230,20 @@ up_control_plane() {
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
     --allow-privileged=true --profiling=false --kubelet-preferred-address-types=InternalIP,Hostname
-  wait_for "kube-apiserver /readyz" 90 "$bin/kubectl" --kubeconfig "$kubeconfig" get --raw /readyz
+  wait_for "kube-apiserver /readyz" 90 ready kube-apiserver
+}
 
+up_control_plane() {
+  need openssl openssl
+  local bin; bin=$("$here/build-k8s.sh" kube-apiserver kube-controller-manager kubectl)
+  mkdir -p "$logs" "$pids" "$state/etcd"
+  echo "$api_host" > "$state/api-host"
+  make_pki
+  write_kubeconfig "$kubeconfig" admin
+  write_kubeconfig "$state/controller-manager.kubeconfig" controller-manager
+
+  start_etcd
+  start_apiserver
   start kube-controller-manager "$bin/kube-controller-manager" \
     --kubeconfig="$state/controller-manager.kubeconfig" \
     --authentication-kubeconfig="$state/controller-manager.kubeconfig" \
@@ -180,13 +252,36 @@ up_control_plane() {
     --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
     --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
     --service-cluster-ip-range="$service_cidr" --use-service-account-credentials=true \
+    --node-monitor-period=2s --node-monitor-grace-period="$node_monitor_grace" \
     --leader-elect=false \
     --profiling=false
-  wait_for "default service account" 60 "$bin/kubectl" --kubeconfig "$kubeconfig" get serviceaccount default
+  wait_for "default service account" 60 kubectl get serviceaccount default
   log "control plane ready: KUBECONFIG=$kubeconfig"
 }
 
-# --- the node -------------------------------------------------------------------------------
+# --- nodes ----------------------------------------------------------------------------------
+
+node_names() { # the nodes this cluster was made with
+  [ -d "$state/nodes" ] || return 0
+  local d; for d in "$state"/nodes/eo-node-*; do [ -d "$d" ] && basename "$d"; done
+}
+node_dir() { echo "$state/nodes/$1"; }
+node_index() { # eo-node-3 -> 3
+  case $1 in eo-node-[1-9]) echo "${1#eo-node-}" ;; *) log "no node $1 (nodes: $(node_names | xargs))"; return 1 ;; esac
+}
+node_ip() { echo "10.244.0.$((10 + $1))"; }
+in_node() { local n=$1; shift; nsenter --net="/run/netns/$n" -- "$@"; }
+zone_of() { local z=(a b c); echo "zone-${z[$((($1 - 1) % 3))]}"; }
+
+# node_start_daemon NODE NAME CMD...: starts CMD as a daemon of the node, in its network
+# namespace and cgroups (the same PID: nsenter and sh exec). Never `ip netns exec`: it makes a
+# mount namespace per invocation, and volumes the kubelet mounts would be invisible to runc.
+node_start_daemon() {
+  local n=$1 name=$2; shift 2
+  # shellcheck disable=SC2016
+  start "$name" nsenter --net="/run/netns/$n" -- sh -c 'echo $$ > "$1"; echo $$ > "$2"; shift 2; exec "$@"' sh \
+    "$v2/eo/$n/daemons/cgroup.procs" "/sys/fs/cgroup/freezer/eo/$n/daemons/cgroup.procs" "$@"
+}
 
 make_bridge() {
   if ! ip link show "$bridge" >/dev/null 2>&1; then
@@ -194,9 +289,56 @@ make_bridge() {
     ip addr add "$bridge_ip/24" dev "$bridge"
   fi
   ip link set "$bridge" up
-  # Pods reach services and each other through the host; remember the old value for `down`.
-  [ -f "$state/ip_forward.orig" ] || cat /proc/sys/net/ipv4/ip_forward > "$state/ip_forward.orig"
-  echo 1 > /proc/sys/net/ipv4/ip_forward
+}
+
+# The host's kernel is shared by every node: what all the daemons together need, set once and
+# put back by `down`.
+raise_limits() {
+  local k v
+  for kv in fs.inotify.max_user_instances=1024 fs.inotify.max_user_watches=524288; do
+    k=${kv%%=*}; v=${kv#*=}
+    local f=/proc/sys/${k//.//}
+    [ -f "$state/sysctl.$k.orig" ] || cat "$f" > "$state/sysctl.$k.orig"
+    [ "$(cat "$f")" -ge "$v" ] || echo "$v" > "$f"
+  done
+}
+
+make_cgroups() { # make_cgroups NODE
+  local n=$1 c
+  for c in $v1_controllers; do
+    local root=/sys/fs/cgroup/$c
+    [ -d "$root" ] || continue
+    mkdir -p "$root/eo/$n"
+    if [ "$c" = cpuset ]; then
+      local d; for d in "$root/eo" "$root/eo/$n"; do
+        [ -s "$d/cpuset.cpus" ] || cat "$root/cpuset.cpus" > "$d/cpuset.cpus"
+        [ -s "$d/cpuset.mems" ] || cat "$root/cpuset.mems" > "$d/cpuset.mems"
+      done
+    fi
+  done
+  mkdir -p "/sys/fs/cgroup/freezer/eo/$n/daemons" "$v2/eo/$n/daemons"
+}
+
+make_node_network() { # make_node_network INDEX
+  local i=$1 n=eo-node-$1 ip; ip=$(node_ip "$1")
+  # A stopped node's namespace is torn down asynchronously: wait for its link to go.
+  for _ in $(seq 1 50); do ip link show "eo-veth$i" >/dev/null 2>&1 || break; sleep 0.1; done
+  ip netns add "$n"
+  ip link add "eo-veth$i" type veth peer name eth0 netns "$n"
+  ip link set "eo-veth$i" master "$bridge" up
+  in_node "$n" ip link set lo up
+  # A stable MAC: the others' neighbour entries stay right across a stop and start.
+  in_node "$n" ip link set eth0 address "02:e0:00:00:00:0$i"
+  in_node "$n" ip addr add "$ip/24" dev eth0
+  in_node "$n" ip link set eth0 up
+  in_node "$n" ip route add default via "$bridge_ip"
+  local j
+  for j in $(seq 1 "$(node_names | wc -l)"); do
+    [ "$j" = "$i" ] || in_node "$n" ip route add "10.244.$j.0/24" via "$(node_ip "$j")"
+  done
+  in_node "$n" sysctl -qw net.ipv4.ip_forward=1
+  in_node "$n" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
+  ip route replace "10.244.$i.0/24" via "$ip" dev "$bridge"
 }
 
 write_if_changed() { # write_if_changed FILE < content
@@ -205,32 +347,40 @@ write_if_changed() { # write_if_changed FILE < content
   if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
 }
 
-write_node_config() {
+write_node_config() { # write_node_config INDEX
+  local i=$1 n=eo-node-$1 N ip; N=$(node_dir "$n"); ip=$(node_ip "$i")
   case $max_pods in ''|*[!0-9]*) log "KUBELET_MAX_PODS=$max_pods: not a number"; return 1 ;; esac
-  mkdir -p "$state/cni/net.d" "$state/cni/ipam" "$state/containerd" "$state/kubelet"
-  cat > "$state/cni/net.d/10-eo-bridge.conflist" <<CNI
+  mkdir -p "$N"/{cni/net.d,cni/ipam,containerd,kubelet,pod-logs,runc,local-path}
+  cert "$n" "system:node:$n" system:nodes
+  cert "$n-serving" "system:node:$n" system:nodes "IP:$ip,IP:127.0.0.1,DNS:$n"
+  write_kubeconfig "$N/kubelet.kubeconfig" "$n"
+  # Pod addresses are routed between nodes as they are, never masqueraded: etcd peers see
+  # each other's pod addresses, as on a real cluster network.
+  cat > "$N/cni/net.d/10-eo-bridge.conflist" <<CNI
 {"cniVersion": "0.4.0", "name": "eo-pods", "plugins": [
-  {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {"type": "host-local", "dataDir": "$state/cni/ipam",
-            "ranges": [[{"subnet": "$pod_subnet", "gateway": "$bridge_ip"}]],
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$N/cni/ipam",
+            "ranges": [[{"subnet": "10.244.$i.0/24", "gateway": "10.244.$i.1"}]],
             "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}
 ]}
 CNI
-  cat > "$state/containerd/config.toml" <<TOML
+  cat > "$N/containerd/config.toml" <<TOML
 version = 2
-root = "$state/containerd/root"
-state = "$state/containerd/state"
+root = "$N/containerd/root"
+state = "$N/containerd/state"
 [grpc]
-  address = "$sock"
+  address = "$N/containerd/containerd.sock"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$state/containerd/opt"
+  path = "$N/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:3.10"
   stream_server_address = "127.0.0.1"
   # This VM withholds CAP_SYS_RESOURCE, so no process may lower its OOM score below its parent's:
   # runc would fail on the -998 the kubelet asks for sandboxes.
   restrict_oom_score_adj = true
+  # Pod network namespaces under the node's own state, so that a node's stop finds them.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -238,16 +388,16 @@ state = "$state/containerd/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$N/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$state/cni/net.d"
+    conf_dir = "$N/cni/net.d"
+    max_conf_num = 1
 TOML
-  # Pods get the cluster DNS only; the host's resolvers are not theirs to use.
-  printf 'search cluster.local\noptions ndots:5\n' > "$state/resolv.conf"
-  cat > "$state/kubelet/config.yaml" <<KUBELET
+  cat > "$N/kubelet/config.yaml" <<KUBELET
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $bridge_ip
+address: $ip
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -257,10 +407,14 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: $pki/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $pki/kubelet-serving.crt
-tlsPrivateKeyFile: $pki/kubelet-serving.key
+tlsCertFile: $pki/$n-serving.crt
+tlsPrivateKeyFile: $pki/$n-serving.key
 cgroupDriver: cgroupfs
-containerRuntimeEndpoint: unix://$sock
+# Each node's pods under its own cgroup, which its stop kills as a whole.
+cgroupRoot: /eo/$n
+containerRuntimeEndpoint: unix://$N/containerd/containerd.sock
+# Every kubelet deletes the pod log directories it does not know: one directory per node.
+podLogsDir: $N/pod-logs
 clusterDNS: [$dns_ip]
 clusterDomain: cluster.local
 resolvConf: $state/resolv.conf
@@ -273,18 +427,20 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 serializeImagePulls: false
 maxPods: $max_pods
+nodeStatusUpdateFrequency: 4s
+nodeLeaseDurationSeconds: 20
 KUBELET
   # kube-proxy exits when its configuration file is written, so a repeated `up` leaves it alone.
-  write_if_changed "$state/kube-proxy.yaml" <<PROXY
+  write_if_changed "$N/kube-proxy.yaml" <<PROXY
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $state/kube-proxy.kubeconfig}
 mode: iptables
 clusterCIDR: $cluster_cidr
-hostnameOverride: $node_name
+hostnameOverride: $n
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
-nodePortAddresses: [$bridge_ip/32]
+nodePortAddresses: [$ip/32]
 conntrack: {maxPerCore: 0, min: 0}
 PROXY
 }
@@ -314,117 +470,302 @@ build_images() {
       --tag "quay.io/coreos/etcd:v$v" --tag "gcr.io/etcd-development/etcd:v$v" "${files[@]}" \
       --dir /var/etcd:700 --dir /tmp:1777 --entrypoint /usr/local/bin/etcd >/dev/null
   done
+  mkdir -p "$state/images.d"
+  for d in "$images"/*.tar; do ln -sf "$d" "$state/images.d/"; done
 }
 
-import_images() {
-  local f
-  for f in "$@"; do
-    ctr --address "$sock" -n k8s.io images import --no-unpack=false "$f" >/dev/null
+# import_node NODE [ARCHIVE...]: into the node's containerd; without archives, every archive of
+# the cluster newer than the node's last full import (a node that was stopped catches up).
+import_node() {
+  local n=$1 N f; N=$(node_dir "$1"); shift
+  local files=("$@") full=0
+  if [ $# -eq 0 ]; then
+    full=1
+    for f in "$state"/images.d/*; do
+      [ -e "$f" ] || continue
+      [ -f "$N/images.stamp" ] && [ ! "$f" -nt "$N/images.stamp" ] && continue
+      files+=("$f")
+    done
+  fi
+  touch "$N/images.stamp.new"
+  for f in "${files[@]}"; do
+    ctr --address "$N/containerd/containerd.sock" -n k8s.io images import --no-unpack=false "$f" >/dev/null
   done
+  if [ $full = 1 ]; then mv "$N/images.stamp.new" "$N/images.stamp"; else rm -f "$N/images.stamp.new"; fi
+}
+
+import_images() { # into every running node, in parallel
+  local f n jobs_=()
+  mkdir -p "$state/images.d"
+  for f in "$@"; do ln -sf "$(readlink -f "$f")" "$state/images.d/$(basename "$f")"; done
+  for n in $(node_names); do
+    [ -f "$(node_dir "$n")/stopped" ] && continue
+    import_node "$n" "$@" & jobs_+=($!)
+  done
+  wait_all "${jobs_[@]}"
 }
 
 deploy_coredns() {
-  local bin=$1 v; v=$(cat "$state/coredns-version")
+  local v; v=$(cat "$state/coredns-version")
   sed "s|@COREDNS_IMAGE@|registry.k8s.io/coredns/coredns:$v|; s|@DNS_IP@|$dns_ip|" \
-    "$here/manifests/coredns.yaml" | "$bin/kubectl" --kubeconfig "$kubeconfig" apply -f - >/dev/null
+    "$here/manifests/coredns.yaml" | kubectl apply -f - >/dev/null
 }
 
-up_node() {
+start_containerd() { # start_containerd NODE
+  local n=$1 N; N=$(node_dir "$1")
+  node_start_daemon "$n" "$n-containerd" containerd --config "$N/containerd/config.toml"
+  wait_for "$n containerd" 30 ready containerd "$n"
+}
+
+start_node_daemons() { # start_node_daemons INDEX: kubelet and kube-proxy
+  local i=$1 n=eo-node-$1 N bin; N=$(node_dir "$n"); bin=$(k8s_bin)
+  node_start_daemon "$n" "$n-kubelet" "$bin/kubelet" --config="$N/kubelet/config.yaml" \
+    --kubeconfig="$N/kubelet.kubeconfig" --root-dir="$N/kubelet/root" \
+    --cert-dir="$N/kubelet/pki" --hostname-override="$n" --node-ip="$(node_ip "$i")" \
+    --node-labels="topology.kubernetes.io/zone=$(zone_of "$i"),topology.kubernetes.io/region=local"
+  node_start_daemon "$n" "$n-kube-proxy" "$bin/kube-proxy" --config="$N/kube-proxy.yaml"
+}
+
+# Bridged traffic between nodes crosses the host's netfilter (br_netfilter), where the host
+# kube-proxy drops what its conntrack thinks invalid: node-to-node frames are not its business.
+allow_bridged() {
+  iptables -w -C FORWARD -i "$bridge" -o "$bridge" -m comment --comment eo-nodes -j ACCEPT 2>/dev/null ||
+    iptables -w -I FORWARD 1 -i "$bridge" -o "$bridge" -m comment --comment eo-nodes -j ACCEPT
+}
+
+node_up() { # node_up INDEX: network, cgroups, containerd, images, kubelet, kube-proxy
+  local i=$1 n=eo-node-$1
+  ip netns list | grep -qw "^$n" || make_node_network "$i"
+  make_cgroups "$n"
+  start_containerd "$n"
+  import_node "$n"
+  start_node_daemons "$i"
+  rm -f "$(node_dir "$n")/stopped"
+}
+
+coredns_ready() { # coredns_ready NODE: the node's own CoreDNS pod is Ready
+  kubectl -n kube-system get pods -l k8s-app=kube-dns --field-selector "spec.nodeName=$1" \
+    -o jsonpath='{.items[*].status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+}
+
+wait_node_ready() { # wait_node_ready NODE: Ready, and its DNS served on it
+  local n=$1
+  wait_for "node $n Ready" 120 kubectl wait --for=condition=Ready "node/$n" --timeout=2s
+  wait_for "CoreDNS on $n" 120 coredns_ready "$n"
+}
+
+up_nodes() {
   need containerd containerd; need runc runc; need conntrack conntrack; need iptables iptables
-  need ip iproute2; need gcc gcc
+  need ip iproute2; need gcc gcc; need nsenter util-linux
   [ -x /usr/lib/cni/bridge ] || need /usr/lib/cni/bridge containernetworking-plugins
+  local count=${NODES:-3}
+  case $count in [1-9]) ;; *) log "NODES=$count: 1 to 9"; return 2 ;; esac
+  if [ -d "$state/nodes" ] && [ "$(node_names | wc -l)" != "$count" ]; then
+    log "this cluster has $(node_names | wc -l) nodes, not NODES=$count: run \`hack/cluster.sh down\` first"
+    return 1
+  fi
   local bin; bin=$("$here/build-k8s.sh")
   mkdir -p "$logs" "$pids"
+  local i
+  for i in $(seq 1 "$count"); do mkdir -p "$state/nodes/eo-node-$i"; done
   make_bridge
+  raise_limits
   api_host=$bridge_ip
   up_control_plane
   write_kubeconfig "$state/scheduler.kubeconfig" scheduler
-  write_kubeconfig "$state/kubelet.kubeconfig" kubelet
   write_kubeconfig "$state/kube-proxy.kubeconfig" kube-proxy
-  write_node_config
-  build_images
-
+  cert scheduler system:kube-scheduler "" &
+  local jobs_=($!)
+  cert kube-proxy system:kube-proxy "" & jobs_+=($!)
+  for i in $(seq 1 "$count"); do write_node_config "$i" & jobs_+=($!); done
+  wait_all "${jobs_[@]}"
+  # Pods get the cluster DNS only; the host's resolvers are not theirs to use.
+  printf 'search cluster.local\noptions ndots:5\n' > "$state/resolv.conf"
+  # The host's kube-proxy first: without a Node of its own it waits 30 s before it programs
+  # Service addresses, time the nodes take to start anyway.
+  write_if_changed "$state/kube-proxy.yaml" <<PROXY
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $state/kube-proxy.kubeconfig}
+mode: iptables
+clusterCIDR: $cluster_cidr
+hostnameOverride: eo-control-plane
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: [$bridge_ip/32]
+conntrack: {maxPerCore: 0, min: 0}
+PROXY
+  start kube-proxy "$bin/kube-proxy" --config="$state/kube-proxy.yaml"
   start kube-scheduler "$bin/kube-scheduler" --kubeconfig="$state/scheduler.kubeconfig" \
     --authentication-kubeconfig="$state/scheduler.kubeconfig" \
     --authorization-kubeconfig="$state/scheduler.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false
-
-  start containerd containerd --config "$state/containerd/config.toml"
-  wait_for containerd 30 ctr --address "$sock" version
-  import_images "$cache"/images/*.tar
-
-  start kubelet "$bin/kubelet" --config="$state/kubelet/config.yaml" \
-    --kubeconfig="$state/kubelet.kubeconfig" --root-dir="$state/kubelet/root" \
-    --cert-dir="$state/kubelet/pki" --hostname-override="$node_name" --node-ip="$bridge_ip"
-  start kube-proxy "$bin/kube-proxy" --config="$state/kube-proxy.yaml"
-
-  wait_for "node $node_name Ready" 120 "$bin/kubectl" --kubeconfig "$kubeconfig" wait \
-    --for=condition=Ready "node/$node_name" --timeout=2s
-  deploy_coredns "$bin"
-  wait_for "CoreDNS" 120 "$bin/kubectl" --kubeconfig "$kubeconfig" -n kube-system wait \
-    --for=condition=Available deployment/coredns --timeout=2s
-  log "cluster ready: KUBECONFIG=$kubeconfig"
+  build_images
+  jobs_=()
+  for i in $(seq 1 "$count"); do node_up "$i" & jobs_+=($!); done
+  wait_all "${jobs_[@]}" || { log "a node failed to start: see $logs"; return 1; }
+  deploy_coredns
+  for i in $(seq 1 "$count"); do wait_node_ready "eo-node-$i"; done
+  wait_for "the host's kube-proxy" 60 ready kube-proxy
+  allow_bridged
+  log "cluster ready ($count nodes): KUBECONFIG=$kubeconfig"
 }
 
-# Removes what the node left in the kernel: container mounts, CNI network namespaces, the
-# bridge, iptables chains, pod cgroups; and puts ip_forward back.
-clean_node() {
-  local bin=$cache/k8s/$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/k8s/go.mod")/bin
-  # Container processes outlive containerd in their shims' care.
-  local shim victims=() p
-  for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $sock" 2>/dev/null || true); do
-    victims+=("$shim" $(pgrep -P "$shim" 2>/dev/null || true))
+# --- node faults ------------------------------------------------------------------------------
+
+# node_stop NODE: as a power cut. The network goes first, so no FIN or RST leaves; then every
+# process of the node (daemons, shims, containers: all in its cgroup) is killed at once, and
+# what a reboot would not keep (runtime state, mounts, address leases) is wiped. The disk stays.
+node_stop() {
+  local n=$1 i N; i=$(node_index "$n"); N=$(node_dir "$n")
+  [ -d "$N" ] || { log "no node $n"; return 1; }
+  local cg=$v2/eo/$n
+  [ -d "$cg" ] && echo 1 > "$cg/cgroup.freeze"
+  ip link del "eo-veth$i" 2>/dev/null || true
+  if [ -d "$cg" ]; then
+    echo 1 > "$cg/cgroup.kill"
+    local deadline=$((SECONDS + 10))
+    until grep -qx 'populated 0' "$cg/cgroup.events"; do
+      [ $SECONDS -lt $deadline ] || { log "$n: processes left after cgroup.kill: $(cat "$cg"/cgroup.procs | xargs)"; break; }
+      sleep 0.05
+    done
+    echo 0 > "$cg/cgroup.freeze"
+  fi
+  rm -f "$pids/$n-"*.pid
+  if ip netns list | grep -qw "^$n"; then
+    ip netns delete "$n"
+  fi
+  { grep -o " $N/[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  rm -rf "$N/containerd/state" "$N/runc" "$N/cni/ipam"
+  mkdir -p "$N/runc" "$N/cni/ipam"
+  local c
+  for c in $v1_controllers; do
+    [ -d "/sys/fs/cgroup/$c/eo/$n" ] && find "/sys/fs/cgroup/$c/eo/$n" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
-  for p in "${victims[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  for p in "${victims[@]}"; do
-    for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  ip route del "10.244.$i.0/24" 2>/dev/null || true
+  touch "$N/stopped"
+  log "$n stopped"
+}
+
+node_start() {
+  local n=$1 i; i=$(node_index "$n")
+  [ -f "$(node_dir "$n")/stopped" ] || { log "$n is not stopped"; return 0; }
+  node_up "$i"
+  allow_bridged
+  wait_node_ready "$n"
+  log "$n started"
+}
+
+# Raw runs before conntrack, and neither kube-proxy nor the kubelet put rules in raw or in
+# mangle FORWARD: established connections are cut too, and no resync undoes it. DROP, not
+# REJECT: the others see silence, as across a broken link.
+partition_rules() {
+  echo "raw PREROUTING -i eth0"
+  echo "raw OUTPUT -o eth0"
+  echo "mangle FORWARD -o eth0"
+}
+
+node_partition() {
+  local n=$1 t c m; node_index "$n" >/dev/null
+  partition_rules | while read -r t c m; do
+    # shellcheck disable=SC2086
+    in_node "$n" iptables -w -t "$t" -C "$c" $m -m comment --comment eo-partition -j DROP 2>/dev/null ||
+      in_node "$n" iptables -w -t "$t" -I "$c" 1 $m -m comment --comment eo-partition -j DROP
   done
+  log "$n partitioned"
+}
+
+node_heal() {
+  local n=$1 t c m; node_index "$n" >/dev/null
+  partition_rules | while read -r t c m; do
+    # shellcheck disable=SC2086
+    while in_node "$n" iptables -w -t "$t" -D "$c" $m -m comment --comment eo-partition -j DROP 2>/dev/null; do :; done
+  done
+  log "$n healed"
+}
+
+# --- one component ----------------------------------------------------------------------------
+
+component() { # component COMPONENT [NODE]: its PID-file name
+  local c=$1 n=${2:-}
+  if [ -n "$n" ]; then
+    node_index "$n" >/dev/null
+    case $c in containerd|kubelet|kube-proxy) echo "$n-$c" ;; *) log "a node runs containerd, kubelet, kube-proxy; not $c"; return 2 ;; esac
+  else
+    case $c in etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy) echo "$c" ;;
+      *) log "the control plane runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy; not $c (node components take a NODE)"; return 2 ;; esac
+  fi
+}
+
+component_start() {
+  local name; name=$(component "$@")
+  local n=${2:-}
+  if [ -n "$n" ] && [ -f "$(node_dir "$n")/stopped" ]; then log "$n is stopped: \`node start $n\` first"; return 1; fi
+  if [ "$1" = kubelet ] && ! ready containerd "$n" >/dev/null 2>&1; then log "$n's containerd is down: start it first"; return 1; fi
+  [ -f "$cmds/$name" ] || { log "$name was never started here"; return 1; }
+  local argv=()
+  mapfile -d '' argv < "$cmds/$name"
+  start "$name" "${argv[@]}"
+  wait_for "$name" 90 ready "$@"
+}
+
+component_stop() {
+  local name; name=$(component "$@")
+  stop_pid "$name"
+}
+
+# --- down -------------------------------------------------------------------------------------
+
+# Removes what the nodes left in the kernel and on the host: namespaces, links, routes, cgroups,
+# mounts, iptables chains of the host's kube-proxy, log links; and puts the sysctls back.
+clean_nodes() {
+  local n
   if [ -d "$state" ]; then
     { grep -o " $state[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   fi
-  local ns
-  for ns in $(ip netns list 2>/dev/null | awk '/^cni-/ {print $1}'); do ip netns delete "$ns" 2>/dev/null || true; done
+  for n in $(ip netns list 2>/dev/null | awk '/^eo-node-/ {print $1}'); do ip netns delete "$n" 2>/dev/null || true; done
+  ip route show | awk -v b="$bridge" '$0 ~ "dev " b && $1 ~ /^10\.244\.[1-9]/ {print $1}' | while read -r r; do ip route del "$r" 2>/dev/null || true; done
   if ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
+  while iptables -w -D FORWARD -i "$bridge" -o "$bridge" -m comment --comment eo-nodes -j ACCEPT 2>/dev/null; do :; done
+  local bin; bin=$(k8s_bin)
   [ -x "$bin/kube-proxy" ] && "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
-  local table chain rule
+  local table chain
   for table in nat filter mangle; do
-    { iptables -t "$table" -S 2>/dev/null || true; } | awk '$1=="-A" && / -j CNI-/' | while read -r rule; do
-      eval "iptables -t $table -D ${rule#-A }" 2>/dev/null || true
-    done
-    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^(CNI-|KUBE-)/ {print $2}'); do
+    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^KUBE-/ {print $2}'); do
       iptables -t "$table" -F "$chain" 2>/dev/null || true
     done
-    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^(CNI-|KUBE-)/ {print $2}'); do
+    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^KUBE-/ {print $2}'); do
       iptables -t "$table" -X "$chain" 2>/dev/null || true
     done
   done
   local c
-  for c in /sys/fs/cgroup/*/kubepods; do
-    [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  for c in $v1_controllers; do
+    [ -d "/sys/fs/cgroup/$c/eo" ] && find "/sys/fs/cgroup/$c/eo" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
-  if [ -f "$state/ip_forward.orig" ]; then cat "$state/ip_forward.orig" > /proc/sys/net/ipv4/ip_forward; fi
-  # The kubelet writes container logs to these fixed paths; only this cluster's pods are there.
-  if [ -f "$state/pids/kubelet.pid" ]; then rm -rf /var/log/pods /var/log/containers; fi
+  [ -d "$v2/eo" ] && find "$v2/eo" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  # The kubelets link container logs here, into their nodes' directories.
+  if [ -d /var/log/containers ]; then
+    find /var/log/containers -maxdepth 1 -type l -lname "$state/*" -delete 2>/dev/null || true
+    rmdir /var/log/containers 2>/dev/null || true
+  fi
+  local f
+  for f in "$state"/sysctl.*.orig; do
+    [ -f "$f" ] || continue
+    local k=${f#"$state"/sysctl.}; k=${k%.orig}
+    cat "$f" > "/proc/sys/${k//.//}"
+  done
 }
 
 down() {
-  if [ -d "$pids" ]; then
-    # Consumers before what they consume: the node first, etcd last.
-    for f in operator kubelet kube-proxy kube-scheduler kube-controller-manager containerd kube-apiserver etcd; do
-      f=$pids/$f.pid
-      [ -e "$f" ] || continue
-      local pid; pid=$(cat "$f")
-      if kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-        log "stopped $(basename "$f" .pid) (pid $pid)"
-      fi
-    done
+  # Consumers before what they consume: the nodes first (hard: nothing of them is kept), etcd last.
+  stop_pid operator
+  local n
+  if [ "${1:-}" != --control-plane-only ]; then
+    for n in $(node_names); do node_stop "$n" >/dev/null 2>&1 || true; done
   fi
-  # A control plane without a node left nothing in the kernel; what is there is another
-  # cluster's node.
-  [ "${1:-}" = --control-plane-only ] || clean_node
+  for n in kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$n"; done
+  [ "${1:-}" = --control-plane-only ] || clean_nodes
   rm -rf "$state"
 }
 
@@ -432,7 +773,7 @@ case "${1:-}" in
   up)
     case "${2:-}" in
       --control-plane-only) up_control_plane ;;
-      "") up_node ;;
+      "") up_nodes ;;
       *) echo "unknown option $2" >&2; exit 2 ;;
     esac ;;
   down)
@@ -440,8 +781,20 @@ case "${1:-}" in
       --control-plane-only|"") down "${2:-}" ;;
       *) echo "unknown option $2" >&2; exit 2 ;;
     esac ;;
+  node)
+    [ $# -eq 3 ] || { echo "usage: $0 node stop|start|partition|heal NODE" >&2; exit 2; }
+    case $2 in
+      stop) node_stop "$3" ;;
+      start) node_start "$3" ;;
+      partition) node_partition "$3" ;;
+      heal) node_heal "$3" ;;
+      *) echo "usage: $0 node stop|start|partition|heal NODE" >&2; exit 2 ;;
+    esac ;;
+  start) shift; component_start "$@" ;;
+  stop) shift; component_stop "$@" ;;
+  nodes) node_names ;;
   kubeconfig) echo "$kubeconfig" ;;
-  has-node) running kubelet ;;
+  has-node) for n in $(node_names); do running "$n-kubelet" && exit 0; done; exit 1 ;;
   import) shift; import_images "$@" ;;
-  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,36p' "$0" >&2; exit 2 ;;
 esac

@@ -126,6 +126,12 @@ struct RunArgs {
     /// reported as having lost quorum.
     #[arg(long, env = "QUORUM_LOSS_GRACE", default_value_t = 30)]
     quorum_loss_grace: u64,
+    /// Seconds a member's node may be not Ready (its kubelet silent: the node dead or cut off)
+    /// while the member does not answer, before the member is removed and replaced on another
+    /// node, when quorum allows. Members with volumes wait for their node. 0 turns it off, and
+    /// Nodes are then not read at all (namespaced installs have no right to).
+    #[arg(long, env = "NODE_LOSS_GRACE", default_value_t = 30)]
+    node_loss_grace: u64,
     /// Where etcd pods reach this operator's HTTP server (`http://IP:port`), from which a
     /// restore's seed member fetches its snapshot. The chart sets it to the pod's IP; without
     /// it, restores wait with a condition that says so.
@@ -290,6 +296,7 @@ fn cluster_context(
         timings: cluster::task::Timings {
             replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
             quorum_grace: Duration::from_secs(args.quorum_loss_grace),
+            node_loss_grace: Duration::from_secs(args.node_loss_grace),
         },
     }
 }

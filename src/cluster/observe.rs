@@ -399,7 +399,13 @@ async fn observe_objects(
     };
     let now = Timestamp::now();
     for pod in list {
-        obs.plan.pods.push(pod_view(&pod, now));
+        let mut view = pod_view(&pod, now);
+        view.node_lost = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .and_then(|n| handles.caches.nodes.not_ready_for(n, now));
+        obs.plan.pods.push(view);
         obs.pods.insert(pod.name_any(), pod);
     }
     obs.plan.bootstrapped = !obs.pods.is_empty()
@@ -437,6 +443,7 @@ fn pod_view(pod: &Pod, now: Timestamp) -> PodView {
         restore,
         current: true,
         failing: failing(pod),
+        node_lost: None,
     }
 }
 
@@ -759,6 +766,7 @@ mod tests {
             restore: None,
             current: true,
             failing: None,
+            node_lost: None,
         };
         let mut obs = Observation {
             members: Some(vec![
@@ -787,6 +795,7 @@ mod tests {
             startup_grace: Duration::from_secs(60),
             replace_after: Duration::from_secs(300),
             quorum_grace: Duration::from_secs(30),
+            node_grace: Duration::from_secs(30),
             max_learners: 1,
         };
         assert!(matches!(

@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
     PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
     PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
-    Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
-    WeightedPodAffinityTerm,
+    Service, ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume,
+    VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -424,6 +424,7 @@ pub fn member_pod(
                 policy.anti_affinity.unwrap_or(false),
             ),
             tolerations: (!policy.tolerations.is_empty()).then(|| policy.tolerations.clone()),
+            topology_spread_constraints: Some(spread(&name)),
             security_context: Some(
                 policy
                     .security_context
@@ -575,6 +576,26 @@ fn etcd_container(
         security_context: Some(hardened()),
         ..Container::default()
     }
+}
+
+/// Members spread over zones, then over nodes: with 3 members in 3 zones a zone lost costs
+/// one member; with 5, at most two. Preferences only (`ScheduleAnyway`), so that a cluster
+/// with fewer zones or nodes than members still runs; `antiAffinity: true` makes the node
+/// part required (see [`affinity`]).
+fn spread(cluster: &str) -> Vec<TopologySpreadConstraint> {
+    ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+        .into_iter()
+        .map(|key| TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(selector(cluster)),
+                ..LabelSelector::default()
+            }),
+            ..TopologySpreadConstraint::default()
+        })
+        .collect()
 }
 
 /// The user's affinity, plus, for the deprecated `antiAffinity: true`, a required pod
@@ -1038,6 +1059,31 @@ mod tests {
         assert_eq!(
             preferred[0].pod_affinity_term.topology_key,
             "kubernetes.io/hostname"
+        );
+    }
+
+    #[test]
+    fn members_spread_over_zones_then_nodes_by_preference() {
+        let c = cluster(EtcdClusterSpec {
+            size: 3,
+            ..Default::default()
+        });
+        let spec = member_pod(&c, "example-x", vec![], None, "").spec.unwrap();
+        let spread = spec.topology_spread_constraints.unwrap();
+        let keys: Vec<(&str, &str)> = spread
+            .iter()
+            .map(|c| (c.topology_key.as_str(), c.when_unsatisfiable.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("topology.kubernetes.io/zone", "ScheduleAnyway"),
+                ("kubernetes.io/hostname", "ScheduleAnyway")
+            ]
+        );
+        assert_eq!(
+            spread[0].label_selector.as_ref().unwrap().match_labels,
+            Some(selector("example"))
         );
     }
 }

@@ -443,6 +443,7 @@ mod tests {
                         restore: None,
                         current: true,
                         failing: None,
+                        node_lost: None,
                     })
                     .collect(),
                 bootstrapped: true,

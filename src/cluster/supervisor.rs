@@ -85,6 +85,12 @@ pub async fn run(
             .iter()
             .map(|ns| cache::watches(&watch_client, ns.map(String::from)).boxed()),
     );
+    // Nodes only when node loss is acted on: a namespaced install has no right to read them.
+    let mut node_events = if ctx.timings.node_loss_grace.is_zero() {
+        futures::stream::pending().boxed()
+    } else {
+        cache::node_watch(&watch_client).boxed()
+    };
     // Initial lists still to finish before the operator counts as ready: the EtcdClusters and
     // the member pods. The other caches answer once listed; until then (or when RBAC refuses
     // their watch) passes read from the API server.
@@ -108,6 +114,10 @@ pub async fn run(
                 Some((scope, Ok(change))) => books.on_cache(&ctx, scope, change),
                 Some((_, Err(e))) => warn!("watching the clusters' objects: {e}"),
                 None => return,
+            },
+            Some(ev) = node_events.next() => match ev {
+                Ok(ev) => books.on_node(&ctx, ev),
+                Err(e) => warn!("watching Nodes: {e}"),
             },
             changed = leading.changed() => {
                 books.on_leading(&ctx, changed.is_ok() && *leading.borrow_and_update());
@@ -191,6 +201,16 @@ impl Books {
         }
         if first_pods {
             self.one_synced(ctx);
+        }
+    }
+
+    /// A node became Ready or stopped being so: every task looks (rare; heartbeats change
+    /// nothing and wake no one), as the members on it may have to be replaced.
+    fn on_node(&mut self, ctx: &Arc<Context>, ev: Event<k8s_openapi::api::core::v1::Node>) {
+        if ctx.caches.nodes.apply(ev) {
+            for h in self.tasks.values() {
+                h.wake.notify_one();
+            }
         }
     }
 

@@ -53,6 +53,9 @@ pub struct Timings {
     pub replace_unhealthy_after: Duration,
     /// Silent members are counted as lost (phase Failed) only after this long.
     pub quorum_grace: Duration,
+    /// A silent member whose node has not been Ready this long is replaced; zero: never, and
+    /// Nodes are not watched.
+    pub node_loss_grace: Duration,
 }
 
 impl Default for Timings {
@@ -60,6 +63,7 @@ impl Default for Timings {
         Timings {
             replace_unhealthy_after: Duration::from_secs(300),
             quorum_grace: Duration::from_secs(30),
+            node_loss_grace: Duration::from_secs(30),
         }
     }
 }
@@ -350,6 +354,7 @@ fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) -> Target {
         startup_grace: STARTUP_GRACE,
         replace_after: ctx.timings.replace_unhealthy_after,
         quorum_grace: ctx.timings.quorum_grace,
+        node_grace: ctx.timings.node_loss_grace,
         max_learners: observe::max_learners(obs),
     }
 }
@@ -647,7 +652,10 @@ fn reason_of(action: &Action) -> &'static str {
         Action::ReplaceMember { .. } => "MemberReplaced",
         Action::Promote { .. } => "MemberPromoted",
         Action::RemoveMember {
-            reason: plan::RemoveReason::Unhealthy | plan::RemoveReason::DataGone,
+            reason:
+                plan::RemoveReason::Unhealthy
+                | plan::RemoveReason::DataGone
+                | plan::RemoveReason::NodeLost,
             ..
         } => "MemberReplaced",
         Action::RemoveMember {
@@ -767,6 +775,7 @@ mod tests {
                 restore: None,
                 current: true,
                 failing: None,
+                node_lost: None,
             }],
             ..plan::Observation::default()
         };

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
@@ -172,6 +172,8 @@ pub struct Caches {
     pub claims: Index<PartialObjectMeta<PersistentVolumeClaim>>,
     /// Secrets' metadata, by name.
     pub secrets: Index<PartialObjectMeta<Secret>>,
+    /// Whether each node is Ready (watched only when node loss is acted on).
+    pub nodes: Nodes,
     contents: Mutex<HashMap<(String, String), Content>>,
 }
 
@@ -184,6 +186,7 @@ impl Default for Caches {
             budgets: Index::by_cluster(),
             claims: Index::by_cluster(),
             secrets: Index::by_name(),
+            nodes: Nodes::default(),
             contents: Mutex::default(),
         }
     }
@@ -273,18 +276,130 @@ pub fn watches(
     }))
 }
 
+/// The watch of every Node, for [`Nodes`].
+pub fn node_watch(
+    client: &kube::Client,
+) -> impl futures::Stream<Item = Result<Event<Node>, watcher::Error>> + Send + use<> {
+    use kube::runtime::WatchStreamExt;
+    watcher::watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff()
+}
+
+/// A node's readiness as its kubelet last reported it (or the node controller, once the
+/// kubelet went silent, set it Unknown).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeHealth {
+    /// Its `Ready` condition is `True`.
+    pub ready: bool,
+    /// Since when it has not been: for `Unknown` (the kubelet went silent) the kubelet's last
+    /// heartbeat in the condition, which is when the node stopped answering, well before the
+    /// node controller noticed; for `False` (the kubelet reports itself not ready) when it
+    /// became so.
+    pub since: Option<k8s_openapi::jiff::Timestamp>,
+}
+
+impl NodeHealth {
+    fn of(node: &Node) -> Self {
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+        let transition = ready.and_then(|c| c.last_transition_time.as_ref());
+        let heartbeat = ready
+            .filter(|c| c.status == "Unknown")
+            .and_then(|c| c.last_heartbeat_time.as_ref());
+        NodeHealth {
+            ready: ready.is_some_and(|c| c.status == "True"),
+            since: heartbeat.or(transition).map(|t| t.0),
+        }
+    }
+}
+
+/// Every node's readiness, by name. Only whether each is Ready and since when is kept: a Node
+/// object is mostly its image list.
+#[derive(Default)]
+pub struct Nodes {
+    inner: RwLock<NodesInner>,
+}
+
+#[derive(Default)]
+struct NodesInner {
+    synced: bool,
+    relisting: Option<HashMap<String, NodeHealth>>,
+    nodes: HashMap<String, NodeHealth>,
+}
+
+impl Nodes {
+    /// Applies one event of the Node watch; says whether some node's readiness changed (the
+    /// heartbeats that make most Node updates change nothing here).
+    pub fn apply(&self, event: Event<Node>) -> bool {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let ready = |m: &HashMap<String, NodeHealth>, n: &str| m.get(n).map(|h| h.ready);
+        match event {
+            Event::Init => {
+                inner.relisting = Some(HashMap::new());
+                false
+            }
+            Event::InitApply(n) => {
+                if let Some(r) = inner.relisting.as_mut() {
+                    r.insert(n.name_any(), NodeHealth::of(&n));
+                }
+                false
+            }
+            Event::InitDone => {
+                let listed = inner.relisting.take().unwrap_or_default();
+                let changed = listed.len() != inner.nodes.len()
+                    || listed
+                        .iter()
+                        .any(|(n, h)| ready(&inner.nodes, n) != Some(h.ready));
+                inner.nodes = listed;
+                inner.synced = true;
+                changed
+            }
+            Event::Apply(n) => {
+                let (name, health) = (n.name_any(), NodeHealth::of(&n));
+                let changed = ready(&inner.nodes, &name) != Some(health.ready);
+                inner.nodes.insert(name, health);
+                changed
+            }
+            Event::Delete(n) => inner.nodes.remove(&n.name_any()).is_some(),
+        }
+    }
+
+    /// How long node `name` has not been Ready at `now`: `None` when it is Ready or when no
+    /// list has finished (nothing is known); `Duration::MAX` for a node that no longer exists.
+    pub fn not_ready_for(&self, name: &str, now: k8s_openapi::jiff::Timestamp) -> Option<Duration> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        if !inner.synced {
+            return None;
+        }
+        let Some(h) = inner.nodes.get(name) else {
+            return Some(Duration::MAX);
+        };
+        if h.ready {
+            return None;
+        }
+        Some(
+            h.since
+                .and_then(|t| Duration::try_from(now.duration_since(t)).ok())
+                .unwrap_or_default(),
+        )
+    }
+}
+
 fn clear_managed_fields<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// A pod as the passes read it: its metadata, its status, and of its spec only what each
-/// container runs (image, command, arguments). The rest (volumes, probes, resources, security
+/// A pod as the passes read it: its metadata, its status, and of its spec only its node and
+/// what each container runs (image, command, arguments). The rest (volumes, probes, resources, security
 /// contexts) is most of a member pod's size, and a thousand clusters keep their pods here.
 fn slim_pod(pod: &mut Pod) {
     use k8s_openapi::api::core::v1::{Container, PodSpec};
     clear_managed_fields(pod);
     if let Some(spec) = &mut pod.spec {
         *spec = PodSpec {
+            node_name: spec.node_name.clone(),
             containers: spec
                 .containers
                 .iter()
@@ -551,6 +666,52 @@ impl Expectations {
 mod tests {
     use super::*;
     use kube::api::ObjectMeta;
+
+    fn node(name: &str, status: &str, heartbeat: &str, transition: &str) -> Node {
+        use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let at = |t: &str| Some(Time(t.parse().unwrap()));
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: status.into(),
+                    last_heartbeat_time: at(heartbeat),
+                    last_transition_time: at(transition),
+                    ..NodeCondition::default()
+                }]),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn a_node_is_lost_from_its_last_heartbeat_and_only_readiness_changes_wake() {
+        let nodes = Nodes::default();
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let t = |s: u32| format!("2026-01-01T00:00:{s:02}Z");
+        // Nothing is known before the first list.
+        assert_eq!(nodes.not_ready_for("a", now), None);
+        assert!(!nodes.apply(Event::Init));
+        assert!(!nodes.apply(Event::InitApply(node("a", "True", &t(0), &t(0)))));
+        assert!(nodes.apply(Event::InitDone));
+        assert_eq!(nodes.not_ready_for("a", now), None);
+        // A heartbeat changes nothing that matters.
+        assert!(!nodes.apply(Event::Apply(node("a", "True", &t(30), &t(0)))));
+        // Silent since its last heartbeat (00:00:30), though marked Unknown at 00:00:50.
+        assert!(nodes.apply(Event::Apply(node("a", "Unknown", &t(30), &t(50)))));
+        assert_eq!(nodes.not_ready_for("a", now), Some(Duration::from_secs(30)));
+        // Reporting itself not ready: since it said so.
+        nodes.apply(Event::Apply(node("a", "False", &t(55), &t(50))));
+        assert_eq!(nodes.not_ready_for("a", now), Some(Duration::from_secs(10)));
+        // A node that is gone is lost for good.
+        assert_eq!(nodes.not_ready_for("b", now), Some(Duration::MAX));
+    }
 
     fn pod(ns: &str, name: &str, cluster: &str) -> Pod {
         Pod {

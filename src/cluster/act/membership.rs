@@ -86,18 +86,19 @@ pub(super) async fn join(
 }
 
 /// Removes member `id` from etcd, then deletes its pod `name` (only once etcd no longer counts
-/// it). Returns etcd's refusal, if it refused for now.
+/// it; at once, `force`, when its node is lost). Returns etcd's refusal, if it refused for now.
 pub(super) async fn remove(
     pass: &Pass<'_>,
     obs: &Observed,
     name: &str,
     id: u64,
+    force: bool,
 ) -> Result<Option<Outcome>, Error> {
     let mut etcd = connect(obs).await?;
     if let Err(e) = etcd.remove(id).await {
         return settling(e).map(Some);
     }
-    delete_pod(pass, name).await?;
+    delete_pod(pass, name, force).await?;
     Ok(None)
 }
 
@@ -179,7 +180,7 @@ pub(super) async fn remove_member(
     id: u64,
     reason: RemoveReason,
 ) -> Result<Outcome, Error> {
-    if let Some(refused) = remove(pass, obs, name, id).await? {
+    if let Some(refused) = remove(pass, obs, name, id, reason == RemoveReason::NodeLost).await? {
         return Ok(refused);
     }
     Ok(Outcome::Done(Some(match reason {
@@ -187,6 +188,10 @@ pub(super) async fn remove_member(
             "removed member {name}, made from an older pod template; a member made \
              from the new one ({}) takes its place",
             cluster.spec.image()
+        ),
+        RemoveReason::NodeLost => format!(
+            "removed member {name}: it does not answer and its node has not been Ready for \
+             the node-loss grace; a new member takes its place on another node"
         ),
         _ => format!("removed member {name} ({reason:?})"),
     })))
@@ -201,7 +206,7 @@ pub(super) async fn replace_member(
     name: &str,
     id: u64,
 ) -> Result<Outcome, Error> {
-    if let Some(refused) = remove(pass, obs, name, id).await? {
+    if let Some(refused) = remove(pass, obs, name, id, false).await? {
         return Ok(refused);
     }
     let removed = format!("removed member {name}, whose pod and data are gone");

@@ -67,14 +67,16 @@ pub(super) async fn create_pod(
     Ok(())
 }
 
-pub(super) async fn delete_pod(pass: &Pass<'_>, name: &str) -> Result<(), Error> {
+/// Deletes pod `name`; `force`: without waiting for its kubelet (grace period 0), for a pod on
+/// a node that is not Ready, whose kubelet would never confirm the deletion.
+pub(super) async fn delete_pod(pass: &Pass<'_>, name: &str, force: bool) -> Result<(), Error> {
     pass.wrote(Object::Pod, name, Write::Deleted);
-    match pass
-        .handles
-        .pods
-        .delete(name, &DeleteParams::default())
-        .await
-    {
+    let params = if force {
+        DeleteParams::default().grace_period(0)
+    } else {
+        DeleteParams::default()
+    };
+    match pass.handles.pods.delete(name, &params).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(source) => Err(Error::DeletePod {
@@ -232,9 +234,13 @@ pub(super) async fn delete_member_pod(
     name: &str,
     reason: DeleteReason,
 ) -> Result<Outcome, Error> {
-    delete_pod(pass, name).await?;
+    delete_pod(pass, name, reason == DeleteReason::NodeLost).await?;
     Ok(Outcome::Done(Some(match reason {
         DeleteReason::NoMember => format!("deleted pod {name}, which has no member"),
+        DeleteReason::NodeLost => format!(
+            "deleted pod {name} at once: it has no member, and its node is not Ready to \
+             confirm the deletion"
+        ),
         DeleteReason::Ended => {
             format!("deleted the ended pod of member {name}; it is recreated on its volume")
         }

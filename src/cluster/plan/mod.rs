@@ -64,6 +64,10 @@ pub struct PodView {
     /// Why it cannot start, when the kubelet says so (an image that cannot be pulled, a
     /// container that crash-loops): a roll that reaches such a pod stops there.
     pub failing: Option<String>,
+    /// How long its node has not been Ready (the node dead, or cut off from the API server),
+    /// counted from the kubelet's last heartbeat when the node controller marked it Unknown;
+    /// `None` while it is Ready, or when nodes are not watched.
+    pub node_lost: Option<Duration>,
 }
 
 /// One member from etcd's member list, with its status if it answered.
@@ -130,6 +134,13 @@ impl Observation {
         self.pods.iter().find(|p| p.name == name)
     }
 
+    /// Whether member `name`'s pod is on a node that has not been Ready for `grace`.
+    fn node_lost(&self, name: &str, grace: Duration) -> bool {
+        self.pod(name)
+            .and_then(|p| p.node_lost)
+            .is_some_and(|d| d >= grace)
+    }
+
     /// Whether member `name` has a pod made from an older pod template.
     fn stale(&self, name: &str) -> bool {
         self.pod(name).is_some_and(|p| !p.current)
@@ -155,6 +166,10 @@ pub struct Target {
     /// How long members may be silent before their silence counts as lost quorum: a member
     /// whose container restarts is back within seconds.
     pub quorum_grace: Duration,
+    /// How long a member's node may have been silent (its kubelet's last heartbeat), or not
+    /// Ready, while the member does not answer, before the member is replaced on another node
+    /// (members without volumes only); zero: never.
+    pub node_grace: Duration,
     /// How many learners every member accepts at once (etcd 3.6's `--max-learners`, carried by
     /// every member's pod; 1 otherwise). Each member checks the limit as it applies an
     /// addition, so it is the smallest of the members'.
@@ -179,6 +194,10 @@ pub enum RemoveReason {
     /// Its volume claim is gone or being deleted, and its data with it: it is never restarted
     /// empty under its old ID, but replaced by a new member.
     DataGone,
+    /// It does not answer and its node has not been Ready (or not heard from) for
+    /// [`Target::node_grace`]: it is replaced on another node. Its old pod is force-deleted once it is removed; should the
+    /// node come back, its etcd finds itself removed and stops.
+    NodeLost,
 }
 
 /// Why leadership is moved.
@@ -205,6 +224,9 @@ pub enum DeleteReason {
     /// Its pod is made from an older pod template and its member keeps its data on a volume:
     /// the pod is recreated with the new template on the same claim, same name, same member.
     Outdated,
+    /// It has no member and its node is not Ready: its kubelet cannot confirm the deletion, so
+    /// it is deleted at once (force), which is safe because its member is already removed.
+    NodeLost,
 }
 
 /// The next step.

@@ -278,17 +278,24 @@ impl<'a> Cluster<'a> {
         } else {
             Vec::new()
         };
+        // On a node that is not Ready, even a pod already being deleted stays until its
+        // kubelet confirms, which a dead node never does: it is deleted at once.
+        let stranded = |p: &PodView| p.node_lost.is_some() && !self.target.node_grace.is_zero();
         self.obs
             .pods
             .iter()
             .find(|p| {
                 !names.contains(&p.name)
-                    && p.state != PodState::Terminating
+                    && (p.state != PodState::Terminating || stranded(p))
                     && !kept.contains(&p.name)
             })
             .map(|p| Action::DeletePod {
                 name: p.name.clone(),
-                reason: DeleteReason::NoMember,
+                reason: if stranded(p) {
+                    DeleteReason::NodeLost
+                } else {
+                    DeleteReason::NoMember
+                },
             })
     }
 
@@ -501,9 +508,25 @@ impl<'a> Cluster<'a> {
     /// past the bound blocks every other change, so it is replaced, when the healthy voters
     /// are a quorum without it.
     fn sick_voter(&self) -> Option<Action> {
-        let sick = self.voters.iter().find(|v| !v.healthy)?;
+        // A member without a volume on a lost node is replaced first: nothing brings it back.
+        let grace = self.target.node_grace;
+        let lost = |v: &MemberView| {
+            !self.target.persistent
+                && !grace.is_zero()
+                && !v.healthy
+                && self.obs.node_lost(&v.name, grace)
+        };
+        let sick = (self.voters.iter().find(|v| !v.healthy && lost(v)))
+            .or_else(|| self.voters.iter().find(|v| !v.healthy))?;
         let n = self.voters.len();
         let removable = self.healthy >= quorum(n - 1) && Some(sick.id) != self.obs.leader;
+        if lost(sick) && removable {
+            return Some(Action::RemoveMember {
+                name: sick.name.clone(),
+                id: sick.id,
+                reason: RemoveReason::NodeLost,
+            });
+        }
         if self.obs.stale(&sick.name) {
             if self.restartable(sick) {
                 return Some(Action::DeletePod {

@@ -710,3 +710,103 @@ fn a_ca_rotation_step_waits_until_the_cluster_is_otherwise_as_asked() {
     };
     assert_eq!(plan(&paused, &t), Action::Paused);
 }
+
+#[test]
+fn a_silent_member_on_a_lost_node_is_replaced_after_the_grace_and_its_pod_force_deleted() {
+    let lost = |d| {
+        cluster()
+            .voter("m1")
+            .voter("m2")
+            .voter("m3")
+            .unhealthy()
+            .node_lost(d)
+            .led_by("m1")
+    };
+    // The node lost for less than the grace (it may be rebooting): the usual wait.
+    let mut before = lost(MINUTE / 4).build();
+    before.members.as_mut().unwrap()[2].unhealthy_for = MINUTE / 4;
+    assert!(matches!(plan(&before, &target(3)), Action::Wait { .. }));
+    // Past it, but not past replace_after (which would replace any member).
+    let mut after = lost(MINUTE).build();
+    after.members.as_mut().unwrap()[2].unhealthy_for = MINUTE / 4;
+    assert_eq!(
+        plan(&after, &target(3)),
+        Action::RemoveMember {
+            name: "m3".into(),
+            id: 3,
+            reason: RemoveReason::NodeLost
+        }
+    );
+    // Zero turns it off; a silent member on a Ready node is not the node's doing.
+    let off = Target {
+        node_grace: Duration::ZERO,
+        ..target(3)
+    };
+    assert!(matches!(plan(&after, &off), Action::Wait { .. }));
+    let mut ready_node = after.clone();
+    ready_node.pods[2].node_lost = None;
+    assert!(matches!(plan(&ready_node, &target(3)), Action::Wait { .. }));
+    // A member that still answers is left alone, whatever its node says (a kubelet stopped).
+    let answering = cluster()
+        .voter("m1")
+        .voter("m2")
+        .voter("m3")
+        .node_lost(MINUTE)
+        .led_by("m1")
+        .build();
+    assert_eq!(plan(&answering, &target(3)), Action::Steady);
+    // Not when the others are not a quorum without it.
+    let two_lost = cluster()
+        .voter("m1")
+        .voter("m2")
+        .unhealthy()
+        .node_lost(MINUTE)
+        .voter("m3")
+        .unhealthy()
+        .node_lost(MINUTE)
+        .led_by("m1")
+        .build();
+    assert!(matches!(
+        plan(&two_lost, &target(3)),
+        Action::QuorumLost { .. }
+    ));
+    // Members with volumes wait for their node.
+    let persistent = target_of(3, true);
+    assert!(matches!(plan(&after, &persistent), Action::Wait { .. }));
+}
+
+#[test]
+fn a_lost_node_s_pod_is_force_deleted_once_removed_and_a_lost_zone_replaced_one_by_one() {
+    let lost = cluster()
+        .voter("m1")
+        .voter("m2")
+        .voter("m3")
+        .unhealthy()
+        .node_lost(MINUTE)
+        .led_by("m1");
+    // Once removed, its pod, even one already being deleted, is deleted at once.
+    let mut removed = lost.pod(PodState::Terminating).build();
+    removed.members.as_mut().unwrap().pop();
+    assert_eq!(
+        plan(&removed, &target(3)),
+        Action::DeletePod {
+            name: "m3".into(),
+            reason: DeleteReason::NodeLost
+        }
+    );
+    // 5 members, a zone of two lost: one at a time, each while the rest are a quorum.
+    let mut five = steady(5);
+    for i in 3..5 {
+        let m = &mut five.members.as_mut().unwrap()[i];
+        (m.healthy, m.unhealthy_for) = (false, MINUTE);
+        five.pods[i].node_lost = Some(MINUTE);
+    }
+    assert_eq!(
+        plan(&five, &target(5)),
+        Action::RemoveMember {
+            name: "m4".into(),
+            id: 4,
+            reason: RemoveReason::NodeLost
+        }
+    );
+}

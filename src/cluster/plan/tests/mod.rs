@@ -18,6 +18,7 @@ fn target(size: usize) -> Target {
         startup_grace: MINUTE / 2,
         replace_after: 5 * MINUTE,
         quorum_grace: MINUTE / 2,
+        node_grace: MINUTE / 2,
         max_learners: 1,
     }
 }
@@ -43,6 +44,7 @@ fn running(name: &str) -> PodView {
         restore: None,
         current: true,
         failing: None,
+        node_lost: None,
     }
 }
 
@@ -120,6 +122,15 @@ impl Fixture {
         let name = self.last().name.clone();
         for p in self.obs.pods.iter_mut().filter(|p| p.name == name) {
             p.state = state;
+        }
+        self
+    }
+
+    /// The node of the member added last has not been Ready for `for_`.
+    fn node_lost(mut self, for_: Duration) -> Self {
+        let name = self.last().name.clone();
+        for p in self.obs.pods.iter_mut().filter(|p| p.name == name) {
+            p.node_lost = Some(for_);
         }
         self
     }

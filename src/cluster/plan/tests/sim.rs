@@ -78,6 +78,7 @@ impl Sim {
                     restore: None,
                     current: p.current,
                     failing: None,
+                    node_lost: None,
                 })
                 .collect(),
             bootstrapped: true,
