@@ -558,7 +558,7 @@ up_nodes() {
   need containerd containerd; need runc runc; need conntrack conntrack; need iptables iptables
   need ip iproute2; need gcc gcc; need nsenter util-linux
   [ -x /usr/lib/cni/bridge ] || need /usr/lib/cni/bridge containernetworking-plugins
-  local count=${NODES:-3}
+  local count=${NODES:-3} began=$SECONDS
   case $count in [1-9]) ;; *) log "NODES=$count: 1 to 9"; return 2 ;; esac
   if [ -d "$state/nodes" ] && [ "$(node_names | wc -l)" != "$count" ]; then
     log "this cluster has $(node_names | wc -l) nodes, not NODES=$count: run \`hack/cluster.sh down\` first"
@@ -608,7 +608,9 @@ PROXY
   for i in $(seq 1 "$count"); do wait_node_ready "eo-node-$i"; done
   wait_for "the host's kube-proxy" 60 ready kube-proxy
   allow_bridged
-  log "cluster ready ($count nodes): KUBECONFIG=$kubeconfig"
+  # For the benchmark: how long this `up` took.
+  echo $((SECONDS - began)) > "$state/up.seconds"
+  log "cluster ready ($count nodes, $((SECONDS - began)) s): KUBECONFIG=$kubeconfig"
 }
 
 # --- node faults ------------------------------------------------------------------------------

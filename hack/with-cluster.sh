@@ -4,7 +4,7 @@
 #   hack/with-cluster.sh --control-plane-only CMD...   a throwaway control plane (own state directory
 #                                                      and ports, apart from any running cluster),
 #                                                      stopped afterwards whatever the outcome
-#   hack/with-cluster.sh CMD...                        the single-node cluster: a running one is used
+#   hack/with-cluster.sh CMD...                        the local cluster (NODES nodes): a running one is used
 #                                                      as it is; otherwise one is started for CMD and
 #                                                      stopped afterwards
 set -euo pipefail

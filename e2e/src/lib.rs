@@ -23,6 +23,8 @@ pub mod stores;
 
 pub mod backups;
 
+pub mod nodes;
+
 #[cfg(test)]
 mod tests {
     use std::io::{BufRead, BufReader, Read, Write};

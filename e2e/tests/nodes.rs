@@ -11,113 +11,55 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use e2e::{
-    Keys, Kubectl, Operator, Writer, client_endpoint, events, get, healthy_at_size, holds_for,
-    keys_under, member_pods, repo_root, until, write_once,
+use e2e::nodes::{
+    FaultFigures, drain, node_death, node_names, node_returns, placement, stop_under_writes,
 };
-use serde_json::Value;
+use e2e::{Kubectl, Operator, events, healthy_at_size, until};
 
 static NODES: Mutex<()> = Mutex::new(());
 
-fn cluster_sh(args: &[&str]) {
-    let status = Command::new(repo_root().join("hack/cluster.sh"))
-        .args(args)
-        .status()
-        .unwrap();
-    assert!(status.success(), "hack/cluster.sh {}", args.join(" "));
-}
-
-/// The Ready nodes, or `None` (the test is skipped) when there are fewer than 3.
-fn nodes(k: &Kubectl) -> Option<Vec<String>> {
-    let list: Value = serde_json::from_str(&k.ok(&["get", "nodes", "-o", "json"], None)).unwrap();
-    let names: Vec<String> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
-        .collect();
-    if names.len() < 3 {
-        eprintln!(
-            "skipped: {} node(s); these scenarios need 3 (NODES=3 hack/cluster.sh up)",
-            names.len()
-        );
-        return None;
+/// Whether the cluster has the 3 nodes these scenarios need (else the test is skipped).
+fn enough_nodes(k: &Kubectl) -> bool {
+    let n = node_names(k).len();
+    if n < 3 {
+        eprintln!("skipped: {n} node(s); these scenarios need 3 (NODES=3 hack/cluster.sh up)");
     }
-    Some(names)
-}
-
-/// Member pod name → node name.
-fn placement(k: &Kubectl, ns: &str) -> Vec<(String, String)> {
-    member_pods(k, ns, "example")
-        .iter()
-        .map(|p| {
-            (
-                p["metadata"]["name"].as_str().unwrap().to_string(),
-                p["spec"]["nodeName"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect()
+    n >= 3
 }
 
 fn apply_cluster(k: &Kubectl, ns: &str, size: usize) {
+    // Members with no volume: their data goes with their node.
     let c = serde_json::json!({"apiVersion": "etcd.database.coreos.com/v1beta2",
         "kind": "EtcdCluster", "metadata": {"name": "example"},
         "spec": {"size": size, "version": "3.6.16"}});
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
 }
 
-/// The node the operator runs on, which the scenarios leave alone (one replica).
-fn operator_node(op: &Operator) -> String {
-    op.pods()[0]["spec"]["nodeName"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-/// Whether every acknowledged key is there, read linearizably through the Service.
-fn assert_no_acked_write_lost(endpoint: &str, acked: &[u64]) {
-    let keys = keys_under(endpoint, "e2e-writer/").expect("reading the keys back");
-    let lost: Vec<&u64> = acked
-        .iter()
-        .filter(|n| !keys.contains(&format!("e2e-writer/{n}")))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged writes lost, e.g. {:?}",
-        lost.len(),
-        acked.len(),
-        &lost[..lost.len().min(5)]
-    );
-}
-
-/// Starts a stopped node again however the test ends.
-struct Restart(String);
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        let _ = Command::new(repo_root().join("hack/cluster.sh"))
-            .args(["node", "start", &self.0])
-            .status();
-    }
-}
-
-/// Installs the operator in `ns` (namespaced, allowed to read Nodes), a 3-member cluster, and
-/// waits until it is healthy with its members on 3 distinct nodes.
-fn three_members<'k>(k: &'k Kubectl, ns: &str) -> Operator<'k> {
+/// Installs the operator in `ns` (namespaced, allowed to read Nodes) and a 3-member cluster;
+/// waits until it is healthy with its members on 3 distinct nodes. Returns the operator and
+/// the node it runs on, which the scenarios leave alone (one replica).
+fn three_members<'k>(k: &'k Kubectl, ns: &str) -> (Operator<'k>, String) {
     let op = Operator::install(k, ns, &["readNodes=true"]);
     apply_cluster(k, ns, 3);
     until("3 healthy members", 240, || {
         healthy_at_size(k, ns, "example", 3)
     });
-    let on: BTreeSet<String> = placement(k, ns).into_iter().map(|(_, n)| n).collect();
+    let on: BTreeSet<String> = placement(k, ns, "example")
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
     assert_eq!(on.len(), 3, "members are spread over nodes: {on:?}");
-    op
+    let node = op.pods()[0]["spec"]["nodeName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (op, node)
 }
 
+/// The ClusterRole that `readNodes` made outlives the namespace.
 fn drop_node_reader(k: &Kubectl, ns: &str) {
     let name = format!("etcd-operator-{ns}-nodes");
     k.run(
@@ -131,81 +73,55 @@ fn drop_node_reader(k: &Kubectl, ns: &str) {
     );
 }
 
+fn assert_nothing_lost(f: &FaultFigures) {
+    assert!(
+        f.lost.is_empty(),
+        "{} of {} acknowledged writes lost, e.g. {:?}",
+        f.lost.len(),
+        f.acked,
+        &f.lost[..f.lost.len().min(5)]
+    );
+}
+
 #[test]
 fn a_member_on_a_node_that_dies_is_replaced_on_another_and_never_comes_back() {
     let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
     let k = Kubectl::from_env();
-    let Some(_) = nodes(&k) else { return };
+    if !enough_nodes(&k) {
+        return;
+    }
     k.apply_crds();
     let ns = k.namespace("node-death");
     let ns = ns.name.as_str();
-    let op = three_members(&k, ns);
-    let spare = operator_node(&op);
-    let c = get(&k, ns, "etcdcluster/example");
-    let leader = c["status"]["memberStatuses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "Leader")
-        .map(|m| m["name"].as_str().unwrap().to_string());
-    // The leader's node if the operator is elsewhere (an election on top of the loss), else
-    // any member's node but the operator's.
-    let placed = placement(&k, ns);
-    let (victim, node) = placed
-        .iter()
-        .find(|(p, n)| Some(p) == leader.as_ref() && *n != spare)
-        .or_else(|| placed.iter().find(|(_, n)| *n != spare))
-        .cloned()
-        .unwrap();
-    let endpoint = client_endpoint(&k, ns, "example");
-    let writer = Writer::start_with(&endpoint, Duration::from_secs(600), Keys::Unique);
-    std::thread::sleep(Duration::from_secs(2));
-
-    let _restart = Restart(node.clone());
-    let stopped = Instant::now();
-    cluster_sh(&["node", "stop", &node]);
-    // A new connection each time, as a new client would make: through the Service to any
-    // member the proxy still lists, the dead one included until its pod is marked not Ready.
-    let mut probe = 1_000_000;
-    let writable = until("a write to succeed after the node stopped", 60, || {
-        probe += 1;
-        write_once(&endpoint, probe).is_ok()
-    });
-    until("the cluster back at 3 healthy members", 120, || {
-        healthy_at_size(&k, ns, "example", 3) && placement(&k, ns).iter().all(|(_, n)| *n != node)
-    });
-    let healed = stopped.elapsed();
-    let tally = writer.report();
+    let (_op, spare) = three_members(&k, ns);
+    let (f, restart) = node_death(&k, ns, "example", 3, Some(&spare));
     eprintln!(
-        "node {node} (member {victim}, leader: {}) stopped hard: writable again after {:.1} s, \
-         3 healthy members elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
-        leader.as_deref() == Some(victim.as_str()),
-        writable.as_secs_f64(),
-        healed.as_secs_f64(),
-        tally.writes,
-        tally.longest_stall.as_secs_f64()
+        "node {} (member {}, leader: {}) stopped hard: writable again after {:.1} s, 3 healthy \
+         members elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
+        f.node,
+        f.member,
+        f.was_leader,
+        f.writable.as_secs_f64(),
+        f.healed.as_secs_f64(),
+        f.acked,
+        f.longest_stall.as_secs_f64()
     );
     assert!(
-        healed < Duration::from_secs(60),
-        "back at full size after {healed:?}"
+        f.healed < Duration::from_secs(60),
+        "back at full size after {:?}",
+        f.healed
     );
-    assert_no_acked_write_lost(&endpoint, &tally.acked);
+    assert_nothing_lost(&f);
     let replaced = events(&k, ns, "example", "MemberReplaced");
     assert!(
         replaced
             .iter()
-            .any(|m| m.contains(&victim) && m.contains("node")),
+            .any(|m| m.contains(&f.member) && m.contains("node")),
         "the replacement names the lost node: {replaced:?}"
     );
-
     // The node comes back: its old member stays out (its pod was deleted, and its ID removed
     // from etcd for good), and nothing else changes.
-    let members: BTreeSet<String> = placement(&k, ns).into_iter().map(|(p, _)| p).collect();
-    cluster_sh(&["node", "start", &node]);
-    holds_for("no member change after the node's return", 20, || {
-        let now: BTreeSet<String> = placement(&k, ns).into_iter().map(|(p, _)| p).collect();
-        now == members && !now.contains(&victim)
-    });
+    node_returns(&k, ns, "example", restart, &f.member);
     assert!(healthy_at_size(&k, ns, "example", 3));
     drop_node_reader(&k, ns);
 }
@@ -214,58 +130,77 @@ fn a_member_on_a_node_that_dies_is_replaced_on_another_and_never_comes_back() {
 fn a_drained_node_s_member_moves_within_the_budget_and_no_write_is_lost() {
     let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
     let k = Kubectl::from_env();
-    let Some(_) = nodes(&k) else { return };
+    if !enough_nodes(&k) {
+        return;
+    }
     k.apply_crds();
     let ns = k.namespace("node-drain");
     let ns = ns.name.as_str();
-    let op = three_members(&k, ns);
-    let spare = operator_node(&op);
-    let (victim, node) = placement(&k, ns)
-        .into_iter()
-        .find(|(_, n)| *n != spare)
-        .unwrap();
-    let endpoint = client_endpoint(&k, ns, "example");
-    let writer = Writer::start_with(&endpoint, Duration::from_secs(600), Keys::Unique);
-    std::thread::sleep(Duration::from_secs(2));
-
-    let started = Instant::now();
-    // As users drain: the Eviction API, which the cluster's PodDisruptionBudget governs.
-    let out = k.run(
-        &[
-            "drain",
-            &node,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--pod-selector=etcd_cluster=example",
-            "--timeout=180s",
-        ],
-        None,
-    );
-    let uncordon = |k: &Kubectl| k.run(&["uncordon", &node], None);
-    if !out.status.success() {
-        uncordon(&k);
-        panic!("drain failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    until("the cluster back at 3 healthy members", 120, || {
-        healthy_at_size(&k, ns, "example", 3)
-            && placement(&k, ns)
-                .iter()
-                .all(|(p, n)| *n != node && *p != victim)
-    });
-    let moved = started.elapsed();
-    uncordon(&k);
-    let tally = writer.report();
+    let (_op, spare) = three_members(&k, ns);
+    let f = drain(&k, ns, "example", 3, Some(&spare));
     eprintln!(
-        "drain of {node} (member {victim}): 3 healthy members elsewhere after {:.1} s; {} writes \
+        "drain of {} (member {}): 3 healthy members elsewhere after {:.1} s; {} writes \
          acknowledged, longest stall {:.1} s",
-        moved.as_secs_f64(),
-        tally.writes,
-        tally.longest_stall.as_secs_f64()
+        f.node,
+        f.member,
+        f.healed.as_secs_f64(),
+        f.acked,
+        f.longest_stall.as_secs_f64()
     );
     assert!(
-        moved < Duration::from_secs(30),
-        "member back at full size after {moved:?}"
+        f.healed < Duration::from_secs(30),
+        "member back at full size after {:?}",
+        f.healed
     );
-    assert_no_acked_write_lost(&endpoint, &tally.acked);
+    assert_nothing_lost(&f);
+    drop_node_reader(&k, ns);
+}
+
+#[test]
+fn a_lost_zone_holding_two_of_five_members_costs_no_quorum_and_both_are_replaced() {
+    let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let k = Kubectl::from_env();
+    if !enough_nodes(&k) {
+        return;
+    }
+    k.apply_crds();
+    let ns = k.namespace("zone-loss");
+    let ns = ns.name.as_str();
+    let op = Operator::install(&k, ns, &["readNodes=true"]);
+    let spare = op.pods()[0]["spec"]["nodeName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    apply_cluster(&k, ns, 5);
+    until("5 healthy members", 300, || {
+        healthy_at_size(&k, ns, "example", 5)
+    });
+    // Spread by zone (one node per zone here): 2, 2 and 1. The zone of two without the
+    // operator goes.
+    let placed = placement(&k, ns, "example");
+    let count = |node: &str| placed.iter().filter(|(_, n)| n == node).count();
+    let mut per_zone: Vec<usize> = node_names(&k).iter().map(|n| count(n)).collect();
+    per_zone.sort();
+    assert_eq!(per_zone, [1, 2, 2], "members spread over zones: {placed:?}");
+    let zone = node_names(&k)
+        .into_iter()
+        .find(|n| count(n) == 2 && *n != spare)
+        .unwrap();
+    let (f, restart) = stop_under_writes(&k, ns, "example", 5, &zone);
+    eprintln!(
+        "zone of {zone} (2 of 5 members) lost: writable again after {:.1} s, 5 healthy members \
+         elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
+        f.writable.as_secs_f64(),
+        f.healed.as_secs_f64(),
+        f.acked,
+        f.longest_stall.as_secs_f64()
+    );
+    assert_nothing_lost(&f);
+    assert!(
+        f.healed < Duration::from_secs(120),
+        "back at full size after {:?}",
+        f.healed
+    );
+    drop(restart);
     drop_node_reader(&k, ns);
 }

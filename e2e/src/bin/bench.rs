@@ -500,6 +500,11 @@ fn main() {
         print_table(speed_rows(&k, ns), floor, vec![]);
         return;
     }
+    // `BENCH_ONLY=node-faults`: node faults (issue 25's targets), on 3 or more nodes.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("node-faults") {
+        print_table(vec![], floor, node_rows(&k, ns));
+        return;
+    }
     // `BENCH_ONLY=tls`: apply to Available with automatic TLS beside plain.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("tls") {
         print_table(tls_rows(&k, ns), floor, vec![]);
@@ -609,12 +614,80 @@ fn main() {
 
     rows.extend(upgrade_rows(&k, ns));
     rows.extend(tls_rows(&k, ns));
-    let backup = backup_rows(&k, ns, &operator);
+    let mut more = backup_rows(&k, ns, &operator);
+    more.extend(node_rows(&k, ns));
 
-    print_table(rows, floor, backup);
+    print_table(rows, floor, more);
 }
 
 type Row = (String, String, String, String);
+
+/// Node faults on a fresh 3-member cluster (the operator runs on this host, so every node may
+/// go): a member's node stopped hard, then a member's node drained. None on fewer than 3 nodes.
+fn node_rows(k: &Kubectl, ns: &str) -> Vec<Row> {
+    use e2e::nodes::{drain, node_death, node_names, node_returns};
+    let nodes = node_names(k).len();
+    if nodes < 3 {
+        eprintln!("node rows skipped: {nodes} node(s), 3 needed");
+        return Vec::new();
+    }
+    let up = std::fs::read_to_string(
+        std::path::Path::new(&std::env::var("KUBECONFIG").unwrap_or_default())
+            .with_file_name("up.seconds"),
+    )
+    .map(|s| format!("{} s", s.trim()))
+    .unwrap_or_else(|_| "not recorded".into());
+    apply_cluster(k, ns, "nodes", 3);
+    until("nodes Available", 600, || {
+        healthy_at_size(k, ns, "nodes", 3)
+    });
+    let (death, restart) = node_death(k, ns, "nodes", 3, None);
+    node_returns(k, ns, "nodes", restart, &death.member);
+    let drained = drain(k, ns, "nodes", 3, None);
+    let row =
+        |m: &str, v: String, f: &str, t: &str| (m.to_string(), v, f.to_string(), t.to_string());
+    vec![
+        row(
+            &format!("`cluster.sh up`, {nodes} nodes (as this cluster was started)"),
+            up,
+            "-",
+            "< 90 s warm",
+        ),
+        row(
+            &format!(
+                "node stopped hard → a new client's write succeeds (the member on it led: {})",
+                death.was_leader
+            ),
+            secs(death.writable),
+            "1 s (etcd's election timeout, when the leader's node stops)",
+            "< 5 s",
+        ),
+        row(
+            "node stopped hard → cluster at full size and healthy, elsewhere (no volumes)",
+            secs(death.healed),
+            "30 s (the grace, from the node's last heartbeat) + a member's start",
+            "< 60 s",
+        ),
+        row(
+            "`kubectl drain` of a member's node → full size elsewhere",
+            secs(drained.healed),
+            "-",
+            "< 30 s",
+        ),
+        row(
+            "acknowledged writes lost (node stop, drain)",
+            format!(
+                "{} of {}, {} of {}",
+                death.lost.len(),
+                death.acked,
+                drained.lost.len(),
+                drained.acked
+            ),
+            "-",
+            "0",
+        ),
+    ]
+}
 
 fn print_table(rows: Vec<(String, String, &str)>, floor: Duration, more: Vec<Row>) {
     println!("| measure | value | floor | target |");
