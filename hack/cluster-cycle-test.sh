@@ -17,7 +17,7 @@ snapshot() {
     echo "## forward"; iptables -S FORWARD
     echo "## cgroups"; ls -d /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/eo 2>/dev/null || true
     echo "## sysctls"; cat /proc/sys/net/ipv4/ip_forward /proc/sys/fs/inotify/max_user_instances /proc/sys/fs/inotify/max_user_watches
-    echo "## log links"; ls /var/log/containers 2>/dev/null | wc -l
+    echo "## log links"; { ls /var/log/containers 2>/dev/null || true; } | wc -l
   }
 }
 "$here/cluster.sh" down

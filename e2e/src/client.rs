@@ -36,6 +36,8 @@ pub struct WriterTally {
     /// With [`Keys::Unique`]: the numbers of the acknowledged writes, whose keys
     /// (`e2e-writer/<n>`) must all be there afterwards.
     pub acked: Vec<u64>,
+    /// With [`Keys::Unique`]: when each of those was acknowledged.
+    pub acked_at: Vec<Instant>,
     /// The longest time between two acknowledged writes (or from the start to the first): the
     /// longest a client waited.
     pub longest_stall: Duration,
@@ -130,6 +132,7 @@ pub(crate) fn write_until(
                 last_ack = Instant::now();
                 if keys == Keys::Unique {
                     tally.acked.push(n);
+                    tally.acked_at.push(last_ack);
                 }
             }
             Err(e) => {

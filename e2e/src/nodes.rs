@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::{
     Keys, Kubectl, Writer, client_endpoint, get, healthy_at_size, holds_for, keys_under,
-    member_pods, repo_root, until, write_once,
+    member_pods, repo_root, until,
 };
 
 /// Runs `hack/cluster.sh ARGS` and fails unless it succeeds.
@@ -76,7 +76,8 @@ pub struct FaultFigures {
     pub member: String,
     /// Whether that member led.
     pub was_leader: bool,
-    /// From the fault to the first write that succeeded on a new connection.
+    /// The longest the writer (serial, through the Service) waited for an acknowledgement from
+    /// the fault on: how long writes stopped, if they did.
     pub writable: Duration,
     /// From the fault to the cluster at full size and healthy, none of it on that node.
     pub healed: Duration,
@@ -95,7 +96,7 @@ fn victim(k: &Kubectl, ns: &str, cluster: &str, avoid: Option<&str>) -> (String,
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| m["role"] == "Leader")
+        .find(|m| m["role"] == "leader")
         .map(|m| m["name"].as_str().unwrap().to_string());
     let placed = placement(k, ns, cluster);
     let allowed = |n: &String| Some(n.as_str()) != avoid;
@@ -140,13 +141,6 @@ pub fn stop_under_writes(
     let restart = Restart(node.to_string());
     let stopped = Instant::now();
     cluster_sh(&["node", "stop", node]);
-    // A new connection each time, as a new client would make: through the Service to any
-    // member the proxies still list, the dead one included until its pod is marked not Ready.
-    let mut probe = 1_000_000;
-    let writable = until("a write to succeed after the node stopped", 60, || {
-        probe += 1;
-        write_once(&endpoint, probe).is_ok()
-    });
     until(
         &format!("{cluster} back at {size} healthy members"),
         240,
@@ -157,6 +151,17 @@ pub fn stop_under_writes(
     );
     let healed = stopped.elapsed();
     let tally = writer.report();
+    // The longest the client waited for an acknowledgement from the stop on (the stop itself
+    // takes a moment, so the first acknowledgements after `stopped` may predate the cut).
+    let from = tally
+        .acked_at
+        .partition_point(|t| *t < stopped)
+        .saturating_sub(1);
+    let writable = tally.acked_at[from..]
+        .windows(2)
+        .map(|w| w[1].saturating_duration_since(w[0]))
+        .max()
+        .unwrap_or(healed);
     let figures = FaultFigures {
         node: node.to_string(),
         member: String::new(),

@@ -96,7 +96,7 @@ fn a_member_on_a_node_that_dies_is_replaced_on_another_and_never_comes_back() {
     let (_op, spare) = three_members(&k, ns);
     let (f, restart) = node_death(&k, ns, "example", 3, Some(&spare));
     eprintln!(
-        "node {} (member {}, leader: {}) stopped hard: writable again after {:.1} s, 3 healthy \
+        "node {} (member {}, leader: {}) stopped hard: writes waited at most {:.1} s, 3 healthy \
          members elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
         f.node,
         f.member,
@@ -188,7 +188,7 @@ fn a_lost_zone_holding_two_of_five_members_costs_no_quorum_and_both_are_replaced
         .unwrap();
     let (f, restart) = stop_under_writes(&k, ns, "example", 5, &zone);
     eprintln!(
-        "zone of {zone} (2 of 5 members) lost: writable again after {:.1} s, 5 healthy members \
+        "zone of {zone} (2 of 5 members) lost: writes waited at most {:.1} s, 5 healthy members \
          elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
         f.writable.as_secs_f64(),
         f.healed.as_secs_f64(),

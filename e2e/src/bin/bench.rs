@@ -655,7 +655,8 @@ fn node_rows(k: &Kubectl, ns: &str) -> Vec<Row> {
         ),
         row(
             &format!(
-                "node stopped hard → a new client's write succeeds (the member on it led: {})",
+                "node stopped hard → longest wait of a client writing through the Service \
+                 (the member on it led: {})",
                 death.was_leader
             ),
             secs(death.writable),
