@@ -57,13 +57,43 @@ pub fn lost_writes(endpoint: &str, acked: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// Starts a stopped node again however the scenario ends.
-pub struct Restart(pub String);
+/// How a node is taken away from the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// A power cut (`hack/cluster.sh node stop`): every process of the node killed at once,
+    /// its link gone.
+    Stop,
+    /// Cut off from the other nodes and the control plane (`hack/cluster.sh node partition`);
+    /// its processes keep running.
+    Partition,
+}
+
+impl Fault {
+    /// The `hack/cluster.sh node` verbs that make and undo it.
+    fn verbs(self) -> (&'static str, &'static str) {
+        match self {
+            Fault::Stop => ("stop", "start"),
+            Fault::Partition => ("partition", "heal"),
+        }
+    }
+}
+
+/// Undoes a node fault however the scenario ends: a stopped node starts again, a partitioned
+/// one is healed.
+pub struct Restart(pub String, pub Fault);
+
+impl Restart {
+    /// Undoes the fault now, failing unless that works.
+    pub fn undo(self) {
+        cluster_sh(&["node", self.1.verbs().1, &self.0]);
+        std::mem::forget(self);
+    }
+}
 
 impl Drop for Restart {
     fn drop(&mut self) {
         let _ = Command::new(repo_root().join("hack/cluster.sh"))
-            .args(["node", "start", &self.0])
+            .args(["node", self.1.verbs().1, &self.0])
             .status();
     }
 }
@@ -86,6 +116,8 @@ pub struct FaultFigures {
     pub lost: Vec<u64>,
     /// The longest the writer waited for an acknowledgement.
     pub longest_stall: Duration,
+    /// When the fault was made.
+    pub at: Instant,
 }
 
 /// The member of `cluster` to fault: the leader's, unless its node is `avoid` (the node the
@@ -120,14 +152,26 @@ pub fn node_death(
     size: usize,
     avoid: Option<&str>,
 ) -> (FaultFigures, Restart) {
+    node_lost(k, ns, cluster, size, avoid, Fault::Stop)
+}
+
+/// [`node_death`] for any [`Fault`]: a member's node (the leader's unless `avoid`) taken away
+/// under writes; returns once the cluster is back at full size elsewhere.
+pub fn node_lost(
+    k: &Kubectl,
+    ns: &str,
+    cluster: &str,
+    size: usize,
+    avoid: Option<&str>,
+    fault: Fault,
+) -> (FaultFigures, Restart) {
     let (member, node, was_leader) = victim(k, ns, cluster, avoid);
-    let mut f = stop_under_writes(k, ns, cluster, size, &node);
+    let mut f = fault_under_writes(k, ns, cluster, size, &node, fault);
     (f.0.member, f.0.was_leader) = (member, was_leader);
     f
 }
 
-/// `node` stopped hard while a client writes to `cluster`; returns once the cluster is back at
-/// `size` healthy members, none on `node`, which stays stopped until the guard is dropped.
+/// [`fault_under_writes`] with the node stopped hard.
 pub fn stop_under_writes(
     k: &Kubectl,
     ns: &str,
@@ -135,12 +179,25 @@ pub fn stop_under_writes(
     size: usize,
     node: &str,
 ) -> (FaultFigures, Restart) {
+    fault_under_writes(k, ns, cluster, size, node, Fault::Stop)
+}
+
+/// `fault` done to `node` while a client writes to `cluster`; returns once the cluster is back
+/// at `size` healthy members, none on `node`, which stays faulted until the guard is dropped.
+pub fn fault_under_writes(
+    k: &Kubectl,
+    ns: &str,
+    cluster: &str,
+    size: usize,
+    node: &str,
+    fault: Fault,
+) -> (FaultFigures, Restart) {
     let endpoint = client_endpoint(k, ns, cluster);
     let writer = Writer::start_with(&endpoint, Duration::from_secs(600), Keys::Unique);
     std::thread::sleep(Duration::from_secs(2));
-    let restart = Restart(node.to_string());
+    let restart = Restart(node.to_string(), fault);
     let stopped = Instant::now();
-    cluster_sh(&["node", "stop", node]);
+    cluster_sh(&["node", fault.verbs().0, node]);
     until(
         &format!("{cluster} back at {size} healthy members"),
         240,
@@ -171,18 +228,19 @@ pub fn stop_under_writes(
         acked: tally.acked.len(),
         lost: lost_writes(&endpoint, &tally.acked),
         longest_stall: tally.longest_stall,
+        at: stopped,
     };
     (figures, restart)
 }
 
-/// The stopped node of `restart` starts again; `cluster`'s membership must not change.
+/// The node of `restart` comes back (started, or healed); `cluster`'s membership must not
+/// change, and the member `gone` (removed while its node was away) must not return.
 pub fn node_returns(k: &Kubectl, ns: &str, cluster: &str, restart: Restart, gone: &str) {
     let members: BTreeSet<String> = placement(k, ns, cluster)
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    cluster_sh(&["node", "start", &restart.0]);
-    std::mem::forget(restart);
+    restart.undo();
     holds_for("no member change after the node's return", 20, || {
         let now: BTreeSet<String> = placement(k, ns, cluster)
             .into_iter()
@@ -245,6 +303,86 @@ pub fn drain(
         was_leader,
         writable: Duration::ZERO,
         healed,
+        acked: tally.acked.len(),
+        lost: lost_writes(&endpoint, &tally.acked),
+        longest_stall: tally.longest_stall,
+        at: started,
+    }
+}
+
+/// What a partition shorter than the grace cost a cluster.
+#[derive(Debug)]
+pub struct BriefPartition {
+    /// The node cut off, the member on it, and whether that member led.
+    pub node: String,
+    pub member: String,
+    pub was_leader: bool,
+    /// The members (pod names) before the partition and after the heal.
+    pub before: BTreeSet<String>,
+    pub after: BTreeSet<String>,
+    /// Writes acknowledged while the node was cut off: the majority side kept serving.
+    pub acked_during: usize,
+    /// From the heal to every member healthy again.
+    pub caught_up: Duration,
+    /// Acknowledged writes, those missing at the end, the longest wait for one.
+    pub acked: usize,
+    pub lost: Vec<u64>,
+    pub longest_stall: Duration,
+}
+
+/// A member's node of `cluster` (the leader's unless it is `avoid`) partitioned for `length`
+/// under writes, then healed; returns once every member is healthy again.
+pub fn brief_partition(
+    k: &Kubectl,
+    ns: &str,
+    cluster: &str,
+    size: usize,
+    avoid: Option<&str>,
+    length: Duration,
+) -> BriefPartition {
+    let (member, node, was_leader) = victim(k, ns, cluster, avoid);
+    let members = || -> BTreeSet<String> {
+        placement(k, ns, cluster)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
+    };
+    let before = members();
+    let endpoint = client_endpoint(k, ns, cluster);
+    let writer = Writer::start_with(&endpoint, Duration::from_secs(600), Keys::Unique);
+    std::thread::sleep(Duration::from_secs(2));
+    let guard = Restart(node.clone(), Fault::Partition);
+    let cut = Instant::now();
+    cluster_sh(&["node", "partition", &node]);
+    // The operator must see the member go silent, or the partition showed nothing.
+    until(&format!("{member} reported unhealthy"), 60, || {
+        let c = get(k, ns, &format!("etcdcluster/{cluster}"));
+        c["status"]["memberStatuses"].as_array().is_some_and(|ms| {
+            ms.iter()
+                .any(|m| m["name"] == member && m["healthy"] == false)
+        })
+    });
+    std::thread::sleep(length.saturating_sub(cut.elapsed()));
+    let healed_at = Instant::now();
+    guard.undo();
+    until(&format!("{cluster} healthy again"), 120, || {
+        healthy_at_size(k, ns, cluster, size)
+    });
+    let caught_up = healed_at.elapsed();
+    let tally = writer.report();
+    let acked_during = tally
+        .acked_at
+        .iter()
+        .filter(|t| **t > cut && **t < healed_at)
+        .count();
+    BriefPartition {
+        node,
+        member,
+        was_leader,
+        before,
+        after: members(),
+        acked_during,
+        caught_up,
         acked: tally.acked.len(),
         lost: lost_writes(&endpoint, &tally.acked),
         longest_stall: tally.longest_stall,

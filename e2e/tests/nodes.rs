@@ -15,9 +15,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use e2e::nodes::{
-    FaultFigures, drain, node_death, node_names, node_returns, placement, stop_under_writes,
+    Fault, FaultFigures, brief_partition, drain, node_death, node_lost, node_names, node_returns,
+    placement, stop_under_writes,
 };
-use e2e::{Kubectl, Operator, events, healthy_at_size, until};
+use e2e::{Kubectl, Operator, event_count, events, get, healthy_at_size, until};
 
 static NODES: Mutex<()> = Mutex::new(());
 
@@ -42,7 +43,14 @@ fn apply_cluster(k: &Kubectl, ns: &str, size: usize) {
 /// waits until it is healthy with its members on 3 distinct nodes. Returns the operator and
 /// the node it runs on, which the scenarios leave alone (one replica).
 fn three_members<'k>(k: &'k Kubectl, ns: &str) -> (Operator<'k>, String) {
-    let op = Operator::install(k, ns, &["readNodes=true"]);
+    three_members_with(k, ns, &[])
+}
+
+/// [`three_members`] with more chart values.
+fn three_members_with<'k>(k: &'k Kubectl, ns: &str, values: &[&str]) -> (Operator<'k>, String) {
+    let mut all = vec!["readNodes=true"];
+    all.extend(values);
+    let op = Operator::install(k, ns, &all);
     apply_cluster(k, ns, 3);
     until("3 healthy members", 240, || {
         healthy_at_size(k, ns, "example", 3)
@@ -52,11 +60,24 @@ fn three_members<'k>(k: &'k Kubectl, ns: &str) -> (Operator<'k>, String) {
         .map(|(_, n)| n)
         .collect();
     assert_eq!(on.len(), 3, "members are spread over nodes: {on:?}");
-    let node = op.pods()[0]["spec"]["nodeName"]
+    let node = operator_node(&op);
+    (op, node)
+}
+
+/// The node of the operator's (only) replica.
+fn operator_node(op: &Operator) -> String {
+    op.pods()[0]["spec"]["nodeName"]
         .as_str()
         .unwrap()
-        .to_string();
-    (op, node)
+        .to_string()
+}
+
+/// The holder of the operator's Lease in `ns` ("" when none).
+fn lease_holder(k: &Kubectl, ns: &str) -> String {
+    get(k, ns, "lease/etcd-operator")["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
 }
 
 /// The ClusterRole that `readNodes` made outlives the namespace.
@@ -203,4 +224,185 @@ fn a_lost_zone_holding_two_of_five_members_costs_no_quorum_and_both_are_replaced
     );
     drop(restart);
     drop_node_reader(&k, ns);
+}
+
+#[test]
+fn a_partition_shorter_than_the_grace_replaces_nothing_and_a_longer_one_ends_like_node_death() {
+    let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let k = Kubectl::from_env();
+    if !enough_nodes(&k) {
+        return;
+    }
+    k.apply_crds();
+    let ns = k.namespace("node-partition");
+    let ns = ns.name.as_str();
+    // A grace longer than the partition: the member is silent for 60 s and must be waited for.
+    let (op, spare) = three_members_with(&k, ns, &["members.nodeLossGrace=90"]);
+    let p = brief_partition(&k, ns, "example", 3, Some(&spare), Duration::from_secs(60));
+    eprintln!(
+        "node {} (member {}, leader: {}) partitioned for 60 s: {} writes acknowledged meanwhile, \
+         all members healthy {:.1} s after the heal; {} writes acknowledged in all, longest \
+         stall {:.1} s",
+        p.node,
+        p.member,
+        p.was_leader,
+        p.acked_during,
+        p.caught_up.as_secs_f64(),
+        p.acked,
+        p.longest_stall.as_secs_f64()
+    );
+    assert!(
+        p.lost.is_empty(),
+        "{} of {} acknowledged writes lost, e.g. {:?}",
+        p.lost.len(),
+        p.acked,
+        &p.lost[..p.lost.len().min(5)]
+    );
+    assert!(p.acked_during > 0, "the majority side served no write");
+    assert_eq!(p.before, p.after, "a member was replaced needlessly");
+    for reason in ["MemberReplaced", "MemberRemoved"] {
+        assert_eq!(event_count(&k, ns, "example", reason), 0, "{reason}");
+    }
+
+    // The grace at 30 s: a partition that outlasts it ends as a node death does, and the healed
+    // node's member (removed from etcd for good) stays out.
+    drop(op);
+    let op = Operator::install(&k, ns, &["readNodes=true", "members.nodeLossGrace=30"]);
+    k.ok(
+        &[
+            "rollout",
+            "status",
+            "deployment/etcd-operator",
+            "-n",
+            ns,
+            "--timeout=120s",
+        ],
+        None,
+    );
+    op.wait_ready(1);
+    let spare = operator_node(&op);
+    let (f, heal) = node_lost(&k, ns, "example", 3, Some(&spare), Fault::Partition);
+    eprintln!(
+        "node {} (member {}, leader: {}) partitioned past the grace: 3 healthy members \
+         elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
+        f.node,
+        f.member,
+        f.was_leader,
+        f.healed.as_secs_f64(),
+        f.acked,
+        f.longest_stall.as_secs_f64()
+    );
+    assert_nothing_lost(&f);
+    assert!(
+        f.healed < Duration::from_secs(90),
+        "back at full size after {:?}",
+        f.healed
+    );
+    node_returns(&k, ns, "example", heal, &f.member);
+    assert!(healthy_at_size(&k, ns, "example", 3));
+    drop_node_reader(&k, ns);
+}
+
+#[test]
+fn the_operator_leader_s_node_dies_and_the_standby_takes_over_within_the_lease_and_heals() {
+    let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let k = Kubectl::from_env();
+    if !enough_nodes(&k) {
+        return;
+    }
+    k.apply_crds();
+    let ns = k.namespace("operator-node");
+    let ns = ns.name.as_str();
+    let op = Operator::install(&k, ns, &["readNodes=true", "replicas=2"]);
+    op.wait_ready(2);
+    let replicas: Vec<(String, String)> = op
+        .pods()
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap().to_string(),
+                p["spec"]["nodeName"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(replicas.len(), 2, "{replicas:?}");
+    assert_ne!(
+        replicas[0].1, replicas[1].1,
+        "the chart spreads the replicas over nodes"
+    );
+    apply_cluster(&k, ns, 3);
+    until("3 healthy members", 240, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+    let holder = until_holder(&k, ns, "");
+    let leader = holder.split('_').next().unwrap().to_string();
+    let (_, node) = replicas.iter().find(|(p, _)| *p == leader).unwrap().clone();
+    let standby = replicas
+        .iter()
+        .find(|(p, _)| *p != leader)
+        .unwrap()
+        .0
+        .clone();
+    assert!(
+        placement(&k, ns, "example").iter().any(|(_, n)| *n == node),
+        "a member shares the leader's node"
+    );
+
+    // The Lease watched from the side while the node dies and the cluster heals.
+    let watch_ns = ns.to_string();
+    let old = holder.clone();
+    let changed = std::thread::spawn(move || {
+        let k = Kubectl::from_env();
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(240) {
+            let now = lease_holder(&k, &watch_ns);
+            if !now.is_empty() && now != old {
+                return Some((std::time::Instant::now(), now));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        None
+    });
+    let (f, restart) = stop_under_writes(&k, ns, "example", 3, &node);
+    let (at, new_holder) = changed
+        .join()
+        .unwrap()
+        .expect("no other replica took the Lease");
+    let takeover = at.saturating_duration_since(f.at);
+    eprintln!(
+        "the operator leader's node {node} stopped hard: the standby leads after {:.1} s, 3 \
+         healthy members elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
+        takeover.as_secs_f64(),
+        f.healed.as_secs_f64(),
+        f.acked,
+        f.longest_stall.as_secs_f64()
+    );
+    assert!(
+        new_holder.starts_with(&format!("{standby}_")),
+        "the Lease went to {new_holder}, not the standby {standby}"
+    );
+    // The Lease (10 s in the tests) expires at most its duration after the last renewal, and
+    // the standby asks every second.
+    assert!(
+        takeover < Duration::from_secs(12),
+        "the standby took over after {takeover:?}"
+    );
+    assert_nothing_lost(&f);
+    assert!(
+        f.healed < Duration::from_secs(90),
+        "back at full size after {:?}",
+        f.healed
+    );
+    drop(restart);
+    drop_node_reader(&k, ns);
+}
+
+/// Waits for a Lease holder other than `not` and returns it.
+fn until_holder(k: &Kubectl, ns: &str, not: &str) -> String {
+    let mut holder = String::new();
+    until("a Lease holder", 60, || {
+        holder = lease_holder(k, ns);
+        !holder.is_empty() && holder != not
+    });
+    holder
 }
