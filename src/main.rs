@@ -132,6 +132,12 @@ struct RunArgs {
     /// Nodes are then not read at all (namespaced installs have no right to).
     #[arg(long, env = "NODE_LOSS_GRACE", default_value_t = 30)]
     node_loss_grace: u64,
+    /// Seconds a member with a volume may wait for its lost node (counted as for
+    /// --node-loss-grace, and never less than it) before its data is given up on: the member is
+    /// removed and replaced on another node with a new claim, and the old claim deleted. 0
+    /// (the default): members with volumes wait for their node, however long it takes.
+    #[arg(long, env = "VOLUME_LOSS_AFTER", default_value_t = 0)]
+    volume_loss_after: u64,
     /// Where etcd pods reach this operator's HTTP server (`http://IP:port`), from which a
     /// restore's seed member fetches its snapshot. The chart sets it to the pod's IP; without
     /// it, restores wait with a condition that says so.
@@ -297,6 +303,7 @@ fn cluster_context(
             replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
             quorum_grace: Duration::from_secs(args.quorum_loss_grace),
             node_loss_grace: Duration::from_secs(args.node_loss_grace),
+            volume_loss_after: Duration::from_secs(args.volume_loss_after),
         },
     }
 }

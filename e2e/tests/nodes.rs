@@ -18,7 +18,7 @@ use e2e::nodes::{
     Fault, FaultFigures, brief_partition, drain, node_death, node_lost, node_names, node_returns,
     placement, stop_under_writes,
 };
-use e2e::{Kubectl, Operator, event_count, events, get, healthy_at_size, until};
+use e2e::{Kubectl, Operator, Volumes, event_count, events, get, healthy_at_size, until};
 
 static NODES: Mutex<()> = Mutex::new(());
 
@@ -405,4 +405,71 @@ fn until_holder(k: &Kubectl, ns: &str, not: &str) -> String {
         !holder.is_empty() && holder != not
     });
     holder
+}
+
+#[test]
+fn a_member_with_a_volume_on_a_dead_node_is_replaced_with_a_new_claim_past_the_bound() {
+    let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let k = Kubectl::from_env();
+    if !enough_nodes(&k) {
+        return;
+    }
+    // Node-local volumes, two per node: a member's data lives and dies with its node.
+    let volumes = Volumes::on_nodes(&k, "node-local", &node_names(&k), 2);
+    k.apply_crds();
+    let ns = k.namespace("node-volume");
+    let ns = ns.name.as_str();
+    let op = Operator::install(&k, ns, &["readNodes=true", "members.volumeLossAfter=30"]);
+    let spare = operator_node(&op);
+    let c = serde_json::json!({"apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdCluster", "metadata": {"name": "example"},
+        "spec": {"size": 3, "version": "3.6.16",
+                 "pod": {"persistentVolumeClaimSpec": volumes.claim_spec()}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
+    until("3 healthy members", 240, || {
+        healthy_at_size(&k, ns, "example", 3)
+    });
+    let (f, restart) = node_lost(&k, ns, "example", 3, Some(&spare), Fault::Stop);
+    eprintln!(
+        "node {} (member {} with a volume, leader: {}) stopped hard: 3 healthy members with new \
+         claims elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
+        f.node,
+        f.member,
+        f.was_leader,
+        f.healed.as_secs_f64(),
+        f.acked,
+        f.longest_stall.as_secs_f64()
+    );
+    assert_nothing_lost(&f);
+    assert!(
+        f.healed < Duration::from_secs(120),
+        "back at full size after {:?}",
+        f.healed
+    );
+    // The lost member's claim is deleted (its pod was force-deleted first); every member has
+    // a claim of its own.
+    let claims = || -> BTreeSet<String> {
+        let list = k.ok(
+            &[
+                "get",
+                "pvc",
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ],
+            None,
+        );
+        list.split_whitespace().map(String::from).collect()
+    };
+    until("the lost member's claim deleted", 60, || {
+        !claims().contains(&f.member)
+    });
+    let members: BTreeSet<String> = placement(&k, ns, "example")
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(claims(), members, "one claim per member");
+    drop(restart);
+    drop_node_reader(&k, ns);
 }

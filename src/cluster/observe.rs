@@ -796,6 +796,7 @@ mod tests {
             replace_after: Duration::from_secs(300),
             quorum_grace: Duration::from_secs(30),
             node_grace: Duration::from_secs(30),
+            volume_loss_after: Duration::ZERO,
             max_learners: 1,
         };
         assert!(matches!(

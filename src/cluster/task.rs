@@ -56,6 +56,9 @@ pub struct Timings {
     /// A silent member whose node has not been Ready this long is replaced; zero: never, and
     /// Nodes are not watched.
     pub node_loss_grace: Duration,
+    /// A silent member with a volume whose node has not been Ready this long is replaced on
+    /// another node with a new claim; zero: it waits for its node.
+    pub volume_loss_after: Duration,
 }
 
 impl Default for Timings {
@@ -64,6 +67,7 @@ impl Default for Timings {
             replace_unhealthy_after: Duration::from_secs(300),
             quorum_grace: Duration::from_secs(30),
             node_loss_grace: Duration::from_secs(30),
+            volume_loss_after: Duration::ZERO,
         }
     }
 }
@@ -355,6 +359,7 @@ fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) -> Target {
         replace_after: ctx.timings.replace_unhealthy_after,
         quorum_grace: ctx.timings.quorum_grace,
         node_grace: ctx.timings.node_loss_grace,
+        volume_loss_after: ctx.timings.volume_loss_after,
         max_learners: observe::max_learners(obs),
     }
 }

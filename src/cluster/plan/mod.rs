@@ -170,6 +170,10 @@ pub struct Target {
     /// Ready, while the member does not answer, before the member is replaced on another node
     /// (members without volumes only); zero: never.
     pub node_grace: Duration,
+    /// For members with volumes: how long their node may have been lost (as for
+    /// [`Target::node_grace`], and never less than it) before their data is given up on and
+    /// they are replaced on another node with a new claim; zero: they wait for their node.
+    pub volume_loss_after: Duration,
     /// How many learners every member accepts at once (etcd 3.6's `--max-learners`, carried by
     /// every member's pod; 1 otherwise). Each member checks the limit as it applies an
     /// addition, so it is the smallest of the members'.
@@ -195,8 +199,9 @@ pub enum RemoveReason {
     /// empty under its old ID, but replaced by a new member.
     DataGone,
     /// It does not answer and its node has not been Ready (or not heard from) for
-    /// [`Target::node_grace`]: it is replaced on another node. Its old pod is force-deleted once it is removed; should the
-    /// node come back, its etcd finds itself removed and stops.
+    /// [`Target::node_grace`] ([`Target::volume_loss_after`] with a volume): it is replaced on
+    /// another node. Its old pod is force-deleted once it is removed (its claim deleted after);
+    /// should the node come back, its etcd finds itself removed and stops.
     NodeLost,
 }
 

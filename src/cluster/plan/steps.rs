@@ -80,6 +80,21 @@ impl<'a> Cluster<'a> {
         self.target.persistent && self.obs.pod_alive(&v.name) && !self.obs.claims.contains(&v.name)
     }
 
+    /// Whether `v`'s node has been lost long enough to give `v` up: [`Target::node_grace`]
+    /// without a volume; with one, [`Target::volume_loss_after`] (never less than the grace),
+    /// and never when that is zero (the member waits for its node and its data).
+    fn node_gone(&self, v: &MemberView) -> bool {
+        let grace = self.target.node_grace;
+        let wait = if self.target.persistent {
+            self.target.volume_loss_after.max(grace)
+        } else {
+            grace
+        };
+        let off =
+            grace.is_zero() || (self.target.persistent && self.target.volume_loss_after.is_zero());
+        !off && self.obs.node_lost(&v.name, wait)
+    }
+
     /// Whether `m` counts towards quorum.
     fn counts(&self, m: &MemberView) -> bool {
         m.healthy && !m.is_learner && self.obs.pod_alive(&m.name)
@@ -329,7 +344,10 @@ impl<'a> Cluster<'a> {
             if self.obs.pod_alive(&v.name) || (v.healthy && !deleted) {
                 continue;
             }
-            if self.target.persistent && self.obs.claims.contains(&v.name) {
+            // A pod being deleted on a lost node (the node's taint evicted it) never stops, and
+            // never comes back on its claim unless the node does.
+            let stranded = self.target.persistent && !v.healthy && self.node_gone(v);
+            if self.target.persistent && self.obs.claims.contains(&v.name) && !stranded {
                 return Some(Action::Wait {
                     reason: format!(
                         "the pod of {} is stopping; it comes back on its volume",
@@ -358,7 +376,9 @@ impl<'a> Cluster<'a> {
                 return Some(Action::RemoveMember {
                     name: v.name.clone(),
                     id: v.id,
-                    reason: if self.target.persistent {
+                    reason: if stranded {
+                        RemoveReason::NodeLost
+                    } else if self.target.persistent {
                         RemoveReason::DataGone
                     } else {
                         RemoveReason::PodGone
@@ -508,14 +528,9 @@ impl<'a> Cluster<'a> {
     /// past the bound blocks every other change, so it is replaced, when the healthy voters
     /// are a quorum without it.
     fn sick_voter(&self) -> Option<Action> {
-        // A member without a volume on a lost node is replaced first: nothing brings it back.
-        let grace = self.target.node_grace;
-        let lost = |v: &MemberView| {
-            !self.target.persistent
-                && !grace.is_zero()
-                && !v.healthy
-                && self.obs.node_lost(&v.name, grace)
-        };
+        // A member on a lost node is replaced first: nothing brings it back (with a volume,
+        // only once the user's bound for waiting on the node has passed).
+        let lost = |v: &MemberView| !v.healthy && self.node_gone(v);
         let sick = (self.voters.iter().find(|v| !v.healthy && lost(v)))
             .or_else(|| self.voters.iter().find(|v| !v.healthy))?;
         let n = self.voters.len();

@@ -810,3 +810,85 @@ fn a_lost_node_s_pod_is_force_deleted_once_removed_and_a_lost_zone_replaced_one_
         }
     );
 }
+
+#[test]
+fn a_member_with_a_volume_on_a_lost_node_waits_unless_its_data_may_be_given_up() {
+    // m3 silent for 15 s (well within replace_after), its node lost a minute ago, its claim
+    // there.
+    let lost = |state| {
+        let mut obs = cluster()
+            .voter("m1")
+            .voter("m2")
+            .voter("m3")
+            .unhealthy()
+            .node_lost(MINUTE)
+            .pod(state)
+            .led_by("m1")
+            .build();
+        obs.members.as_mut().unwrap()[2].unhealthy_for = MINUTE / 4;
+        obs
+    };
+    let after = |d| Target {
+        volume_loss_after: d,
+        ..target_of(3, true)
+    };
+    // By default, and within the bound, the member waits for its node and its data, whether
+    // its pod still runs there or the node's taint had it deleted.
+    for state in [PodState::Running, PodState::Terminating] {
+        for t in [target_of(3, true), after(2 * MINUTE)] {
+            assert!(
+                matches!(plan(&lost(state), &t), Action::Wait { .. }),
+                "{state:?} {:?}",
+                t.volume_loss_after
+            );
+        }
+    }
+    // Past the bound: removed, and its replacement comes with a new claim.
+    assert_eq!(
+        plan(&lost(PodState::Running), &after(MINUTE / 2)),
+        Action::RemoveMember {
+            name: "m3".into(),
+            id: 3,
+            reason: RemoveReason::NodeLost
+        }
+    );
+    assert_eq!(
+        plan(&lost(PodState::Terminating), &after(MINUTE / 2)),
+        Action::ReplaceMember {
+            name: "m3".into(),
+            id: 3
+        }
+    );
+    // Never sooner than the node grace, and never without it (Nodes not read).
+    let short = Target {
+        node_grace: 2 * MINUTE,
+        ..after(MINUTE / 2)
+    };
+    assert!(matches!(
+        plan(&lost(PodState::Running), &short),
+        Action::Wait { .. }
+    ));
+    let blind = Target {
+        node_grace: Duration::ZERO,
+        ..after(MINUTE / 2)
+    };
+    assert!(matches!(
+        plan(&lost(PodState::Running), &blind),
+        Action::Wait { .. }
+    ));
+    // Once removed: its pod is force-deleted, then its claim, which no member will use again.
+    let mut removed = lost(PodState::Running);
+    removed.members.as_mut().unwrap().pop();
+    assert_eq!(
+        plan(&removed, &after(MINUTE / 2)),
+        Action::DeletePod {
+            name: "m3".into(),
+            reason: DeleteReason::NodeLost
+        }
+    );
+    removed.pods.retain(|p| p.name != "m3");
+    assert_eq!(
+        plan(&removed, &after(MINUTE / 2)),
+        Action::DeleteClaim { name: "m3".into() }
+    );
+}

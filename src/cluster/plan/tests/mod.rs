@@ -19,6 +19,7 @@ fn target(size: usize) -> Target {
         replace_after: 5 * MINUTE,
         quorum_grace: MINUTE / 2,
         node_grace: MINUTE / 2,
+        volume_loss_after: Duration::ZERO,
         max_learners: 1,
     }
 }
