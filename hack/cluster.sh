@@ -323,6 +323,8 @@ make_node_network() { # make_node_network INDEX
   local i=$1 n=eo-node-$1 ip; ip=$(node_ip "$1")
   # A stopped node's namespace is torn down asynchronously: wait for its link to go.
   for _ in $(seq 1 50); do ip link show "eo-veth$i" >/dev/null 2>&1 || break; sleep 0.1; done
+  # The first `ip netns add` on a machine mounts /run/netns onto itself; `down` undoes that.
+  mountpoint -q /run/netns 2>/dev/null || touch "$state/netns-mount"
   ip netns add "$n"
   ip link add "eo-veth$i" type veth peer name eth0 netns "$n"
   ip link set "eo-veth$i" master "$bridge" up
@@ -727,6 +729,9 @@ clean_nodes() {
     { grep -o " $state[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   fi
   for n in $(ip netns list 2>/dev/null | awk '/^eo-node-/ {print $1}'); do ip netns delete "$n" 2>/dev/null || true; done
+  if [ -f "$state/netns-mount" ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns)" ]; then
+    umount /run/netns 2>/dev/null || umount -l /run/netns 2>/dev/null || true
+  fi
   ip route show | awk -v b="$bridge" '$0 ~ "dev " b && $1 ~ /^10\.244\.[1-9]/ {print $1}' | while read -r r; do ip route del "$r" 2>/dev/null || true; done
   if ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
   while iptables -w -D FORWARD -i "$bridge" -o "$bridge" -m comment --comment eo-nodes -j ACCEPT 2>/dev/null; do :; done
@@ -734,6 +739,11 @@ clean_nodes() {
   [ -x "$bin/kube-proxy" ] && "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
   local table chain
   for table in nat filter mangle; do
+    # Jumps from the built-in chains (kube-proxy's KUBE-FIREWALL from INPUT and OUTPUT outlives
+    # its --cleanup), else those chains cannot be deleted. eval: the rules quote comments.
+    iptables -t "$table" -S 2>/dev/null | awk '$1=="-A" && $2 !~ /^KUBE-/ && / -j KUBE-/' | while read -r rule; do
+      eval "iptables -w -t $table -D ${rule#-A }" 2>/dev/null || true
+    done
     for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^KUBE-/ {print $2}'); do
       iptables -t "$table" -F "$chain" 2>/dev/null || true
     done
