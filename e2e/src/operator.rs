@@ -53,6 +53,14 @@ pub fn image() -> String {
     })
 }
 
+/// The holder of the chart's operator Lease in `ns` ("" when none).
+pub fn lease_holder(k: &Kubectl, ns: &str) -> String {
+    get(k, ns, &format!("lease/{RELEASE}"))["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
 /// The chart's release name in every test namespace.
 pub const RELEASE: &str = "etcd-operator";
 /// The label selector of the operator's pods.

@@ -18,7 +18,7 @@ use e2e::nodes::{
     Fault, FaultFigures, brief_partition, drain, node_death, node_lost, node_names, node_returns,
     placement, stop_under_writes,
 };
-use e2e::{Kubectl, Operator, Volumes, event_count, events, get, healthy_at_size, until};
+use e2e::{Kubectl, Operator, Volumes, event_count, events, healthy_at_size, lease_holder, until};
 
 static NODES: Mutex<()> = Mutex::new(());
 
@@ -72,14 +72,6 @@ fn operator_node(op: &Operator) -> String {
         .to_string()
 }
 
-/// The holder of the operator's Lease in `ns` ("" when none).
-fn lease_holder(k: &Kubectl, ns: &str) -> String {
-    get(k, ns, "lease/etcd-operator")["spec"]["holderIdentity"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
-
 /// The ClusterRole that `readNodes` made outlives the namespace.
 fn drop_node_reader(k: &Kubectl, ns: &str) {
     let name = format!("etcd-operator-{ns}-nodes");
@@ -95,13 +87,33 @@ fn drop_node_reader(k: &Kubectl, ns: &str) {
 }
 
 fn assert_nothing_lost(f: &FaultFigures) {
+    assert_none_lost(&f.lost, f.acked);
+}
+
+fn assert_none_lost(lost: &[u64], acked: usize) {
     assert!(
-        f.lost.is_empty(),
-        "{} of {} acknowledged writes lost, e.g. {:?}",
-        f.lost.len(),
-        f.acked,
-        &f.lost[..f.lost.len().min(5)]
+        lost.is_empty(),
+        "{} of {acked} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
     );
+}
+
+/// Prints what a node fault that ended in a replacement cost (`what` says which), and checks
+/// that no acknowledged write was lost and the cluster was back at full size within `bound`.
+fn replaced_within(what: &str, f: &FaultFigures, bound: Duration) {
+    eprintln!(
+        "node {} (member {}, leader: {}) {what}: back at full size elsewhere after {:.1} s; {} \
+         writes acknowledged, longest stall {:.1} s",
+        f.node,
+        f.member,
+        f.was_leader,
+        f.healed.as_secs_f64(),
+        f.acked,
+        f.longest_stall.as_secs_f64()
+    );
+    assert_nothing_lost(f);
+    assert!(f.healed < bound, "back at full size after {:?}", f.healed);
 }
 
 #[test]
@@ -251,13 +263,7 @@ fn a_partition_shorter_than_the_grace_replaces_nothing_and_a_longer_one_ends_lik
         p.acked,
         p.longest_stall.as_secs_f64()
     );
-    assert!(
-        p.lost.is_empty(),
-        "{} of {} acknowledged writes lost, e.g. {:?}",
-        p.lost.len(),
-        p.acked,
-        &p.lost[..p.lost.len().min(5)]
-    );
+    assert_none_lost(&p.lost, p.acked);
     assert!(p.acked_during > 0, "the majority side served no write");
     assert_eq!(p.before, p.after, "a member was replaced needlessly");
     for reason in ["MemberReplaced", "MemberRemoved"] {
@@ -282,22 +288,7 @@ fn a_partition_shorter_than_the_grace_replaces_nothing_and_a_longer_one_ends_lik
     op.wait_ready(1);
     let spare = operator_node(&op);
     let (f, heal) = node_lost(&k, ns, "example", 3, Some(&spare), Fault::Partition);
-    eprintln!(
-        "node {} (member {}, leader: {}) partitioned past the grace: 3 healthy members \
-         elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
-        f.node,
-        f.member,
-        f.was_leader,
-        f.healed.as_secs_f64(),
-        f.acked,
-        f.longest_stall.as_secs_f64()
-    );
-    assert_nothing_lost(&f);
-    assert!(
-        f.healed < Duration::from_secs(90),
-        "back at full size after {:?}",
-        f.healed
-    );
+    replaced_within("partitioned past the grace", &f, Duration::from_secs(90));
     node_returns(&k, ns, "example", heal, &f.member);
     assert!(healthy_at_size(&k, ns, "example", 3));
     drop_node_reader(&k, ns);
@@ -430,21 +421,10 @@ fn a_member_with_a_volume_on_a_dead_node_is_replaced_with_a_new_claim_past_the_b
         healthy_at_size(&k, ns, "example", 3)
     });
     let (f, restart) = node_lost(&k, ns, "example", 3, Some(&spare), Fault::Stop);
-    eprintln!(
-        "node {} (member {} with a volume, leader: {}) stopped hard: 3 healthy members with new \
-         claims elsewhere after {:.1} s; {} writes acknowledged, longest stall {:.1} s",
-        f.node,
-        f.member,
-        f.was_leader,
-        f.healed.as_secs_f64(),
-        f.acked,
-        f.longest_stall.as_secs_f64()
-    );
-    assert_nothing_lost(&f);
-    assert!(
-        f.healed < Duration::from_secs(120),
-        "back at full size after {:?}",
-        f.healed
+    replaced_within(
+        "with a volume, stopped hard (new claims)",
+        &f,
+        Duration::from_secs(120),
     );
     // The lost member's claim is deleted (its pod was force-deleted first); every member has
     // a claim of its own.

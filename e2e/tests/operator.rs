@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use e2e::{Kubectl, Operator, get, healthy_at_size, manifest, series, until};
+use e2e::{Kubectl, Operator, get, healthy_at_size, lease_holder, manifest, series, until};
 use serde_json::{Value, json};
 
 /// GET `path` on port 8080 of an operator pod, through the API server's proxy.
@@ -37,13 +37,6 @@ fn leaders(k: &Kubectl, op: &Operator) -> Vec<String> {
                 .is_some_and(|m| series(&m, "etcd_operator_leader") == Some(1.0))
         })
         .collect()
-}
-
-fn lease_holder(k: &Kubectl, ns: &str) -> String {
-    get(k, ns, "lease/etcd-operator")["spec"]["holderIdentity"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
 }
 
 /// (event name, reportingInstance) of every Event about the EtcdCluster.
