@@ -17,10 +17,13 @@ test: lint unit chart-test cluster-cycle-test e2e
 
 ## lint: formatting, clippy (the workspace lints of Cargo.toml, warnings denied), the import
 ## rules of the modules (hack/import-rules.py), no function over 80 lines
-## (hack/function-length.py), licenses, bans and sources (hack/deny.sh).
+## (hack/function-length.py), licenses, bans and sources (hack/deny.sh); the chaos clients and
+## checker (Go, chaos/): gofmt and go vet.
 lint:
 	hack/deps.sh
 	$(CARGO) fmt --all -- --check
+	test -z "$$(gofmt -l chaos)" || { gofmt -l chaos; echo 'chaos/: run gofmt -w chaos'; exit 1; }
+	cd chaos && go vet ./...
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	hack/import-rules.py
 	hack/function-length.py
@@ -28,11 +31,13 @@ lint:
 
 ## unit: the unit tier, and the etcd layer against real etcd 3.4 (Debian), 3.5 and 3.6 (built),
 ## with new members started through the static etcd-gate that the operator image ships;
-## snapshots streamed into object storage (a local store, and moto's real S3 API).
+## snapshots streamed into object storage (a local store, and moto's real S3 API); the chaos
+## checker rejecting histories etcd may not produce, and accepting a real etcd's under faults.
 unit:
 	hack/deps.sh
 	ETCD_GATE=$$(hack/gate.sh) ETCD_BINARIES=3.4=$$(command -v etcd),3.5=$$(hack/build-tools.sh etcd-3.5)/etcd,3.6=$$(hack/build-tools.sh etcd-3.6)/etcd \
 		$(CARGO) test --workspace --exclude e2e
+	cd chaos && ETCD_BIN=$$(../hack/build-tools.sh etcd-3.6)/etcd go test ./...
 
 ## e2e: the operator image (release build) imported into the local cluster, then the suite, which
 ## installs the operator through the chart in each test's namespace.
