@@ -5,6 +5,7 @@
 #   coredns             coredns                  (github.com/coredns/coredns)
 #   helm                helm                     (helm.sh/helm/v4/cmd/helm)
 #   pause               pause                    (the pause.c of the pinned k8s.io/kubernetes)
+#   local-path          local-path-provisioner   (github.com/rancher/local-path-provisioner)
 # Usage: hack/build-tools.sh TOOL   prints the directory holding the tool's binaries.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +24,7 @@ gobuild() {
   mv "$out/$name.tmp" "$out/$name"
 }
 
-tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|pause}
+tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|local-path|pause}
 case "$tool" in
   etcd-3.5|etcd-3.6)
     dir=$here/etcd/v${tool#etcd-}
@@ -40,6 +41,10 @@ case "$tool" in
     dir=$here/helm; v=$(modver "$dir" helm.sh/helm/v4)
     out=$cache/helm/$v/bin
     gobuild "$dir" "$out" helm helm.sh/helm/v4/cmd/helm "-X helm.sh/helm/v4/internal/version.version=$v" ;;
+  local-path)
+    dir=$here/local-path; v=$(modver "$dir" github.com/rancher/local-path-provisioner)
+    out=$cache/local-path/$v/bin
+    gobuild "$dir" "$out" local-path-provisioner github.com/rancher/local-path-provisioner ;;
   pause)
     v=$(modver "$here/k8s" k8s.io/kubernetes)
     out=$cache/pause/$v/bin

@@ -5,7 +5,9 @@
 #                                             worker nodes, each in its own network namespace with its
 #                                             own containerd, kubelet, kube-proxy and pod range, zones
 #                                             zone-a, zone-b, zone-c in turn; CoreDNS on every node; the
-#                                             locally built images in every node's containerd
+#                                             locally built images in every node's containerd; a
+#                                             default StorageClass (local-path) whose claims become
+#                                             directories on their pod's node
 #   hack/cluster.sh up --control-plane-only   etcd + kube-apiserver + kube-controller-manager, in seconds
 #   hack/cluster.sh down                      stops every process it started, by PID, and removes its
 #                                             state, mounts, network namespaces, interfaces, cgroups and
@@ -19,8 +21,9 @@
 #   hack/cluster.sh node heal NODE            the partition lifted
 #   hack/cluster.sh stop COMPONENT [NODE]     one component stopped (TERM, then KILL after 5 s):
 #   hack/cluster.sh start COMPONENT [NODE]    etcd, kube-apiserver, kube-controller-manager,
-#                                             kube-scheduler, kube-proxy (the host's); with NODE:
-#                                             containerd, kubelet, kube-proxy. start waits until ready.
+#                                             kube-scheduler, kube-proxy (the host's),
+#                                             local-path-provisioner; with NODE: containerd,
+#                                             kubelet, kube-proxy. start waits until ready.
 #   hack/cluster.sh nodes                     the node names
 #   hack/cluster.sh kubeconfig                prints the kubeconfig path
 #   hack/cluster.sh import ARCHIVE...         imports image archives into every node's containerd
@@ -202,6 +205,9 @@ ready() { # ready COMPONENT [NODE]: whether it answers
     kube-controller-manager) curl -fksS "https://127.0.0.1:$controller_manager_port/healthz" ;;
     kube-scheduler) curl -fksS https://127.0.0.1:10259/healthz ;;
     kube-proxy) curl -sS -o /dev/null http://127.0.0.1:10256/healthz ;;
+    # No health endpoint: alive, and its client identity accepted.
+    local-path-provisioner) running local-path-provisioner &&
+      "$(k8s_bin)/kubectl" --kubeconfig "$state/local-path.kubeconfig" auth can-i create persistentvolumes | grep -qx yes ;;
   esac
 }
 
@@ -472,6 +478,14 @@ build_images() {
       --tag "quay.io/coreos/etcd:v$v" --tag "gcr.io/etcd-development/etcd:v$v" "${files[@]}" \
       --dir /var/etcd:700 --dir /tmp:1777 --entrypoint /usr/local/bin/etcd >/dev/null
   done
+  # The local-path provisioner's helper pods make and remove volume directories with it.
+  need busybox busybox-static
+  local bv; bv=$(dpkg-query -W -f '${Version}' busybox-static 2>/dev/null || busybox 2>&1 | awk 'NR==1 {print $2}')
+  bv=${bv#*:}; bv=${bv%%[-+]*}; bv=${bv#v}
+  [ -f "$images/busybox-$bv.tar" ] || "$here/oci-image.py" --out "$images/busybox-$bv.tar" --with-libs \
+    --tag "docker.io/library/busybox:$bv" --file "$(command -v busybox):/bin/busybox" \
+    --file "$(command -v busybox):/bin/sh" --entrypoint /bin/sh >/dev/null
+  echo "docker.io/library/busybox:$bv" > "$state/helper-image"
   mkdir -p "$state/images.d"
   for d in "$images"/*.tar; do ln -sf "$d" "$state/images.d/"; done
 }
@@ -511,6 +525,36 @@ deploy_coredns() {
   local v; v=$(cat "$state/coredns-version")
   sed "s|@COREDNS_IMAGE@|registry.k8s.io/coredns/coredns:$v|; s|@DNS_IP@|$dns_ip|" \
     "$here/manifests/coredns.yaml" | kubectl apply -f - >/dev/null
+}
+
+# The default StorageClass: each claim a directory under its node's disk (nodes/NODE/local-path).
+deploy_local_path() {
+  local bin n first=1; bin=$("$here/build-tools.sh" local-path)
+  cert local-path-provisioner eo:local-path-provisioner ""
+  write_kubeconfig "$state/local-path.kubeconfig" local-path-provisioner
+  mkdir -p "$state/local-path"
+  { echo '{"nodePathMap": ['
+    for n in $(node_names); do
+      [ $first = 1 ] || echo ','; first=0
+      printf '{"node": "%s", "paths": ["%s"]}' "$n" "$(node_dir "$n")/local-path"
+    done
+    echo ']}'; } > "$state/local-path/config.json"
+  cat > "$state/local-path/helper-pod.yaml" <<HELPER
+apiVersion: v1
+kind: Pod
+metadata: {name: helper-pod}
+spec:
+  automountServiceAccountToken: false
+  containers:
+  - {name: helper-pod, image: "$(cat "$state/helper-image")", imagePullPolicy: Never}
+HELPER
+  kubectl apply -f "$here/manifests/local-path.yaml" >/dev/null
+  start local-path-provisioner "$bin/local-path-provisioner" start \
+    --kubeconfig "$state/local-path.kubeconfig" --config "$state/local-path/config.json" \
+    --helper-pod-file "$state/local-path/helper-pod.yaml" --helper-image "$(cat "$state/helper-image")" \
+    --namespace local-path-storage --service-account-name local-path-provisioner \
+    --configmap-name local-path-config --provisioner-name rancher.io/local-path
+  wait_for local-path-provisioner 30 ready local-path-provisioner
 }
 
 start_containerd() { # start_containerd NODE
@@ -607,6 +651,7 @@ PROXY
   for i in $(seq 1 "$count"); do node_up "$i" & jobs_+=($!); done
   wait_all "${jobs_[@]}" || { log "a node failed to start: see $logs"; return 1; }
   deploy_coredns
+  deploy_local_path
   for i in $(seq 1 "$count"); do wait_node_ready "eo-node-$i"; done
   wait_for "the host's kube-proxy" 60 ready kube-proxy
   allow_bridged
@@ -697,8 +742,8 @@ component() { # component COMPONENT [NODE]: its PID-file name
     node_index "$n" >/dev/null
     case $c in containerd|kubelet|kube-proxy) echo "$n-$c" ;; *) log "a node runs containerd, kubelet, kube-proxy; not $c"; return 2 ;; esac
   else
-    case $c in etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy) echo "$c" ;;
-      *) log "the control plane runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy; not $c (node components take a NODE)"; return 2 ;; esac
+    case $c in etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|local-path-provisioner) echo "$c" ;;
+      *) log "the control plane runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, local-path-provisioner; not $c (node components take a NODE)"; return 2 ;; esac
   fi
 }
 
@@ -776,7 +821,7 @@ down() {
   if [ "${1:-}" != --control-plane-only ]; then
     for n in $(node_names); do node_stop "$n" >/dev/null 2>&1 || true; done
   fi
-  for n in kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$n"; done
+  for n in local-path-provisioner kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$n"; done
   [ "${1:-}" = --control-plane-only ] || clean_nodes
   rm -rf "$state"
 }
@@ -808,5 +853,5 @@ case "${1:-}" in
   kubeconfig) echo "$kubeconfig" ;;
   has-node) for n in $(node_names); do running "$n-kubelet" && exit 0; done; exit 1 ;;
   import) shift; import_images "$@" ;;
-  *) sed -n '2,36p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,38p' "$0" >&2; exit 2 ;;
 esac

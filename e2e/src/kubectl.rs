@@ -165,18 +165,18 @@ pub fn get(k: &Kubectl, ns: &str, what: &str) -> Value {
 }
 
 /// Local volumes for clusters with persistent members: `n` hostPath PersistentVolumes of a
-/// storage class of their own, on directories of this host (the local cluster's node) that
-/// the members' non-root user may write. Claims of that class bind to them statically (no
-/// provisioner runs here). Dropped, the volumes and their directories go; declare it before the
-/// test's namespace, so that it is dropped after it.
+/// storage class of their own, on directories of this host that the members' non-root user may
+/// write. Claims of that class bind to them statically, and, unlike the default class's
+/// (local-path: a directory on one node's disk), they are reachable from every node of the
+/// local cluster (all nodes share this host's disk), for tests about members' data rather than
+/// nodes. Dropped, the volumes and their directories go; declare it before the test's
+/// namespace, so that it is dropped after it.
 pub struct Volumes<'a> {
     kubectl: &'a Kubectl,
     /// The storage class claims must name.
     pub class: String,
     names: Vec<String>,
     dir: PathBuf,
-    /// A StorageClass object was made for them (and goes with them).
-    with_class: bool,
 }
 
 impl<'a> Volumes<'a> {
@@ -219,50 +219,7 @@ impl<'a> Volumes<'a> {
             class,
             names,
             dir,
-            with_class: false,
         }
-    }
-
-    /// `per_node` volumes on each of `nodes`, bound to their node as local disks are (node
-    /// affinity), in a storage class that binds a claim only once its pod is scheduled
-    /// (`WaitForFirstConsumer`), so that a claim made after a node died binds on a live node.
-    pub fn on_nodes(k: &'a Kubectl, prefix: &str, nodes: &[String], per_node: usize) -> Self {
-        let mut v = Volumes::create(k, prefix, 0);
-        let class = serde_json::json!({
-            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {"name": v.class},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "reclaimPolicy": "Retain",
-        });
-        k.ok(&["create", "-f", "-"], Some(&class.to_string()));
-        for (i, node) in nodes.iter().enumerate() {
-            for j in 0..per_node {
-                let path = v.dir.join(format!("{i}-{j}"));
-                std::fs::create_dir_all(&path).expect("creating a volume directory");
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
-                let name = format!("{}-{i}-{j}", v.class);
-                let pv = serde_json::json!({
-                    "apiVersion": "v1", "kind": "PersistentVolume",
-                    "metadata": {"name": name, "labels": {"e2e-class": v.class}},
-                    "spec": {
-                        "capacity": {"storage": "1Gi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "storageClassName": v.class,
-                        "hostPath": {"path": path.to_str().unwrap(), "type": "Directory"},
-                        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
-                        ]}]}},
-                    },
-                });
-                k.ok(&["create", "-f", "-"], Some(&pv.to_string()));
-                v.names.push(name);
-            }
-        }
-        v.with_class = true;
-        v
     }
 
     /// A `persistentVolumeClaimSpec` that binds to these volumes.
@@ -285,12 +242,6 @@ impl Drop for Volumes<'_> {
         ];
         args.extend(self.names.iter().map(String::as_str));
         self.kubectl.run(&args, None);
-        if self.with_class {
-            self.kubectl.run(
-                &["delete", "storageclass", &self.class, "--ignore-not-found"],
-                None,
-            );
-        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -18,7 +18,7 @@ use e2e::nodes::{
     Fault, FaultFigures, brief_partition, drain, node_death, node_lost, node_names, node_returns,
     placement, stop_under_writes,
 };
-use e2e::{Kubectl, Operator, Volumes, event_count, events, healthy_at_size, lease_holder, until};
+use e2e::{Kubectl, Operator, event_count, events, healthy_at_size, lease_holder, until};
 
 static NODES: Mutex<()> = Mutex::new(());
 
@@ -405,8 +405,6 @@ fn a_member_with_a_volume_on_a_dead_node_is_replaced_with_a_new_claim_past_the_b
     if !enough_nodes(&k) {
         return;
     }
-    // Node-local volumes, two per node: a member's data lives and dies with its node.
-    let volumes = Volumes::on_nodes(&k, "node-local", &node_names(&k), 2);
     k.apply_crds();
     let ns = k.namespace("node-volume");
     let ns = ns.name.as_str();
@@ -415,7 +413,10 @@ fn a_member_with_a_volume_on_a_dead_node_is_replaced_with_a_new_claim_past_the_b
     let c = serde_json::json!({"apiVersion": "etcd.database.coreos.com/v1beta2",
         "kind": "EtcdCluster", "metadata": {"name": "example"},
         "spec": {"size": 3, "version": "3.6.16",
-                 "pod": {"persistentVolumeClaimSpec": volumes.claim_spec()}}});
+                 // The local cluster's default class: a directory on the pod's node, bound to
+                 // that node (WaitForFirstConsumer), so a member's data lives and dies with it.
+                 "pod": {"persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}}}}});
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
     until("3 healthy members", 240, || {
         healthy_at_size(&k, ns, "example", 3)

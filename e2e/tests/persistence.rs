@@ -183,3 +183,78 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     assert!(event_count(&k, ns, "example", "ClaimDeleted") >= 2);
     assert_keys(&endpoint, &acked);
 }
+
+/// The PersistentVolume `name` as JSON, or `Value::Null` once it is gone.
+fn volume(k: &Kubectl, name: &str) -> serde_json::Value {
+    let out = k.run(&["get", "pv", name, "-o", "json"], None);
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+fn the_pod_policy_example_s_claims_bind_on_the_nodes_its_members_land_on_and_go_with_it() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let ns = k.namespace("pod-policy");
+    let ns = ns.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+    // The example as users find it: its claims name no class, so the cluster's default class
+    // provisions them (on the local cluster, local-path: a directory on one node's disk).
+    let example = e2e::repo_root().join("examples/cluster-pod-policy.yaml");
+    k.ok(&["apply", "-n", ns, "-f", example.to_str().unwrap()], None);
+    let name = "example-durable";
+    let took = until("3 healthy members on provisioned volumes", 300, || {
+        healthy_at_size(&k, ns, name, 3)
+    });
+    eprintln!("pod-policy example applied to healthy at 3 members: {took:?}");
+    let mut volumes = Vec::new();
+    for member in pod_names(&k, ns, name) {
+        let pod = get(&k, ns, &format!("pod/{member}"));
+        let node = pod["spec"]["nodeName"].as_str().unwrap().to_string();
+        let claim_name = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+            .unwrap_or_else(|| panic!("{member} mounts no claim"))
+            .to_string();
+        let claim = get(&k, ns, &format!("pvc/{claim_name}"));
+        assert_eq!(claim["status"]["phase"], "Bound", "{claim}");
+        let pv_name = claim["spec"]["volumeName"].as_str().unwrap().to_string();
+        let pv = volume(&k, &pv_name);
+        assert_eq!(pv["spec"]["storageClassName"], "local-path", "{pv}");
+        // Bound to the node the member runs on, as a local disk is.
+        let term = &pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0];
+        assert_eq!(
+            term["matchExpressions"][0]["values"],
+            json!([node]),
+            "{member}'s volume is not bound to its node {node}: {pv}"
+        );
+        let path = pv["spec"]["hostPath"]["path"]
+            .as_str()
+            .or_else(|| pv["spec"]["local"]["path"].as_str())
+            .unwrap()
+            .to_string();
+        // On that node's own disk, and holding the member's data.
+        assert!(
+            path.contains(&format!("/nodes/{node}/")),
+            "{member}'s volume {path} is not on {node}'s disk"
+        );
+        let entries = std::fs::read_dir(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .count();
+        assert!(entries > 0, "{member}'s volume {path} is empty");
+        volumes.push((pv_name, path));
+    }
+    // The cluster deleted: its claims go with it (they are its), and the provisioner deletes
+    // their volumes and the directories (reclaim policy Delete).
+    k.ok(
+        &["delete", "etcdcluster", name, "-n", ns, "--wait=false"],
+        None,
+    );
+    let took = until("the volumes and their directories deleted", 180, || {
+        volumes
+            .iter()
+            .all(|(pv, path)| volume(&k, pv).is_null() && !std::path::Path::new(path).exists())
+    });
+    eprintln!("cluster deleted to its volumes gone: {took:?}");
+}
