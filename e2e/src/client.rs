@@ -43,6 +43,34 @@ pub struct WriterTally {
     pub longest_stall: Duration,
 }
 
+/// How long a client waits before it gives a connection up and opens another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// For a connection to be accepted.
+    pub connect: Duration,
+    /// For a request's answer (and to send it).
+    pub request: Duration,
+}
+
+impl Timeouts {
+    /// Generous: a write that is slow (a leader election on a loaded machine) still counts,
+    /// for tests that require no failed write at all.
+    pub const PATIENT: Timeouts = Timeouts {
+        connect: Duration::from_secs(2),
+        request: Duration::from_secs(5),
+    };
+    /// As a client that fails over does (etcd's clients are given a per-request deadline and
+    /// several endpoints): after 2 s without an answer the connection is given up and the next
+    /// one, through the Service, goes to a member that answers. For faults that kill a member's
+    /// node, where a kept-alive connection to it never answers again and only the client's
+    /// own deadline ends the wait; a write that timed out counts as failed (it may have been
+    /// applied, and is not checked).
+    pub const FAILOVER: Timeouts = Timeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_secs(2),
+    };
+}
+
 /// Which keys a [`Writer`] writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Keys {
@@ -61,6 +89,12 @@ impl Writer {
 
     /// Starts writing `keys` to `endpoint` for at most `max`.
     pub fn start_with(endpoint: &str, max: Duration, keys: Keys) -> Self {
+        Writer::start_timed(endpoint, max, keys, Timeouts::PATIENT)
+    }
+
+    /// Starts writing `keys` to `endpoint` for at most `max`, giving connections up after
+    /// `timeouts`.
+    pub fn start_timed(endpoint: &str, max: Duration, keys: Keys, timeouts: Timeouts) -> Self {
         let addr = endpoint
             .strip_prefix("http://")
             .unwrap_or_else(|| panic!("{endpoint}: the writer speaks plain http:// only"))
@@ -69,7 +103,8 @@ impl Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let deadline = Instant::now() + max;
-        let thread = std::thread::spawn(move || write_until(&addr, &flag, deadline, keys));
+        let thread =
+            std::thread::spawn(move || write_until(&addr, &flag, deadline, keys, timeouts));
         Writer {
             endpoint: endpoint.into(),
             stop,
@@ -115,6 +150,7 @@ pub(crate) fn write_until(
     stop: &AtomicBool,
     deadline: Instant,
     keys: Keys,
+    timeouts: Timeouts,
 ) -> WriterTally {
     let mut tally = WriterTally::default();
     let mut conn = None;
@@ -125,7 +161,7 @@ pub(crate) fn write_until(
             Keys::Cycle => n % 1000,
             Keys::Unique => n,
         };
-        match put(&mut conn, addr, key, n) {
+        match put(&mut conn, addr, key, n, timeouts) {
             Ok(()) => {
                 tally.writes += 1;
                 tally.longest_stall = tally.longest_stall.max(last_ack.elapsed());
@@ -204,14 +240,15 @@ pub(crate) fn put(
     addr: &str,
     key: u64,
     n: u64,
+    timeouts: Timeouts,
 ) -> Result<(), String> {
     if conn.is_none() {
-        let stream = TcpStream::connect_timeout(&resolve(addr)?, Duration::from_secs(2))
+        let stream = TcpStream::connect_timeout(&resolve(addr)?, timeouts.connect)
             .map_err(|e| format!("connecting to {addr}: {e}"))?;
         // Bounded, so that a hung endpoint cannot hold `stop` for long.
         stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(5))))
+            .set_read_timeout(Some(timeouts.request))
+            .and_then(|()| stream.set_write_timeout(Some(timeouts.request)))
             .and_then(|()| stream.set_nodelay(true))
             .map_err(|e| e.to_string())?;
         *conn = Some(BufReader::new(stream));
@@ -332,5 +369,5 @@ pub fn write_once(endpoint: &str, key: u64) -> Result<(), String> {
         .strip_prefix("http://")
         .ok_or_else(|| format!("{endpoint}: plain http:// only"))?
         .trim_end_matches('/');
-    put(&mut None, addr, key, key)
+    put(&mut None, addr, key, key, Timeouts::PATIENT)
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::{
-    Keys, Kubectl, Writer, client_endpoint, get, healthy_at_size, holds_for, keys_under,
+    Keys, Kubectl, Timeouts, Writer, client_endpoint, get, healthy_at_size, holds_for, keys_under,
     member_pods, repo_root, until,
 };
 
@@ -193,7 +193,12 @@ pub fn fault_under_writes(
     fault: Fault,
 ) -> (FaultFigures, Restart) {
     let endpoint = client_endpoint(k, ns, cluster);
-    let writer = Writer::start_with(&endpoint, Duration::from_secs(600), Keys::Unique);
+    let writer = Writer::start_timed(
+        &endpoint,
+        Duration::from_secs(600),
+        Keys::Unique,
+        Timeouts::FAILOVER,
+    );
     std::thread::sleep(Duration::from_secs(2));
     let restart = Restart(node.to_string(), fault);
     let stopped = Instant::now();
@@ -261,7 +266,12 @@ pub fn drain(
 ) -> FaultFigures {
     let (member, node, was_leader) = victim(k, ns, cluster, avoid);
     let endpoint = client_endpoint(k, ns, cluster);
-    let writer = Writer::start_with(&endpoint, Duration::from_secs(600), Keys::Unique);
+    let writer = Writer::start_timed(
+        &endpoint,
+        Duration::from_secs(600),
+        Keys::Unique,
+        Timeouts::FAILOVER,
+    );
     std::thread::sleep(Duration::from_secs(2));
     let started = Instant::now();
     let selector = format!("--pod-selector=etcd_cluster={cluster}");
@@ -349,7 +359,12 @@ pub fn brief_partition(
     };
     let before = members();
     let endpoint = client_endpoint(k, ns, cluster);
-    let writer = Writer::start_with(&endpoint, Duration::from_secs(600), Keys::Unique);
+    let writer = Writer::start_timed(
+        &endpoint,
+        Duration::from_secs(600),
+        Keys::Unique,
+        Timeouts::FAILOVER,
+    );
     std::thread::sleep(Duration::from_secs(2));
     let guard = Restart(node.clone(), Fault::Partition);
     let cut = Instant::now();
