@@ -64,6 +64,15 @@ fn cronjobs_from_the_chart_and_the_example_make_one_backup_per_tick_and_keep_the
     let ns = namespace.name.as_str();
     aws_secret(&k, ns);
     let endpoint = format!("backupSchedules[0].endpoint={}", moto.url);
+    // The schedule only once the cluster serves: a tick while it bootstraps would find no
+    // healthy member, and its backup would fail (then be retried) as it should.
+    let _plain = Operator::install(&k, ns, &[]);
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "example"}, "spec": {"size": 1, "version": "3.6.16"}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+    until("1 healthy member", 120, || {
+        healthy_at_size(&k, ns, "example", 1)
+    });
     let _operator = Operator::install(
         &k,
         ns,
@@ -79,12 +88,6 @@ fn cronjobs_from_the_chart_and_the_example_make_one_backup_per_tick_and_keep_the
             "backupSchedules[0].keepSnapshots=2",
         ],
     );
-    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-        "metadata": {"name": "example"}, "spec": {"size": 1, "version": "3.6.16"}});
-    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
-    until("1 healthy member", 120, || {
-        healthy_at_size(&k, ns, "example", 1)
-    });
 
     // The example, as a user without Helm would edit it: namespace, schedule, endpoint, image.
     let example = std::fs::read_to_string(repo_root().join("examples/backup-cronjob.yaml"))
