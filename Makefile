@@ -1,9 +1,11 @@
 # Everything a fresh Debian machine needs is installed by the targets themselves (hack/deps.sh).
 SHELL := /bin/bash
 CARGO ?= cargo
+# The chaos run's operator image: a debug build with crash points (src/crash.rs).
+CHAOS_IMAGE ?= quay.io/etcd-operator/etcd-operator:failpoints
 
 .PHONY: all build test unit lint e2e control-plane-test smoke crds demo demo-down cluster-up \
-	control-plane-up cluster-down cluster-cycle-test k8s image bench bench-scale chart-test
+	control-plane-up cluster-down cluster-cycle-test k8s image bench bench-scale chart-test chaos
 
 all: build
 
@@ -51,6 +53,15 @@ e2e:
 cluster-cycle-test:
 	hack/deps.sh
 	hack/cluster-cycle-test.sh
+
+## chaos: faults from a seed under a recorded workload on the local cluster (NODES nodes), the
+## history checked (chaos/, eo-chaos): CHAOS_MINUTES of faults (default 30), CHAOS_SEED (printed
+## first; the same seed, the same schedule). The operator is a build with crash points, armed
+## at random (CHAOS_CRASH_POINTS=off disarms them). Report: target/chaos/report.json.
+chaos:
+	hack/deps.sh
+	hack/with-cluster.sh sh -c 'IMAGE=$(CHAOS_IMAGE) IMAGE_PROFILE=dev IMAGE_FEATURES=failpoints \
+		IMAGE_ARCHIVE=etcd-operator-failpoints hack/image.sh && cd chaos && CHAOS_IMAGE=$(CHAOS_IMAGE) go run ./cmd/eo-chaos run'
 
 ## image: the operator image from the release binary, imported when the local cluster runs.
 image:

@@ -6,6 +6,7 @@
 pub mod api;
 pub mod backup;
 pub mod cluster;
+pub mod crash;
 pub mod etcd;
 pub mod http;
 pub mod kube;

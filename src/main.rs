@@ -157,6 +157,9 @@ enum LogFormat {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => {
+            // Crash points armed by FAILPOINTS (src/crash.rs), in builds that have them.
+            #[cfg(feature = "failpoints")]
+            let _crash_points = fail::FailScenario::setup();
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(run(*args))?;
         }

@@ -33,6 +33,9 @@ type Config struct {
 	// Pause between one client's operations.
 	Pause time.Duration
 	Seed  int64
+	// Start is the clock's zero for the history's times (now when unset): the chaos run
+	// shares it, so that its faults and the operations fall on one time line.
+	Start time.Time
 }
 
 // Summary is what a run did, for the console.
@@ -94,7 +97,11 @@ func connect(cfg Config) (*clientv3.Client, error) {
 // Run runs the workload until ctx ends or cfg.Duration passes, writing the history to out,
 // then reads every key once more (the final reads) and lets the watcher catch up.
 func Run(ctx context.Context, cfg Config, out *history.Writer) (Summary, error) {
-	r := &recorder{start: time.Now(), out: out}
+	start := cfg.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	r := &recorder{start: start, out: out}
 	r.summary.Start = r.start.UnixNano()
 	r.prefix = fmt.Sprintf("%s%d/", Prefix, r.summary.Start)
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)

@@ -8,6 +8,13 @@
 //	    checks the history: linearizable (porcupine, an etcd key model), no acknowledged write
 //	    lost, revisions never going back, watch streams without gaps; prints the result (JSON)
 //	    and exits 1 when it breaks one of these.
+//	eo-chaos run
+//	    the chaos run on the local cluster (KUBECTL, HELM and KUBECONFIG from the environment,
+//	    as hack/with-cluster.sh sets them): seed CHAOS_SEED (printed first; the current time
+//	    when unset), CHAOS_MINUTES of faults (default 30), the report in CHAOS_OUT (default
+//	    target/chaos: report.json, history.jsonl, the operator's logs); exits 1 unless it passed.
+//	eo-chaos schedule --seed N [--count 20]
+//	    prints the first faults of seed N's schedule (the same seed, the same schedule).
 package main
 
 import (
@@ -17,11 +24,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"etcd-operator/chaos/check"
+	"etcd-operator/chaos/driver"
 	"etcd-operator/chaos/history"
 	"etcd-operator/chaos/workload"
 )
@@ -37,6 +47,10 @@ func main() {
 		err = runWorkload(os.Args[2:])
 	case "check":
 		err = runCheck(os.Args[2:])
+	case "run":
+		err = runChaos()
+	case "schedule":
+		err = printSchedule(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q: workload or check", os.Args[1])
 	}
@@ -106,6 +120,71 @@ func runCheck(args []string) error {
 	}
 	if r.Violations() > 0 {
 		return fmt.Errorf("%d violations of etcd's guarantees in %s", r.Violations(), *path)
+	}
+	return nil
+}
+
+// defaultCrashPoints: each of the operator's crash points (src/crash.rs) fires on some of the
+// passes that reach it (fail's syntax: probability, then the action that exits).
+const defaultCrashPoints = "after-member-add=25%return;after-pod-create=10%return;" +
+	"after-member-remove=25%return;mid-roll=50%return;after-restore-seed=50%return"
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func runChaos() error {
+	seed := time.Now().UnixNano() % 1_000_000_000
+	if v := os.Getenv("CHAOS_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return fmt.Errorf("CHAOS_SEED=%q: %w", v, err)
+		}
+	}
+	fmt.Printf("CHAOS_SEED=%d\n", seed)
+	minutes, err := strconv.ParseFloat(envOr("CHAOS_MINUTES", "30"), 64)
+	if err != nil || minutes <= 0 {
+		return fmt.Errorf("CHAOS_MINUTES=%q: a positive number of minutes", os.Getenv("CHAOS_MINUTES"))
+	}
+	root, err := filepath.Abs(envOr("CHAOS_ROOT", ".."))
+	if err != nil {
+		return err
+	}
+	out := envOr("CHAOS_OUT", filepath.Join(root, "target/chaos"))
+	cfg := driver.Config{
+		Env: driver.Env{Root: root, Kubectl: envOr("KUBECTL", "kubectl"), Helm: envOr("HELM", "helm"),
+			NS: fmt.Sprintf("chaos-%d", seed), Cluster: "chaos"},
+		Seed: seed, Duration: time.Duration(minutes * float64(time.Minute)), Out: out,
+		Clients: 4, Keys: 8, Recovery: 4 * time.Minute, Image: os.Getenv("CHAOS_IMAGE"),
+		CrashPoints: envOr("CHAOS_CRASH_POINTS", defaultCrashPoints),
+	}
+	if cfg.CrashPoints == "off" {
+		cfg.CrashPoints = ""
+	}
+	defer cfg.Env.Teardown()
+	report, runErr := driver.Run(cfg)
+	if report == nil {
+		return runErr
+	}
+	fmt.Println()
+	report.Print(os.Stdout)
+	fmt.Println("report:", filepath.Join(out, "report.json"))
+	if !report.Passed() {
+		return fmt.Errorf("the chaos run failed (seed %d)", seed)
+	}
+	return nil
+}
+
+func printSchedule(args []string) error {
+	fs := flag.NewFlagSet("schedule", flag.ExitOnError)
+	seed := fs.Int64("seed", 1, "the run's seed")
+	count := fs.Int("count", 20, "how many faults")
+	_ = fs.Parse(args)
+	for i, s := range driver.Schedule(*seed, *count) {
+		fmt.Printf("%3d. %-26s hold %-6v choice %-8d then quiet %v\n", i+1, s.Kind, s.Hold.Round(time.Second), s.Choice, s.Quiet)
 	}
 	return nil
 }

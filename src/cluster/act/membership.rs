@@ -77,10 +77,13 @@ pub(super) async fn join(
         .add_learner(&addressing(cluster).peer_url(member))
         .await
     {
-        Ok((added, _)) => Ok(Outcome::Done(Some(format!(
-            "added member {member} ({:x}) as a learner",
-            added.id
-        )))),
+        Ok((added, _)) => {
+            crate::crash::point("after-member-add");
+            Ok(Outcome::Done(Some(format!(
+                "added member {member} ({:x}) as a learner",
+                added.id
+            ))))
+        }
         Err(e) => settling(e),
     }
 }
@@ -98,6 +101,7 @@ pub(super) async fn remove(
     if let Err(e) = etcd.remove(id).await {
         return settling(e).map(Some);
     }
+    crate::crash::point("after-member-remove");
     delete_pod(pass, name, force).await?;
     Ok(None)
 }
@@ -149,6 +153,7 @@ pub(super) async fn add_members(
         Ok(r) => r,
         Err(e) => return settling(e),
     };
+    crate::crash::point("after-member-add");
     let args = members::etcd_args(
         &addr,
         &name,
@@ -182,6 +187,9 @@ pub(super) async fn remove_member(
 ) -> Result<Outcome, Error> {
     if let Some(refused) = remove(pass, obs, name, id, reason == RemoveReason::NodeLost).await? {
         return Ok(refused);
+    }
+    if reason == RemoveReason::Outdated {
+        crate::crash::point("mid-roll");
     }
     Ok(Outcome::Done(Some(match reason {
         RemoveReason::Outdated => format!(

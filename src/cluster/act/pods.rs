@@ -64,6 +64,7 @@ pub(super) async fn create_pod(
         .await
         .map_err(err)?;
     pass.wrote(Object::Pod, member, Write::Created);
+    crate::crash::point("after-pod-create");
     Ok(())
 }
 

@@ -58,6 +58,7 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
         }),
     };
     create_pod(pass, cluster, &name, args, Some(&gate), Claim::New).await?;
+    crate::crash::point("after-restore-seed");
     Ok(Outcome::Done(Some(format!(
         "created seed member {name}, which restores EtcdRestore {}'s snapshot",
         handoff.name

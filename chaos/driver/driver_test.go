@@ -1,0 +1,57 @@
+package driver
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestTheSameSeedGivesTheSameScheduleAndEveryKindComes(t *testing.T) {
+	a, b := Schedule(42, 300), Schedule(42, 300)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("seed 42 gave two schedules")
+	}
+	if reflect.DeepEqual(a, Schedule(43, 300)) {
+		t.Fatal("seeds 42 and 43 gave the same schedule")
+	}
+	seen := map[Kind]int{}
+	for _, s := range a {
+		seen[s.Kind]++
+	}
+	for _, k := range Kinds {
+		if seen[k.Kind] < 5 {
+			t.Errorf("%s only %d times in 300 faults", k.Kind, seen[k.Kind])
+		}
+	}
+}
+
+func TestInvariantsCatchAvailableButUnwritableTwoChangesAtOnceAndARemovedMemberBack(t *testing.T) {
+	s := func(at int, avail, writable bool, voters ...uint64) sample {
+		return sample{At: time.Duration(at) * time.Second, Available: avail, Writable: writable, Voters: voters}
+	}
+	ok := []sample{s(0, true, true, 1, 2, 3), s(1, true, false, 1, 2, 3), s(2, false, false, 1, 2), s(3, true, true, 1, 2, 4)}
+	if v := invariants(ok); len(v) != 0 {
+		t.Fatalf("a fault struck once, one member replaced: %v", v)
+	}
+	bad := []sample{s(0, true, false, 1, 2, 3), s(1, true, false, 1, 2, 3)}
+	if v := invariants(bad); len(v) != 1 {
+		t.Fatalf("Available twice while unwritable: %v", v)
+	}
+	if v := invariants([]sample{s(0, true, true, 1, 2, 3), s(1, true, true, 1, 4, 5)}); len(v) != 1 {
+		t.Fatalf("two voters replaced at once: %v", v)
+	}
+	if v := invariants([]sample{s(0, true, true, 1, 2, 3), s(1, true, true, 1, 2), s(2, true, true, 1, 2, 3)}); len(v) != 1 {
+		t.Fatalf("member 3 back after its removal: %v", v)
+	}
+}
+
+func TestLongestGap(t *testing.T) {
+	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
+	got := longestGap([]int64{ms(100), ms(200), ms(1500), ms(1600)}, 0, 2*time.Second)
+	if got != 1300*time.Millisecond {
+		t.Fatalf("got %v", got)
+	}
+	if got := longestGap(nil, time.Second, 3*time.Second); got != 2*time.Second {
+		t.Fatalf("nothing answered: got %v", got)
+	}
+}

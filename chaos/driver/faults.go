@@ -1,0 +1,156 @@
+package driver
+
+import (
+	"fmt"
+	"math/rand"
+	"time"
+)
+
+// Kind is one kind of fault.
+type Kind string
+
+const (
+	OperatorLeaderKill  Kind = "operator-leader-sigkill"
+	OperatorStandbyKill Kind = "operator-standby-sigkill"
+	MemberKill          Kind = "member-etcd-sigkill"
+	MemberPause         Kind = "member-etcd-sigstop"
+	MemberPodDelete     Kind = "member-pod-delete"
+	APIServerOutage     Kind = "kube-apiserver-stopped"
+	ContainerdRestart   Kind = "containerd-restarted"
+	NodeStop            Kind = "node-stopped"
+	NodePartition       Kind = "node-partitioned"
+	NodeDrain           Kind = "node-drained"
+)
+
+// Kinds, in the order the report lists them, each with its weight in the schedule and how
+// long it is held (from, to).
+var Kinds = []struct {
+	Kind     Kind
+	Weight   int
+	HoldFrom time.Duration
+	HoldTo   time.Duration
+}{
+	{OperatorLeaderKill, 3, 0, 0},
+	{OperatorStandbyKill, 2, 0, 0},
+	{MemberKill, 3, 0, 0},
+	{MemberPause, 3, 3 * time.Second, 12 * time.Second},
+	{MemberPodDelete, 3, 0, 0},
+	{APIServerOutage, 2, 5 * time.Second, 20 * time.Second},
+	{ContainerdRestart, 2, time.Second, 5 * time.Second},
+	{NodeStop, 1, 40 * time.Second, 70 * time.Second},
+	{NodePartition, 1, 10 * time.Second, 60 * time.Second},
+	{NodeDrain, 1, 5 * time.Second, 20 * time.Second},
+}
+
+// Step is one fault of the schedule: what, held how long, on which target (an index into
+// the candidates sorted by name, taken modulo their number when it happens), and the quiet
+// time after the cluster is healthy again.
+type Step struct {
+	Kind   Kind          `json:"kind"`
+	Hold   time.Duration `json:"hold_ns"`
+	Choice int           `json:"choice"`
+	Quiet  time.Duration `json:"quiet_ns"`
+}
+
+// Schedule is the run's faults, a pure function of the seed: the same seed, the same faults
+// in the same order with the same holds and choices.
+func Schedule(seed int64, n int) []Step {
+	rnd := rand.New(rand.NewSource(seed))
+	total := 0
+	for _, k := range Kinds {
+		total += k.Weight
+	}
+	steps := make([]Step, 0, n)
+	for i := 0; i < n; i++ {
+		pick := rnd.Intn(total)
+		for _, k := range Kinds {
+			if pick < k.Weight {
+				s := Step{Kind: k.Kind, Choice: rnd.Intn(1 << 20), Quiet: time.Duration(1+rnd.Intn(4)) * time.Second}
+				if k.HoldTo > 0 {
+					s.Hold = k.HoldFrom + time.Duration(rnd.Int63n(int64(k.HoldTo-k.HoldFrom)))
+				}
+				steps = append(steps, s)
+				break
+			}
+			pick -= k.Weight
+		}
+	}
+	return steps
+}
+
+// inject does the fault; the returned undo (nil when the fault ends by itself) ends it.
+// target says what it was done to.
+func (e *Env) inject(s Step) (target string, undo func() error, err error) {
+	switch s.Kind {
+	case OperatorLeaderKill, OperatorStandbyKill:
+		ops, err := e.operators()
+		if err != nil {
+			return "", nil, err
+		}
+		holder := e.leaseHolder()
+		var candidates []pod
+		for _, p := range ops {
+			if holdsLease(p, holder) == (s.Kind == OperatorLeaderKill) && p.ready() {
+				candidates = append(candidates, p)
+			}
+		}
+		if len(candidates) == 0 {
+			return "", nil, fmt.Errorf("no operator replica to kill (holder %q)", holder)
+		}
+		p := candidates[s.Choice%len(candidates)]
+		_, err = signalPod(&p, "etcd-operator", "KILL")
+		return p.Metadata.Name, nil, err
+	case MemberKill, MemberPause, MemberPodDelete:
+		pods, err := e.members()
+		if err != nil || len(pods) == 0 {
+			return "", nil, fmt.Errorf("no member pod: %v", err)
+		}
+		p := pods[s.Choice%len(pods)]
+		switch s.Kind {
+		case MemberKill:
+			_, err = signalPod(&p, "etcd", "KILL")
+			return p.Metadata.Name, nil, err
+		case MemberPause:
+			if _, err = signalPod(&p, "etcd", "STOP"); err != nil {
+				return p.Metadata.Name, nil, err
+			}
+			return p.Metadata.Name, func() error { _, err := signalPod(&p, "etcd", "CONT"); return err }, nil
+		default:
+			_, err = e.k("delete", "pod", p.Metadata.Name, "--wait=false")
+			return p.Metadata.Name, nil, err
+		}
+	case APIServerOutage:
+		if err := e.clusterSh("stop", "kube-apiserver"); err != nil {
+			return "kube-apiserver", nil, err
+		}
+		return "kube-apiserver", func() error { return e.clusterSh("start", "kube-apiserver") }, nil
+	}
+	nodes, err := e.nodes()
+	if err != nil || len(nodes) == 0 {
+		return "", nil, fmt.Errorf("no nodes: %v", err)
+	}
+	node := nodes[s.Choice%len(nodes)]
+	switch s.Kind {
+	case ContainerdRestart:
+		if err := e.clusterSh("stop", "containerd", node); err != nil {
+			return node, nil, err
+		}
+		return node, func() error { return e.clusterSh("start", "containerd", node) }, nil
+	case NodeStop:
+		if err := e.clusterSh("node", "stop", node); err != nil {
+			return node, nil, err
+		}
+		return node, func() error { return e.clusterSh("node", "start", node) }, nil
+	case NodePartition:
+		if err := e.clusterSh("node", "partition", node); err != nil {
+			return node, nil, err
+		}
+		return node, func() error { return e.clusterSh("node", "heal", node) }, nil
+	case NodeDrain:
+		uncordon := func() error { _, err := e.exec(time.Minute, e.Kubectl, "uncordon", node); return err }
+		_, err := e.exec(3*time.Minute, e.Kubectl, "drain", node, "--ignore-daemonsets",
+			"--delete-emptydir-data", "--timeout=150s")
+		return node, uncordon, err
+	}
+	return "", nil, fmt.Errorf("unknown fault %s", s.Kind)
+}

@@ -1,0 +1,252 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Env is the local cluster the run acts on, through the same commands a person would use:
+// kubectl, helm, and hack/cluster.sh for what only the machine can do (nodes, components).
+type Env struct {
+	Root    string // the repository
+	Kubectl string
+	Helm    string
+	NS      string
+	Cluster string // the EtcdCluster's name
+}
+
+func (e *Env) exec(timeout time.Duration, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %v: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// k runs kubectl in the run's namespace unless args name another.
+func (e *Env) k(args ...string) (string, error) {
+	return e.exec(60*time.Second, e.Kubectl, append([]string{"-n", e.NS}, args...)...)
+}
+
+func (e *Env) kjson(v interface{}, args ...string) error {
+	out, err := e.k(append(args, "-o", "json")...)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal([]byte(out), v)
+}
+
+// clusterSh runs hack/cluster.sh (a node stopped, a component restarted).
+func (e *Env) clusterSh(args ...string) error {
+	_, err := e.exec(5*time.Minute, filepath.Join(e.Root, "hack/cluster.sh"), args...)
+	return err
+}
+
+type condition struct {
+	Type   string `json:"type"`
+	Status string `json:"status"`
+}
+
+type pod struct {
+	Metadata struct {
+		Name              string            `json:"name"`
+		UID               string            `json:"uid"`
+		DeletionTimestamp *string           `json:"deletionTimestamp"`
+		Labels            map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
+	Status struct {
+		Conditions        []condition `json:"conditions"`
+		ContainerStatuses []struct {
+			RestartCount int `json:"restartCount"`
+			LastState    struct {
+				Terminated *struct {
+					ExitCode int    `json:"exitCode"`
+					Message  string `json:"message"`
+				} `json:"terminated"`
+			} `json:"lastState"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+func (p *pod) ready() bool {
+	if p.Metadata.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True"
+		}
+	}
+	return false
+}
+
+func (e *Env) pods(selector string) ([]pod, error) {
+	var list struct {
+		Items []pod `json:"items"`
+	}
+	if err := e.kjson(&list, "get", "pods", "-l", selector); err != nil {
+		return nil, err
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Metadata.Name < list.Items[j].Metadata.Name })
+	return list.Items, nil
+}
+
+func (e *Env) members() ([]pod, error) { return e.pods("etcd_cluster=" + e.Cluster) }
+
+func (e *Env) operators() ([]pod, error) { return e.pods("app.kubernetes.io/name=etcd-operator") }
+
+// status is what the EtcdCluster says of itself.
+type status struct {
+	Available bool
+	Ready     int
+	Members   []string // healthy voters
+	Size      int
+}
+
+func (e *Env) status() (status, error) {
+	var c struct {
+		Spec struct {
+			Size int `json:"size"`
+		} `json:"spec"`
+		Status struct {
+			Conditions     []condition `json:"conditions"`
+			ReadyMembers   int         `json:"readyMembers"`
+			MemberStatuses []struct {
+				Name    string `json:"name"`
+				Healthy bool   `json:"healthy"`
+				Role    string `json:"role"`
+			} `json:"memberStatuses"`
+		} `json:"status"`
+	}
+	if err := e.kjson(&c, "get", "etcdcluster", e.Cluster); err != nil {
+		return status{}, err
+	}
+	s := status{Ready: c.Status.ReadyMembers, Size: c.Spec.Size}
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == "Available" {
+			s.Available = cond.Status == "True"
+		}
+	}
+	for _, m := range c.Status.MemberStatuses {
+		if m.Healthy && m.Role != "learner" {
+			s.Members = append(s.Members, m.Name)
+		}
+	}
+	sort.Strings(s.Members)
+	return s, nil
+}
+
+// healthy: Available, every member a healthy voter, its pods exactly those members, Ready.
+func (e *Env) healthy() bool {
+	s, err := e.status()
+	if err != nil || !s.Available || s.Ready != s.Size || len(s.Members) != s.Size {
+		return false
+	}
+	pods, err := e.members()
+	if err != nil || len(pods) != s.Size {
+		return false
+	}
+	for i, p := range pods {
+		if !p.ready() || p.Metadata.Name != s.Members[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// operatorsReady: n operator replicas Ready, and one of them holds the Lease.
+func (e *Env) operatorsReady(n int) bool {
+	ops, err := e.operators()
+	if err != nil {
+		return false
+	}
+	holder, ready, holds := e.leaseHolder(), 0, false
+	for _, p := range ops {
+		if p.ready() {
+			ready++
+			holds = holds || holdsLease(p, holder)
+		}
+	}
+	return ready >= n && holds
+}
+
+// holdsLease: the Lease's holder identity is the replica's pod name, then "_" and a per-start ID.
+func holdsLease(p pod, holder string) bool { return strings.HasPrefix(holder, p.Metadata.Name+"_") }
+
+func (e *Env) leaseHolder() string {
+	var l struct {
+		Spec struct {
+			HolderIdentity string `json:"holderIdentity"`
+		} `json:"spec"`
+	}
+	if err := e.kjson(&l, "get", "lease", "etcd-operator"); err != nil {
+		return ""
+	}
+	return l.Spec.HolderIdentity
+}
+
+func (e *Env) nodes() ([]string, error) {
+	out, err := e.exec(60*time.Second, e.Kubectl, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}")
+	if err != nil {
+		return nil, err
+	}
+	n := strings.Fields(out)
+	sort.Strings(n)
+	return n, nil
+}
+
+// signalPod sends sig to the processes named comm in pod's containers, found through the
+// pod's cgroup on the host (every node of the local cluster is this machine): what a crash
+// or a freeze of that process is, with the container left to its kubelet.
+func signalPod(p *pod, comm string, sig string) (int, error) {
+	var dirs []string
+	for _, root := range []string{"/sys/fs/cgroup/unified/eo", "/sys/fs/cgroup/eo", "/sys/fs/cgroup/pids/eo"} {
+		for _, pattern := range []string{"*/kubepods/pod%s", "*/kubepods/*/pod%s"} {
+			m, _ := filepath.Glob(filepath.Join(root, fmt.Sprintf(pattern, p.Metadata.UID)))
+			dirs = append(dirs, m...)
+		}
+	}
+	pids := map[string]bool{}
+	for _, d := range dirs {
+		_ = filepath.Walk(d, func(path string, info os.FileInfo, err error) error {
+			if err != nil || info.IsDir() || info.Name() != "cgroup.procs" {
+				return nil
+			}
+			body, _ := os.ReadFile(path)
+			for _, pid := range strings.Fields(string(body)) {
+				name, _ := os.ReadFile("/proc/" + pid + "/comm")
+				if strings.TrimSpace(string(name)) == comm {
+					pids[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	if len(pids) == 0 {
+		return 0, fmt.Errorf("no %s process in pod %s", comm, p.Metadata.Name)
+	}
+	args := []string{"-" + sig}
+	for pid := range pids {
+		args = append(args, pid)
+	}
+	out, err := exec.Command("kill", args...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("kill %v: %v: %s", args, err, out)
+	}
+	return len(pids), nil
+}

@@ -1,0 +1,242 @@
+package driver
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"etcd-operator/chaos/check"
+	"etcd-operator/chaos/history"
+)
+
+// KindFigures is one kind of fault's line of the report.
+type KindFigures struct {
+	Kind     Kind `json:"kind"`
+	Injected int  `json:"injected"`
+	Failed   int  `json:"failed_to_inject"`
+	// Operations acknowledged and failed between the faults' start and the cluster healthy
+	// again.
+	Acknowledged int `json:"acknowledged"`
+	OpsFailed    int `json:"operations_failed"`
+	// The longest time in which no client's operation succeeded, during one of these faults.
+	LongestUnavailable float64 `json:"longest_unavailable_seconds"`
+	// The longest time from a fault's end to the cluster healthy at full size.
+	LongestRecovery float64 `json:"longest_recovery_seconds"`
+	NotRecovered    int     `json:"not_recovered"`
+}
+
+// Report is the run's outcome; report.json has it, with the top-level numbers scripts read.
+type Report struct {
+	Seed            int64         `json:"seed"`
+	Seconds         float64       `json:"seconds"`
+	Faults          int           `json:"faults"`
+	Acknowledged    int           `json:"acknowledged"`
+	Failed          int           `json:"failed"`
+	Lost            int           `json:"lost"`
+	NonLinearizable int           `json:"non_linearizable"`
+	Violations      int           `json:"violations"`
+	ViolationList   []string      `json:"violation_list,omitempty"`
+	Kinds           []KindFigures `json:"kinds"`
+	// How often each of the operator's crash points fired.
+	CrashPoints map[string]int `json:"crash_points"`
+	Check       check.Result   `json:"check"`
+	FaultList   []Fault        `json:"fault_list"`
+	History     string         `json:"history"`
+	Error       string         `json:"error,omitempty"`
+}
+
+// longestGap: the longest time within [from, to] with no operation answered.
+func longestGap(okReturns []int64, from, to time.Duration) time.Duration {
+	i := sort.Search(len(okReturns), func(i int) bool { return okReturns[i] >= int64(from) })
+	last, longest := int64(from), time.Duration(0)
+	for ; i < len(okReturns) && okReturns[i] <= int64(to); i++ {
+		longest = max(longest, time.Duration(okReturns[i]-last))
+		last = okReturns[i]
+	}
+	return max(longest, time.Duration(int64(to)-last))
+}
+
+// invariants: what the operator must never do, as the samples show it: Available while a
+// client of the Service cannot write (seen twice in a row, so that a fault that struck
+// between the status and the write is not counted), two voting members changed at once, a
+// removed member back under its ID.
+func invariants(samples []sample) []string {
+	var out []string
+	for i := 1; i < len(samples); i++ {
+		a, b := samples[i-1], samples[i]
+		if a.Available && !a.Writable && b.Available && !b.Writable {
+			out = append(out, fmt.Sprintf("Available at %v and %v while a write through the client Service failed", a.At.Round(time.Second), b.At.Round(time.Second)))
+		}
+	}
+	var prev []uint64
+	removed := map[uint64]bool{}
+	for _, s := range samples {
+		if len(s.Voters) == 0 {
+			continue
+		}
+		if prev != nil {
+			now := map[uint64]bool{}
+			for _, id := range s.Voters {
+				now[id] = true
+				if removed[id] {
+					out = append(out, fmt.Sprintf("member %x back at %v after its removal", id, s.At.Round(time.Second)))
+				}
+			}
+			changed := 0
+			for _, id := range prev {
+				if !now[id] {
+					changed++
+					removed[id] = true
+				}
+			}
+			for _, id := range s.Voters {
+				if !contains(prev, id) {
+					changed++
+				}
+			}
+			if changed > 1 {
+				out = append(out, fmt.Sprintf("%d voting members changed at once by %v: %x to %x", changed, s.At.Round(time.Second), prev, s.Voters))
+			}
+		}
+		prev = s.Voters
+	}
+	return out
+}
+
+func contains(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func report(cfg *Config, h *history.History, r check.Result, faults []Fault, samples []sample, took time.Duration) *Report {
+	rep := &Report{Seed: cfg.Seed, Seconds: took.Seconds(), Acknowledged: r.Acknowledged, Failed: r.Failed,
+		Lost: r.Lost, Check: r, FaultList: faults}
+	if r.Linearizable == "Illegal" {
+		rep.NonLinearizable = 1
+	}
+	rep.ViolationList = invariants(samples)
+	rep.CrashPoints = map[string]int{}
+	for _, s := range samples {
+		for _, c := range s.Crashes {
+			rep.CrashPoints[c]++
+			rep.Faults++
+		}
+	}
+	rep.Violations = len(rep.ViolationList)
+	var okReturns []int64
+	for i := range h.Ops {
+		if h.Ops[i].Ok {
+			okReturns = append(okReturns, h.Ops[i].Return)
+		}
+	}
+	sort.Slice(okReturns, func(i, j int) bool { return okReturns[i] < okReturns[j] })
+	byKind := map[Kind]*KindFigures{}
+	for _, k := range Kinds {
+		byKind[k.Kind] = &KindFigures{Kind: k.Kind}
+	}
+	for _, f := range faults {
+		k := byKind[f.Kind]
+		if f.Error != "" && f.Target == "" {
+			k.Failed++
+			continue
+		}
+		k.Injected++
+		rep.Faults++
+		end := f.Recovered
+		if end == 0 {
+			k.NotRecovered++
+			end = f.Ended
+		} else {
+			k.LongestRecovery = max(k.LongestRecovery, (f.Recovered - f.Ended).Seconds())
+		}
+		for i := range h.Ops {
+			op := &h.Ops[i]
+			if op.Call >= int64(f.At) && op.Call <= int64(end) {
+				if op.Ok {
+					if op.Writes() {
+						k.Acknowledged++
+					}
+				} else {
+					k.OpsFailed++
+				}
+			}
+		}
+		k.LongestUnavailable = max(k.LongestUnavailable, longestGap(okReturns, f.At, end).Seconds())
+	}
+	for _, k := range Kinds {
+		rep.Kinds = append(rep.Kinds, *byKind[k.Kind])
+	}
+	return rep
+}
+
+// Print writes the report's table.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "chaos run, seed %d, %.0f s: %d faults, %d writes acknowledged, %d operations failed\n\n",
+		r.Seed, r.Seconds, r.Faults, r.Acknowledged, r.Failed)
+	t := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(t, "fault\tinjected\twrites acked\tops failed\tlongest unavailable\tlongest back to healthy\tnot recovered\t")
+	for _, k := range r.Kinds {
+		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%.1f s\t%.1f s\t%d\t\n", k.Kind, k.Injected, k.Acknowledged, k.OpsFailed,
+			k.LongestUnavailable, k.LongestRecovery, k.NotRecovered)
+	}
+	t.Flush()
+	if len(r.CrashPoints) > 0 {
+		names := make([]string, 0, len(r.CrashPoints))
+		for n := range r.CrashPoints {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		fmt.Fprintln(w)
+		t = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(t, "operator crash point\tfired\t")
+		for _, n := range names {
+			fmt.Fprintf(t, "%s\t%d\t\n", n, r.CrashPoints[n])
+		}
+		t.Flush()
+	}
+	fmt.Fprintln(w)
+	t = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(t, "check\tresult\ttarget\t")
+	fmt.Fprintf(t, "acknowledged writes lost\t%d\t0\t\n", r.Lost)
+	fmt.Fprintf(t, "history linearizable\t%s\tOk\t\n", r.Check.Linearizable)
+	fmt.Fprintf(t, "revisions gone back\t%d\t0\t\n", r.Check.RevisionRegressions)
+	fmt.Fprintf(t, "watch events missed / unexplained / out of order\t%d / %d / %d\t0\t\n",
+		r.Check.WatchMissing, r.Check.WatchPhantom, r.Check.WatchOutOfOrder)
+	fmt.Fprintf(t, "operator invariant violations\t%d\t0\t\n", r.Violations)
+	t.Flush()
+	for _, v := range r.ViolationList {
+		fmt.Fprintln(w, "  violation:", v)
+	}
+	for _, l := range [][]string{r.Check.LostExamples, r.Check.RegressionExamples, r.Check.WatchExamples} {
+		for _, x := range l {
+			fmt.Fprintln(w, "  ", x)
+		}
+	}
+	if r.Check.Visualization != "" {
+		fmt.Fprintln(w, "the history that is not linearizable, drawn:", r.Check.Visualization)
+	}
+	fmt.Fprintln(w, "history:", r.History)
+	if r.Error != "" {
+		fmt.Fprintln(w, "the run stopped:", strings.TrimSpace(r.Error))
+	}
+}
+
+// Passed: nothing lost, linearizable, no violation, every fault recovered from.
+func (r *Report) Passed() bool {
+	if r.Error != "" || r.Lost > 0 || r.NonLinearizable > 0 || r.Violations > 0 || r.Check.Violations() > 0 {
+		return false
+	}
+	for _, k := range r.Kinds {
+		if k.NotRecovered > 0 {
+			return false
+		}
+	}
+	return true
+}

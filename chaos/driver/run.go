@@ -1,0 +1,330 @@
+// Package driver is the chaos run: the operator (the chart, two replicas) and an etcd cluster
+// on the local multi-node cluster, the workload writing through the client Service, and a
+// schedule of faults derived from a seed, each held, ended, and waited out until the cluster
+// is healthy again; then the history checked and a report written.
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"etcd-operator/chaos/check"
+	"etcd-operator/chaos/history"
+	"etcd-operator/chaos/workload"
+)
+
+// Config is one run.
+type Config struct {
+	Env      Env
+	Seed     int64
+	Duration time.Duration // faults are started until then
+	Out      string        // directory for the history, the report and the logs
+	Clients  int
+	Keys     int
+	// Recovery is how long the cluster may take to be healthy again after a fault ends.
+	Recovery time.Duration
+	// Extra chart values (--set).
+	Values []string
+	Image  string // repository:tag of the operator image, empty for the chart's
+	// CrashPoints arms the operator's crash points (its FAILPOINTS; empty: none).
+	CrashPoints string
+}
+
+// Fault is one fault as it happened, times from the run's start.
+type Fault struct {
+	Step
+	Target    string        `json:"target"`
+	At        time.Duration `json:"at_ns"`
+	Ended     time.Duration `json:"ended_ns"`
+	Recovered time.Duration `json:"recovered_ns"` // healthy again; 0 if never
+	Error     string        `json:"error,omitempty"`
+}
+
+// sample is one poll: the status, and whether a client of the Service could write then.
+type sample struct {
+	At        time.Duration
+	Available bool
+	Writable  bool
+	Voters    []uint64 // the member IDs etcd reported, when it answered
+	Learners  int
+	// Crash points that fired since the previous sample (an operator container's restart
+	// whose termination message names one).
+	Crashes []string
+}
+
+func logf(format string, args ...interface{}) {
+	fmt.Fprintf(os.Stderr, "[chaos %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func until(what string, limit time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return nil
+}
+
+func (e *Env) install(cfg *Config) error {
+	if _, err := e.exec(time.Minute, e.Kubectl, "create", "namespace", e.NS); err != nil {
+		return err
+	}
+	args := []string{"upgrade", "--install", "etcd-operator", filepath.Join(e.Root, "charts/etcd-operator"),
+		"--namespace", e.NS, "--set", "watchNamespaces={" + e.NS + "}", "--set", "image.pullPolicy=Never",
+		"--set", "replicas=2", "--set", "leaderElection.leaseDuration=10", "--set", "leaderElection.leaseGrace=3",
+		"--set", "readNodes=true", "--wait", "--timeout", "3m"}
+	if cfg.Image != "" {
+		if i := lastColon(cfg.Image); i > 0 {
+			args = append(args, "--set", "image.repository="+cfg.Image[:i], "--set", "image.tag="+cfg.Image[i+1:])
+		}
+	}
+	for _, v := range cfg.Values {
+		args = append(args, "--set", v)
+	}
+	if _, err := e.exec(5*time.Minute, e.Helm, args...); err != nil {
+		return err
+	}
+	if cfg.CrashPoints != "" {
+		// Armed after the install, so that the replicas start, then crash at random.
+		if _, err := e.k("set", "env", "deployment/etcd-operator", "FAILPOINTS="+cfg.CrashPoints); err != nil {
+			return err
+		}
+		if _, err := e.exec(5*time.Minute, e.Kubectl, "-n", e.NS, "rollout", "status", "deployment/etcd-operator", "--timeout=4m"); err != nil {
+			return err
+		}
+	}
+	manifest := fmt.Sprintf(`{"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+ "metadata": {"name": %q}, "spec": {"size": 3, "version": "3.6.16"}}`, e.Cluster)
+	f := filepath.Join(cfg.Out, "cluster.json")
+	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
+		return err
+	}
+	if _, err := e.k("apply", "-f", f); err != nil {
+		return err
+	}
+	return until("the cluster healthy at 3 members", 5*time.Minute, e.healthy)
+}
+
+func lastColon(s string) int {
+	for i := len(s) - 1; i >= 0 && s[i] != '/'; i-- {
+		if s[i] == ':' {
+			return i
+		}
+	}
+	return -1
+}
+
+func (e *Env) endpoint() (string, error) {
+	out, err := e.k("get", "service", e.Cluster+"-client", "-o", "jsonpath={.spec.clusterIP}")
+	if err != nil {
+		return "", err
+	}
+	return "http://" + out + ":2379", nil
+}
+
+// poll samples the status and a client's view every second until ctx ends. Each sample's
+// client is new, as a script's would be after it waited for the condition.
+func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []sample {
+	var samples []sample
+	restarts := map[string]int{}
+	for ctx.Err() == nil {
+		s := sample{At: time.Since(start)}
+		if ops, err := e.operators(); err == nil {
+			for _, p := range ops {
+				for _, c := range p.Status.ContainerStatuses {
+					if c.RestartCount > restarts[p.Metadata.UID] {
+						restarts[p.Metadata.UID] = c.RestartCount
+						if t := c.LastState.Terminated; t != nil && strings.HasPrefix(t.Message, "crash point ") {
+							s.Crashes = append(s.Crashes, strings.TrimPrefix(t.Message, "crash point "))
+						}
+					}
+				}
+			}
+		}
+		if st, err := e.status(); err == nil {
+			s.Available = st.Available
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		if err == nil {
+			if s.Available {
+				c, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := cli.Put(c, "chaos-probe", strconv.FormatInt(int64(s.At), 10))
+				cancel()
+				s.Writable = err == nil
+			}
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if resp, err := cli.MemberList(c); err == nil {
+				for _, m := range resp.Members {
+					if m.IsLearner {
+						s.Learners++
+					} else {
+						s.Voters = append(s.Voters, m.ID)
+					}
+				}
+				sort.Slice(s.Voters, func(i, j int) bool { return s.Voters[i] < s.Voters[j] })
+			}
+			cancel()
+			cli.Close()
+		}
+		samples = append(samples, s)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	return samples
+}
+
+// Run runs the chaos: set-up, workload, faults, checks, report. The report is returned even
+// when the run failed part way (with what it saw).
+func Run(cfg Config) (*Report, error) {
+	e := &cfg.Env
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	logf("seed %d, %v of faults, namespace %s", cfg.Seed, cfg.Duration, e.NS)
+	if err := e.install(&cfg); err != nil {
+		return nil, fmt.Errorf("set-up: %w", err)
+	}
+	endpoint, err := e.endpoint()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	histPath := filepath.Join(cfg.Out, "history.jsonl")
+	hist, err := history.Create(histPath)
+	if err != nil {
+		return nil, err
+	}
+	wctx, stopWorkload := context.WithCancel(context.Background())
+	defer stopWorkload()
+	var wg sync.WaitGroup
+	var summary workload.Summary
+	var workErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		summary, workErr = workload.Run(wctx, workload.Config{Endpoints: []string{endpoint}, Clients: cfg.Clients,
+			Keys: cfg.Keys, Duration: 24 * time.Hour, Timeout: 2 * time.Second, Pause: 10 * time.Millisecond,
+			Seed: cfg.Seed, Start: start}, hist)
+	}()
+	pctx, stopPoll := context.WithCancel(context.Background())
+	var samples []sample
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		samples = e.poll(pctx, endpoint, start)
+	}()
+
+	faults, runErr := e.faults(&cfg, start)
+	stopPoll()
+	stopWorkload()
+	wg.Wait()
+	if err := hist.Close(); err != nil && workErr == nil {
+		workErr = err
+	}
+	if workErr != nil && runErr == nil {
+		runErr = fmt.Errorf("workload: %w", workErr)
+	}
+	logf("workload: %+v; checking the history", summary)
+	h, err := history.Read(histPath)
+	if err != nil {
+		return nil, err
+	}
+	result := check.Check(h, 10*time.Minute, filepath.Join(cfg.Out, "history.html"))
+	e.saveLogs(cfg.Out)
+	r := report(&cfg, h, result, faults, samples, time.Since(start))
+	r.History = histPath
+	if runErr != nil {
+		r.Error = runErr.Error()
+	}
+	body, _ := json.MarshalIndent(r, "", "  ")
+	if err := os.WriteFile(filepath.Join(cfg.Out, "report.json"), append(body, '\n'), 0o644); err != nil {
+		return r, err
+	}
+	return r, runErr
+}
+
+// faults runs the schedule until cfg.Duration has passed.
+func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
+	var done []Fault
+	for i, s := range Schedule(cfg.Seed, 100000) {
+		if time.Since(start) >= cfg.Duration {
+			break
+		}
+		f := Fault{Step: s, At: time.Since(start)}
+		target, undo, err := e.inject(s)
+		f.Target = target
+		if err != nil {
+			f.Error = err.Error()
+		}
+		if undo != nil {
+			time.Sleep(s.Hold)
+			if err := undo(); err != nil {
+				f.Error += "; ending it: " + err.Error()
+			}
+		}
+		f.Ended = time.Since(start)
+		// Healthy for 3 s in a row: right after a fault the status may not show it yet.
+		var since time.Duration
+		recErr := until("the cluster healthy and both operator replicas Ready again", cfg.Recovery, func() bool {
+			if !e.healthy() || !e.operatorsReady(2) {
+				since = 0
+				return false
+			}
+			if since == 0 {
+				since = time.Since(start)
+			}
+			return time.Since(start)-since >= 3*time.Second
+		})
+		if recErr == nil {
+			f.Recovered = since
+		}
+		logf("%d. %s on %s (held %v): healthy again %v after its end %s", i+1, s.Kind, target,
+			s.Hold.Round(time.Second), (f.Recovered - f.Ended).Round(100*time.Millisecond), f.Error)
+		done = append(done, f)
+		if recErr != nil {
+			return done, fmt.Errorf("after %s on %s: %w", s.Kind, target, recErr)
+		}
+		time.Sleep(s.Quiet)
+	}
+	return done, nil
+}
+
+func (e *Env) saveLogs(dir string) {
+	ops, err := e.operators()
+	if err != nil {
+		return
+	}
+	for _, p := range ops {
+		for _, prev := range []bool{false, true} {
+			args := []string{"logs", p.Metadata.Name, "--all-containers"}
+			name := p.Metadata.Name + ".log"
+			if prev {
+				args = append(args, "--previous")
+				name = p.Metadata.Name + ".previous.log"
+			}
+			if out, err := e.k(args...); err == nil && out != "" {
+				_ = os.WriteFile(filepath.Join(dir, "operator-"+name), []byte(out), 0o644)
+			}
+		}
+	}
+}
+
+// Teardown removes the run's namespace (the operator and the cluster with it).
+func (e *Env) Teardown() {
+	_, _ = e.exec(3*time.Minute, e.Kubectl, "delete", "namespace", e.NS, "--wait=true", "--timeout=150s")
+}
