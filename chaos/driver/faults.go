@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"math/rand"
+	"strings"
 	"time"
 )
 
@@ -20,7 +21,15 @@ const (
 	NodeStop            Kind = "node-stopped"
 	NodePartition       Kind = "node-partitioned"
 	NodeDrain           Kind = "node-drained"
+	// Changes the operator is asked for, which the faults after them strike in the middle of.
+	Scale   Kind = "change-scale-3-5-3"
+	Roll    Kind = "change-pod-policy-roll"
+	Upgrade Kind = "change-upgrade-3.5-3.6"
 )
+
+// changes: the kinds that ask the operator for something; the next fault follows at once,
+// without waiting for the change to be done.
+var changes = map[Kind]bool{Scale: true, Roll: true, Upgrade: true}
 
 // Kinds, in the order the report lists them, each with its weight in the schedule and how
 // long it is held (from, to).
@@ -40,6 +49,9 @@ var Kinds = []struct {
 	{NodeStop, 1, 40 * time.Second, 70 * time.Second},
 	{NodePartition, 1, 10 * time.Second, 60 * time.Second},
 	{NodeDrain, 1, 5 * time.Second, 20 * time.Second},
+	{Scale, 1, 0, 0},
+	{Roll, 1, 0, 0},
+	{Upgrade, 1, 0, 0},
 }
 
 // Step is one fault of the schedule: what, held how long, on which target (an index into
@@ -119,6 +131,8 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 			_, err = e.k("delete", "pod", p.Metadata.Name, "--wait=false")
 			return p.Metadata.Name, nil, err
 		}
+	case Scale, Roll, Upgrade:
+		return e.change(s)
 	case APIServerOutage:
 		if err := e.clusterSh("stop", "kube-apiserver"); err != nil {
 			return "kube-apiserver", nil, err
@@ -153,4 +167,35 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 		return node, uncordon, err
 	}
 	return "", nil, fmt.Errorf("unknown fault %s", s.Kind)
+}
+
+// change asks the operator for a change by patching the EtcdCluster's spec: the size between
+// 3 and 5 in turn, an annotation of the pod policy (every member rolled), or the version from
+// 3.5 to 3.6 (once; after that a roll).
+func (e *Env) change(s Step) (string, func() error, error) {
+	var c struct {
+		Spec struct {
+			Size    int    `json:"size"`
+			Version string `json:"version"`
+		} `json:"spec"`
+	}
+	if err := e.kjson(&c, "get", "etcdcluster", e.Cluster); err != nil {
+		return "", nil, err
+	}
+	patch, what := "", ""
+	switch {
+	case s.Kind == Scale:
+		size := 5
+		if c.Spec.Size == 5 {
+			size = 3
+		}
+		patch, what = fmt.Sprintf(`{"spec": {"size": %d}}`, size), fmt.Sprintf("size %d to %d", c.Spec.Size, size)
+	case s.Kind == Upgrade && strings.HasPrefix(c.Spec.Version, "3.5."):
+		patch, what = `{"spec": {"version": "3.6.16"}}`, "version "+c.Spec.Version+" to 3.6.16"
+	default:
+		patch = fmt.Sprintf(`{"spec": {"pod": {"annotations": {"chaos/roll": "%d"}}}}`, s.Choice)
+		what = "pod annotation chaos/roll=" + fmt.Sprint(s.Choice)
+	}
+	_, err := e.k("patch", "etcdcluster", e.Cluster, "--type=merge", "-p", patch)
+	return what, nil, err
 }

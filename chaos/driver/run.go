@@ -97,17 +97,9 @@ func (e *Env) install(cfg *Config) error {
 	if _, err := e.exec(5*time.Minute, e.Helm, args...); err != nil {
 		return err
 	}
-	if cfg.CrashPoints != "" {
-		// Armed after the install, so that the replicas start, then crash at random.
-		if _, err := e.k("set", "env", "deployment/etcd-operator", "FAILPOINTS="+cfg.CrashPoints); err != nil {
-			return err
-		}
-		if _, err := e.exec(5*time.Minute, e.Kubectl, "-n", e.NS, "rollout", "status", "deployment/etcd-operator", "--timeout=4m"); err != nil {
-			return err
-		}
-	}
+	// 3.5, so that an upgrade to 3.6 is among the changes.
 	manifest := fmt.Sprintf(`{"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
- "metadata": {"name": %q}, "spec": {"size": 3, "version": "3.6.16"}}`, e.Cluster)
+ "metadata": {"name": %q}, "spec": {"size": 3, "version": "3.5.35"}}`, e.Cluster)
 	f := filepath.Join(cfg.Out, "cluster.json")
 	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
 		return err
@@ -165,18 +157,6 @@ func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []samp
 				cancel()
 				s.Writable = err == nil
 			}
-			c, cancel := context.WithTimeout(ctx, 2*time.Second)
-			if resp, err := cli.MemberList(c); err == nil {
-				for _, m := range resp.Members {
-					if m.IsLearner {
-						s.Learners++
-					} else {
-						s.Voters = append(s.Voters, m.ID)
-					}
-				}
-				sort.Slice(s.Voters, func(i, j int) bool { return s.Voters[i] < s.Voters[j] })
-			}
-			cancel()
 			cli.Close()
 		}
 		samples = append(samples, s)
@@ -186,6 +166,41 @@ func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []samp
 		}
 	}
 	return samples
+}
+
+// members reads the voting members (a linearizable member list) every 200 ms until ctx ends,
+// on one kept-alive connection.
+func members(ctx context.Context, endpoint string, start time.Time) []sample {
+	var views []sample
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second,
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		logf("the member list client: %v", err)
+		return nil
+	}
+	defer cli.Close()
+	for ctx.Err() == nil {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := cli.MemberList(c)
+		cancel()
+		if err == nil {
+			v := sample{At: time.Since(start)}
+			for _, m := range resp.Members {
+				if m.IsLearner {
+					v.Learners++
+				} else {
+					v.Voters = append(v.Voters, m.ID)
+				}
+			}
+			sort.Slice(v.Voters, func(i, j int) bool { return v.Voters[i] < v.Voters[j] })
+			views = append(views, v)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return views
 }
 
 // Run runs the chaos: set-up, workload, faults, checks, report. The report is returned even
@@ -222,14 +237,27 @@ func Run(cfg Config) (*Report, error) {
 			Seed: cfg.Seed, Start: start}, hist)
 	}()
 	pctx, stopPoll := context.WithCancel(context.Background())
-	var samples []sample
-	wg.Add(1)
+	var samples, views []sample
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		samples = e.poll(pctx, endpoint, start)
 	}()
+	go func() {
+		defer wg.Done()
+		views = members(pctx, endpoint, start)
+	}()
 
-	faults, runErr := e.faults(&cfg, start)
+	// The outage first, with the crash points not yet armed: it measures the operator's
+	// return, not a crash's.
+	outage, runErr := e.apiOutage()
+	if runErr == nil && cfg.CrashPoints != "" {
+		runErr = e.arm(cfg.CrashPoints)
+	}
+	var faults []Fault
+	if runErr == nil {
+		faults, runErr = e.faults(&cfg, start)
+	}
 	stopPoll()
 	stopWorkload()
 	wg.Wait()
@@ -246,8 +274,9 @@ func Run(cfg Config) (*Report, error) {
 	}
 	result := check.Check(h, 10*time.Minute, filepath.Join(cfg.Out, "history.html"))
 	e.saveLogs(cfg.Out)
-	r := report(&cfg, h, result, faults, samples, time.Since(start))
+	r := report(&cfg, h, result, faults, samples, views, time.Since(start))
 	r.History = histPath
+	r.APIOutageRecovery = outage.Seconds()
 	if runErr != nil {
 		r.Error = runErr.Error()
 	}
@@ -256,6 +285,52 @@ func Run(cfg Config) (*Report, error) {
 		return r, err
 	}
 	return r, runErr
+}
+
+// arm sets the operator's FAILPOINTS (a rollout of its Deployment) and waits for the rollout.
+func (e *Env) arm(points string) error {
+	if _, err := e.k("set", "env", "deployment/etcd-operator", "FAILPOINTS="+points); err != nil {
+		return err
+	}
+	_, err := e.exec(5*time.Minute, e.Kubectl, "-n", e.NS, "rollout", "status", "deployment/etcd-operator", "--timeout=4m")
+	return err
+}
+
+// apiOutage: the kube-apiserver stopped for 20 s; as soon as it is back, a member pod is
+// deleted. Returns how long from the API server's return until the member was replaced and
+// the cluster healthy: the operator's own recovery from an outage (its watches, its Lease).
+func (e *Env) apiOutage() (time.Duration, error) {
+	pods, err := e.members()
+	if err != nil || len(pods) == 0 {
+		return 0, fmt.Errorf("no member pod: %v", err)
+	}
+	victim := pods[0].Metadata.Name
+	if err := e.clusterSh("stop", "kube-apiserver"); err != nil {
+		return 0, err
+	}
+	time.Sleep(20 * time.Second)
+	if err := e.clusterSh("start", "kube-apiserver"); err != nil {
+		return 0, err
+	}
+	back := time.Now()
+	if _, err := e.k("delete", "pod", victim, "--wait=false"); err != nil {
+		return 0, err
+	}
+	err = until("the deleted member replaced after the API server's outage", 4*time.Minute, func() bool {
+		pods, err := e.members()
+		if err != nil {
+			return false
+		}
+		for _, p := range pods {
+			if p.Metadata.Name == victim {
+				return false
+			}
+		}
+		return e.healthy()
+	})
+	took := time.Since(back)
+	logf("kube-apiserver stopped 20 s, then %s deleted: healthy again %v after the API server's return", victim, took.Round(100*time.Millisecond))
+	return took, err
 }
 
 // faults runs the schedule until cfg.Duration has passed.
@@ -278,6 +353,11 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 			}
 		}
 		f.Ended = time.Since(start)
+		if changes[s.Kind] && err == nil {
+			logf("%d. %s: %s; the next fault strikes while it is under way", i+1, s.Kind, target)
+			done = append(done, f)
+			continue
+		}
 		// Healthy for 3 s in a row: right after a fault the status may not show it yet.
 		var since time.Duration
 		recErr := until("the cluster healthy and both operator replicas Ready again", cfg.Recovery, func() bool {
