@@ -21,6 +21,9 @@ const (
 	NodeStop            Kind = "node-stopped"
 	NodePartition       Kind = "node-partitioned"
 	NodeDrain           Kind = "node-drained"
+	// Two at once that a 3-member cluster survives: a member frozen while the operator's
+	// leader is killed.
+	PauseAndLeaderKill Kind = "member-sigstop+operator-leader-sigkill"
 	// Changes the operator is asked for, which the faults after them strike in the middle of.
 	Scale   Kind = "change-scale-3-5-3"
 	Roll    Kind = "change-pod-policy-roll"
@@ -49,6 +52,7 @@ var Kinds = []struct {
 	{NodeStop, 1, 40 * time.Second, 70 * time.Second},
 	{NodePartition, 1, 10 * time.Second, 60 * time.Second},
 	{NodeDrain, 1, 5 * time.Second, 20 * time.Second},
+	{PauseAndLeaderKill, 1, 5 * time.Second, 15 * time.Second},
 	{Scale, 1, 0, 0},
 	{Roll, 1, 0, 0},
 	{Upgrade, 1, 0, 0},
@@ -133,6 +137,13 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 		}
 	case Scale, Roll, Upgrade:
 		return e.change(s)
+	case PauseAndLeaderKill:
+		member, undo, err := e.inject(Step{Kind: MemberPause, Choice: s.Choice})
+		if err != nil {
+			return member, undo, err
+		}
+		leader, _, err := e.inject(Step{Kind: OperatorLeaderKill, Choice: s.Choice})
+		return member + " and " + leader, undo, err
 	case APIServerOutage:
 		if err := e.clusterSh("stop", "kube-apiserver"); err != nil {
 			return "kube-apiserver", nil, err

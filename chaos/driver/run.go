@@ -404,7 +404,13 @@ func (e *Env) saveLogs(dir string) {
 	}
 }
 
-// Teardown removes the run's namespace (the operator and the cluster with it).
+// Teardown removes the run's namespace (the operator and the cluster with it), and leaves no
+// node cordoned.
 func (e *Env) Teardown() {
+	if nodes, err := e.nodes(); err == nil {
+		for _, n := range nodes {
+			_, _ = e.exec(time.Minute, e.Kubectl, "uncordon", n)
+		}
+	}
 	_, _ = e.exec(3*time.Minute, e.Kubectl, "delete", "namespace", e.NS, "--wait=true", "--timeout=150s")
 }
