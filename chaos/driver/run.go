@@ -381,7 +381,10 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 		}
 		time.Sleep(s.Quiet)
 	}
-	return done, nil
+	// A change asked for last is waited out too: the run ends on a healthy cluster.
+	return done, until("the cluster healthy at the end", cfg.Recovery, func() bool {
+		return e.healthy() && e.operatorsReady(2)
+	})
 }
 
 func (e *Env) saveLogs(dir string) {
