@@ -210,6 +210,11 @@ func Run(cfg Config) (*Report, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
+	// An earlier run's files would be taken for this one's.
+	old, _ := filepath.Glob(filepath.Join(cfg.Out, "operator-*.log"))
+	for _, f := range append(old, filepath.Join(cfg.Out, "history.html")) {
+		_ = os.Remove(f)
+	}
 	logf("seed %d, %v of faults, namespace %s", cfg.Seed, cfg.Duration, e.NS)
 	if err := e.install(&cfg); err != nil {
 		return nil, fmt.Errorf("set-up: %w", err)

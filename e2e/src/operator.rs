@@ -189,10 +189,38 @@ impl<'a> Operator<'a> {
     }
 }
 
+impl Operator<'_> {
+    /// For a failed test: the pods and clusters of the namespace, and the end of every etcd
+    /// member's log (etcd says there why it refused a request).
+    fn members(&self) -> String {
+        let mut out = String::new();
+        for args in [
+            &["get", "pods,etcdclusters", "-n", &self.ns, "-o", "wide"][..],
+            &[
+                "logs",
+                "-n",
+                &self.ns,
+                "-l",
+                "etcd_cluster",
+                "--prefix",
+                "--tail=40",
+                "--all-containers",
+                "--max-log-requests=20",
+            ][..],
+        ] {
+            let o = self.kubectl.run(args, None);
+            out.push_str(&String::from_utf8_lossy(&o.stdout));
+            out.push_str(&String::from_utf8_lossy(&o.stderr));
+        }
+        out
+    }
+}
+
 impl Drop for Operator<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("--- operator logs ({}) ---\n{}", self.ns, self.logs());
+            eprintln!("--- members ({}) ---\n{}", self.ns, self.members());
         }
     }
 }
