@@ -95,6 +95,12 @@ impl<'a> Cluster<'a> {
         !off && self.obs.node_lost(&v.name, wait)
     }
 
+    /// Whether learner `l`'s node has not been Ready for the node grace.
+    fn learner_node_gone(&self, l: &MemberView) -> bool {
+        let grace = self.target.node_grace;
+        !grace.is_zero() && self.obs.node_lost(&l.name, grace)
+    }
+
     /// Whether `m` counts towards quorum.
     fn counts(&self, m: &MemberView) -> bool {
         m.healthy && !m.is_learner && self.obs.pod_alive(&m.name)
@@ -219,6 +225,10 @@ impl<'a> Cluster<'a> {
                 // Made from a template the spec no longer asks for: its replacement gets the
                 // new one.
                 Some(p) if !p.current => RemoveReason::Outdated,
+                // Its pod went to a node that died (scheduled before the node was seen
+                // NotReady): it never starts there. A learner holds nothing the cluster needs,
+                // so the node grace alone decides, even with volumes.
+                Some(_) if !l.healthy && self.learner_node_gone(l) => RemoveReason::NodeLost,
                 // Added so long ago that it will not catch up (etcd refused every promotion).
                 Some(p) if p.age > self.target.learner_timeout => RemoveReason::StrandedLearner,
                 Some(_) => continue,

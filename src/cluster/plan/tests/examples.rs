@@ -892,3 +892,46 @@ fn a_member_with_a_volume_on_a_lost_node_waits_unless_its_data_may_be_given_up()
         Action::DeleteClaim { name: "m3".into() }
     );
 }
+
+#[test]
+fn a_learner_whose_pod_went_to_a_lost_node_is_removed_after_the_node_grace_not_the_learner_timeout()
+{
+    // Found by the chaos run (seed 11): a replacement learner's pod was scheduled onto a node
+    // that had just stopped, and waited there for the learner timeout.
+    let obs = |lost_for| {
+        cluster()
+            .voter("m1")
+            .voter("m2")
+            .voter("m3")
+            .learner("m4")
+            .unhealthy()
+            .node_lost(lost_for)
+            .led_by("m1")
+            .build()
+    };
+    for persistent in [false, true] {
+        assert_eq!(
+            plan(&obs(MINUTE), &target_of(4, persistent)),
+            Action::RemoveMember {
+                name: "m4".into(),
+                id: 4,
+                reason: RemoveReason::NodeLost
+            },
+            "persistent: {persistent}"
+        );
+        // Within the grace it is left alone.
+        assert!(!matches!(
+            plan(&obs(MINUTE / 4), &target_of(4, persistent)),
+            Action::RemoveMember { id: 4, .. }
+        ));
+    }
+    // Nodes not read (no grace): only the learner timeout applies.
+    let blind = Target {
+        node_grace: Duration::ZERO,
+        ..target_of(4, false)
+    };
+    assert!(!matches!(
+        plan(&obs(MINUTE), &blind),
+        Action::RemoveMember { id: 4, .. }
+    ));
+}
