@@ -145,10 +145,7 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 		leader, _, err := e.inject(Step{Kind: OperatorLeaderKill, Choice: s.Choice})
 		return member + " and " + leader, undo, err
 	case APIServerOutage:
-		if err := e.clusterSh("stop", "kube-apiserver"); err != nil {
-			return "kube-apiserver", nil, err
-		}
-		return "kube-apiserver", func() error { return e.clusterSh("start", "kube-apiserver") }, nil
+		return e.around("kube-apiserver", []string{"stop", "kube-apiserver"}, []string{"start", "kube-apiserver"})
 	}
 	nodes, err := e.nodes()
 	if err != nil || len(nodes) == 0 {
@@ -157,20 +154,11 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 	node := nodes[s.Choice%len(nodes)]
 	switch s.Kind {
 	case ContainerdRestart:
-		if err := e.clusterSh("stop", "containerd", node); err != nil {
-			return node, nil, err
-		}
-		return node, func() error { return e.clusterSh("start", "containerd", node) }, nil
+		return e.around(node, []string{"stop", "containerd", node}, []string{"start", "containerd", node})
 	case NodeStop:
-		if err := e.clusterSh("node", "stop", node); err != nil {
-			return node, nil, err
-		}
-		return node, func() error { return e.clusterSh("node", "start", node) }, nil
+		return e.around(node, []string{"node", "stop", node}, []string{"node", "start", node})
 	case NodePartition:
-		if err := e.clusterSh("node", "partition", node); err != nil {
-			return node, nil, err
-		}
-		return node, func() error { return e.clusterSh("node", "heal", node) }, nil
+		return e.around(node, []string{"node", "partition", node}, []string{"node", "heal", node})
 	case NodeDrain:
 		uncordon := func() error { _, err := e.exec(time.Minute, e.Kubectl, "uncordon", node); return err }
 		_, err := e.exec(3*time.Minute, e.Kubectl, "drain", node, "--ignore-daemonsets",
@@ -209,4 +197,12 @@ func (e *Env) change(s Step) (string, func() error, error) {
 	}
 	_, err := e.k("patch", "etcdcluster", e.Cluster, "--type=merge", "-p", patch)
 	return what, nil, err
+}
+
+// around runs hack/cluster.sh with do now, and returns the fault's end: the same with undo.
+func (e *Env) around(target string, do, undo []string) (string, func() error, error) {
+	if err := e.clusterSh(do...); err != nil {
+		return target, nil, err
+	}
+	return target, func() error { return e.clusterSh(undo...) }, nil
 }

@@ -310,11 +310,12 @@ func (e *Env) apiOutage() (time.Duration, error) {
 		return 0, fmt.Errorf("no member pod: %v", err)
 	}
 	victim := pods[0].Metadata.Name
-	if err := e.clusterSh("stop", "kube-apiserver"); err != nil {
+	_, restart, err := e.inject(Step{Kind: APIServerOutage})
+	if err != nil {
 		return 0, err
 	}
 	time.Sleep(20 * time.Second)
-	if err := e.clusterSh("start", "kube-apiserver"); err != nil {
+	if err := restart(); err != nil {
 		return 0, err
 	}
 	back := time.Now()

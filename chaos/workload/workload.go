@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -109,7 +110,7 @@ func Run(ctx context.Context, cfg Config, out *history.Writer) (Summary, error) 
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
-	var lastSeen sync.Map // watcher -> last revision, for the catch-up at the end
+	var lastSeen atomic.Int64 // the watcher's last revision, for the catch-up at the end
 	startRev, err := currentRevision(cfg, r.prefix)
 	if err != nil {
 		return r.summary, fmt.Errorf("the revision to watch from: %w", err)
@@ -142,7 +143,7 @@ func Run(ctx context.Context, cfg Config, out *history.Writer) (Summary, error) 
 	// The watcher has seen everything once it reached the last revision the final reads saw.
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if v, ok := lastSeen.Load(0); ok && v.(int64) >= last {
+		if lastSeen.Load() >= last {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -286,9 +287,9 @@ func finalReads(cfg Config, r *recorder) int64 {
 
 // watch follows every change under the run's prefix from startRev on; a stream that ends (a member
 // gone, a leader lost) is resumed right after the last revision it delivered, and recorded.
-func watch(ctx context.Context, cfg Config, r *recorder, startRev int64, lastSeen *sync.Map) {
+func watch(ctx context.Context, cfg Config, r *recorder, startRev int64, lastSeen *atomic.Int64) {
 	last := startRev
-	lastSeen.Store(0, last)
+	lastSeen.Store(last)
 	for ctx.Err() == nil {
 		cli, err := connect(cfg)
 		if err != nil {
@@ -316,7 +317,7 @@ func watch(ctx context.Context, cfg Config, r *recorder, startRev int64, lastSee
 				}
 				r.record(history.Record{Event: &e})
 				last = ev.Kv.ModRevision
-				lastSeen.Store(0, last)
+				lastSeen.Store(last)
 			}
 		}
 		cancel()

@@ -13,6 +13,18 @@ use crate::{
     member_pods, repo_root, until,
 };
 
+/// A client writing unique keys through `endpoint` that fails over as etcd's clients do
+/// ([`Timeouts::FAILOVER`]): a connection to a member whose node is gone would otherwise hold
+/// it for the patient client's whole deadline.
+fn failover_writer(endpoint: &str) -> Writer {
+    Writer::start_timed(
+        endpoint,
+        Duration::from_secs(600),
+        Keys::Unique,
+        Timeouts::FAILOVER,
+    )
+}
+
 /// Runs `hack/cluster.sh ARGS` and fails unless it succeeds.
 pub fn cluster_sh(args: &[&str]) {
     let status = Command::new(repo_root().join("hack/cluster.sh"))
@@ -193,12 +205,7 @@ pub fn fault_under_writes(
     fault: Fault,
 ) -> (FaultFigures, Restart) {
     let endpoint = client_endpoint(k, ns, cluster);
-    let writer = Writer::start_timed(
-        &endpoint,
-        Duration::from_secs(600),
-        Keys::Unique,
-        Timeouts::FAILOVER,
-    );
+    let writer = failover_writer(&endpoint);
     std::thread::sleep(Duration::from_secs(2));
     let restart = Restart(node.to_string(), fault);
     let stopped = Instant::now();
@@ -266,12 +273,7 @@ pub fn drain(
 ) -> FaultFigures {
     let (member, node, was_leader) = victim(k, ns, cluster, avoid);
     let endpoint = client_endpoint(k, ns, cluster);
-    let writer = Writer::start_timed(
-        &endpoint,
-        Duration::from_secs(600),
-        Keys::Unique,
-        Timeouts::FAILOVER,
-    );
+    let writer = failover_writer(&endpoint);
     std::thread::sleep(Duration::from_secs(2));
     let started = Instant::now();
     let selector = format!("--pod-selector=etcd_cluster={cluster}");
@@ -359,12 +361,7 @@ pub fn brief_partition(
     };
     let before = members();
     let endpoint = client_endpoint(k, ns, cluster);
-    let writer = Writer::start_timed(
-        &endpoint,
-        Duration::from_secs(600),
-        Keys::Unique,
-        Timeouts::FAILOVER,
-    );
+    let writer = failover_writer(&endpoint);
     std::thread::sleep(Duration::from_secs(2));
     let guard = Restart(node.clone(), Fault::Partition);
     let cut = Instant::now();

@@ -84,21 +84,20 @@ impl<'a> Cluster<'a> {
     /// without a volume; with one, [`Target::volume_loss_after`] (never less than the grace),
     /// and never when that is zero (the member waits for its node and its data).
     fn node_gone(&self, v: &MemberView) -> bool {
-        let grace = self.target.node_grace;
-        let wait = if self.target.persistent {
-            self.target.volume_loss_after.max(grace)
-        } else {
-            grace
-        };
-        let off =
-            grace.is_zero() || (self.target.persistent && self.target.volume_loss_after.is_zero());
-        !off && self.obs.node_lost(&v.name, wait)
+        if !self.target.persistent {
+            return self.node_lost_past(&v.name, self.target.node_grace);
+        }
+        !self.target.volume_loss_after.is_zero()
+            && self.node_lost_past(
+                &v.name,
+                self.target.volume_loss_after.max(self.target.node_grace),
+            )
     }
 
-    /// Whether learner `l`'s node has not been Ready for the node grace.
-    fn learner_node_gone(&self, l: &MemberView) -> bool {
-        let grace = self.target.node_grace;
-        !grace.is_zero() && self.obs.node_lost(&l.name, grace)
+    /// Whether member `name`'s node has not been Ready for `wait`; never when the node grace
+    /// is zero (Nodes not read).
+    fn node_lost_past(&self, name: &str, wait: Duration) -> bool {
+        !self.target.node_grace.is_zero() && self.obs.node_lost(name, wait)
     }
 
     /// Whether `m` counts towards quorum.
@@ -228,7 +227,9 @@ impl<'a> Cluster<'a> {
                 // Its pod went to a node that died (scheduled before the node was seen
                 // NotReady): it never starts there. A learner holds nothing the cluster needs,
                 // so the node grace alone decides, even with volumes.
-                Some(_) if !l.healthy && self.learner_node_gone(l) => RemoveReason::NodeLost,
+                Some(_) if !l.healthy && self.node_lost_past(&l.name, self.target.node_grace) => {
+                    RemoveReason::NodeLost
+                }
                 // Added so long ago that it will not catch up (etcd refused every promotion).
                 Some(p) if p.age > self.target.learner_timeout => RemoveReason::StrandedLearner,
                 Some(_) => continue,
