@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::act::{self, Outcome};
 use super::handles::{Handles, Pass};
@@ -157,6 +157,33 @@ struct Memory {
     expect: Expectations,
     /// Since when the members have served while clients of the Service were not reached.
     unserved_since: Option<Instant>,
+    /// The refusal met by the last pass, and how many passes in a row met it.
+    refused: Option<(String, u32)>,
+}
+
+impl Memory {
+    /// Counts one more pass refused with `why` for `action`: 1 for a new refusal.
+    fn refused_again(&mut self, action: &Action, why: &str) -> u32 {
+        let key = format!("{action:?}: {why}");
+        match &mut self.refused {
+            Some((k, n)) if *k == key => {
+                *n = n.saturating_add(1);
+                *n
+            }
+            _ => {
+                self.refused = Some((key, 1));
+                1
+            }
+        }
+    }
+}
+
+/// How soon to look again after the `n`th pass in a row that etcd refused the same way: soon at
+/// first (most refusals end within a second: a learner catching up, the 5 s health interval),
+/// then less often, so that a refusal that lasts (a peer etcd does not count as connected) costs
+/// neither a request nor a log line every quarter second.
+fn refused_poll(n: u32) -> Duration {
+    IN_FLIGHT_POLL * 2u32.pow(n.saturating_sub(1).min(3))
 }
 
 /// How soon to look again at a cluster that is as asked: at [`RESYNC`] when it is Available;
@@ -168,7 +195,7 @@ fn steady_poll(status: &EtcdClusterStatus, memory: &mut Memory, now: Instant) ->
             !c.is_true()
                 && matches!(
                     c.reason.as_str(),
-                    "EndpointsNotReady" | "ServiceUnreachable"
+                    "EndpointsNotReady" | "ServiceUnreachable" | "UnhealthyEndpoints"
                 )
         });
     if !unserved {
@@ -507,9 +534,20 @@ async fn next_look(
                 )
                 .await;
         }
-        Outcome::Retry(why) => info!(?action, "not yet: {why}"),
+        Outcome::Retry(why) => {
+            let n = memory.refused_again(action, why);
+            // The first refusal, then the 2nd, 4th, 8th...: a lasting one stays visible
+            // without filling the log.
+            if n.is_power_of_two() {
+                info!(?action, passes = n, "not yet: {why}");
+            } else {
+                debug!(?action, passes = n, "not yet: {why}");
+            }
+            return Ok(refused_poll(n));
+        }
         Outcome::Done(None) => {}
     }
+    memory.refused = None;
     Ok(next_pass(&obs.plan, action, &outcome)
         .unwrap_or_else(|| steady_poll(new_status, memory, Instant::now())))
 }
@@ -943,6 +981,23 @@ mod tests {
         let (fresh, none) = effective_spec(&cluster("3.6.16"), &Observed::default());
         assert_eq!(fresh.spec.image(), "quay.io/coreos/etcd:v3.6.16");
         assert!(none.is_none());
+    }
+
+    #[test]
+    fn a_lasting_refusal_is_looked_at_less_often_and_a_new_one_soon_again() {
+        let mut memory = Memory::default();
+        let add = Action::AddMembers { count: 1 };
+        let polls: Vec<Duration> = (0..6)
+            .map(|_| refused_poll(memory.refused_again(&add, "unhealthy cluster")))
+            .collect();
+        let ms: Vec<u128> = polls.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [250, 500, 1000, 2000, 2000, 2000]);
+        // Another refusal (or another action) starts again from the fastest look.
+        assert_eq!(memory.refused_again(&add, "learner not ready"), 1);
+        assert_eq!(
+            memory.refused_again(&Action::Steady, "learner not ready"),
+            1
+        );
     }
 
     #[test]
