@@ -86,7 +86,8 @@ impl Leadership {
                 source,
             })?;
         drop(client);
-        let (mut held, manager) = manager.watch().await;
+        let (held_tx, mut held) = watch::channel(false);
+        let manager = tokio::spawn(campaign(manager, held_tx));
         let (tx, leading) = watch::channel(false);
         let leases: Api<Lease> = Api::namespaced(watch_client, &settings.namespace);
         let (seen_tx, seen) = watch::channel(None);
@@ -137,13 +138,49 @@ impl Leadership {
     }
 }
 
+/// Renews or acquires the Lease, publishing on `held` whether this replica holds it, until
+/// every receiver of `held` is gone; then releases it. This is the manager's own `watch()`
+/// loop, but a failed API call is retried after [`crate::kube::watch_backoff`] (at most about
+/// 4 s) rather than after the manager's backoff, which grows to 30 s: after a 20 s API server
+/// outage that alone could keep every replica from renewing for half a minute more.
+async fn campaign(
+    manager: LeaseManager,
+    held: watch::Sender<bool>,
+) -> kube_lease_manager::Result<LeaseManager> {
+    let mut retries = crate::kube::watch_backoff();
+    loop {
+        tokio::select! {
+            biased;
+            _ = held.closed() => break,
+            changed = manager.changed() => match changed {
+                Ok(holds) => {
+                    kube::runtime::utils::Backoff::reset(&mut retries);
+                    held.send_replace(holds);
+                }
+                Err(e) => {
+                    warn!("renewing or acquiring the Lease: {e}");
+                    let delay = retries.next().unwrap_or(Duration::from_secs(2));
+                    tokio::select! {
+                        _ = held.closed() => break,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            },
+        }
+    }
+    manager.release().await?;
+    Ok(manager)
+}
+
 /// Keeps `seen` at the Lease as the watch last showed it (`None` once deleted).
 async fn follow(leases: Api<Lease>, name: String, seen: watch::Sender<Option<Lease>>) {
     use futures::StreamExt;
     use kube::runtime::WatchStreamExt;
     use kube::runtime::watcher::{self, Event};
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher::watcher(leases, config).default_backoff().boxed();
+    let mut events = watcher::watcher(leases, config)
+        .backoff(crate::kube::watch_backoff())
+        .boxed();
     while let Some(event) = events.next().await {
         match event {
             Ok(Event::Apply(l) | Event::InitApply(l)) => {

@@ -76,7 +76,7 @@ pub async fn run(
         // and each object is kept twice (here and in its task's channel).
         watcher(clusters, watcher::Config::default())
             .modify(|o| o.metadata.managed_fields = None)
-            .default_backoff()
+            .backoff(crate::kube::watch_backoff())
             .map(move |ev| (scope.clone(), ev))
             .boxed()
     }));

@@ -272,7 +272,9 @@ pub fn watches(
     ];
     futures::stream::select_all(streams.into_iter().map(|s| {
         let scope = scope.clone();
-        s.default_backoff().map(move |e| (scope.clone(), e)).boxed()
+        s.backoff(super::watch_backoff())
+            .map(move |e| (scope.clone(), e))
+            .boxed()
     }))
 }
 
@@ -281,7 +283,8 @@ pub fn node_watch(
     client: &kube::Client,
 ) -> impl futures::Stream<Item = Result<Event<Node>, watcher::Error>> + Send + use<> {
     use kube::runtime::WatchStreamExt;
-    watcher::watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff()
+    watcher::watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .backoff(super::watch_backoff())
 }
 
 /// A node's readiness as its kubelet last reported it (or the node controller, once the
