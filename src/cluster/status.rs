@@ -1,5 +1,7 @@
 //! Status as a function of what was observed and what the planner decided. Pure.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -87,15 +89,19 @@ fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'stati
 /// on its seed alone), and a linearizable read through the Service's address was answered by
 /// this cluster. Once Available, failed reads alone take it away only after [`READ_GRACE`]:
 /// one read lost to a busy node is no outage.
+/// Nor is it Available while the Service still sends clients to a member that does not serve
+/// (a member whose node stopped, whose pod is being deleted, or that was removed): its
+/// endpoint stays ready until its kubelet's probes, or the node controller, say otherwise,
+/// and each client sent there fails until then.
 fn availability(
     cluster: &EtcdCluster,
     obs: &Observed,
     action: &Action,
     previous: &EtcdClusterStatus,
     voters: usize,
-    healthy: usize,
-    ready: usize,
+    roster: &Roster,
 ) -> (bool, &'static str, String) {
+    let (healthy, ready) = (roster.healthy_voters, roster.ready.len());
     let size = cluster.spec.members();
     let service = format!("{}-client", cluster.name_any());
     let enough = |n: usize| n >= quorum(voters) && n >= quorum(size);
@@ -115,6 +121,26 @@ fn availability(
             "EndpointsNotReady",
             format!(
                 "{healthy} of {voters} voting members healthy; {ready} of them Ready and published by Service {service}"
+            ),
+        );
+    }
+    if !roster.stray.is_empty() {
+        return (
+            false,
+            "UnhealthyEndpoints",
+            format!(
+                "Service {service} still sends clients to {}, which {} not serve; clients sent there fail until {} withdrawn",
+                roster.stray.join(", "),
+                if roster.stray.len() == 1 {
+                    "does"
+                } else {
+                    "do"
+                },
+                if roster.stray.len() == 1 {
+                    "it is"
+                } else {
+                    "they are"
+                },
             ),
         );
     }
@@ -155,15 +181,8 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         .to_string();
     let wanted = cluster.spec.version().to_string();
 
-    let (quorate, available_reason, available_message) = availability(
-        cluster,
-        obs,
-        action,
-        &previous,
-        voters,
-        roster.healthy_voters,
-        roster.ready.len(),
-    );
+    let (quorate, available_reason, available_message) =
+        availability(cluster, obs, action, &previous, voters, &roster);
     let (phase, reason) = phase_of(obs, action, &previous);
     let upgrading = Version::parse(&current_version) != Version::parse(&wanted);
     let progressing = progressing_reason(obs, action, upgrading, voters, size);
@@ -268,6 +287,9 @@ struct Roster {
     ready: Vec<String>,
     /// Healthy in etcd's view, whether or not clients of the Service reach them yet.
     healthy_voters: usize,
+    /// Pods published as ready endpoints of the client Service whose members do not serve
+    /// (not healthy, or no longer members).
+    stray: Vec<String>,
 }
 
 fn roster(obs: &Observed, previous: &EtcdClusterStatus) -> Roster {
@@ -319,7 +341,20 @@ fn roster(obs: &Observed, previous: &EtcdClusterStatus) -> Roster {
             });
         }
     }
+    let serving: BTreeSet<&str> = members
+        .iter()
+        .filter(|m| m.healthy && obs.plan.pod_alive(&m.name))
+        .map(|m| m.name.as_str())
+        .collect();
+    let stray = obs
+        .serving
+        .published
+        .iter()
+        .filter(|p| obs.plan.members.is_some() && !serving.contains(p.as_str()))
+        .cloned()
+        .collect();
     Roster {
+        stray,
         statuses,
         members: MembersStatus {
             ready: ready.clone(),
@@ -509,6 +544,30 @@ mod tests {
     }
 
     #[test]
+    fn a_member_the_service_still_sends_clients_to_but_that_does_not_serve_is_no_availability() {
+        // A quorum serves and the read through the Service was answered, but m3's node stopped:
+        // its pod stays Ready and published until the node controller says otherwise, and
+        // every client the Service sends there fails.
+        let cluster = three();
+        let mut obs = observed([PodState::Running; 3]);
+        if let Some(members) = obs.plan.members.as_mut() {
+            members[2].healthy = false;
+        }
+        let status = compute(&cluster, &obs, &Action::Steady);
+        let c = find_condition(&status.conditions, "Available").unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "UnhealthyEndpoints")
+        );
+        assert!(c.message.contains("m3"), "{}", c.message);
+        assert_eq!(status.ready_members, Some(2));
+        // Withdrawn from the Service: two of three serve every client sent to them.
+        obs.serving.published.remove("m3");
+        let status = compute(&cluster, &obs, &Action::Steady);
+        assert_eq!(available(&status), ("True".into(), "QuorumHealthy".into()));
+    }
+
+    #[test]
     fn an_available_cluster_stays_available_through_failed_reads_only_for_the_grace() {
         let mut cluster = three();
         cluster.status = Some(compute(
@@ -590,6 +649,7 @@ mod tests {
         let mut two = observed([PodState::Running; 3]);
         two.plan.members.as_mut().unwrap().truncate(2);
         two.plan.pods.truncate(2);
+        two.serving.published.remove("m3");
         let status = compute(&cluster, &two, &Action::AddMembers { count: 1 });
         assert_eq!(condition_of(&status, "Available"), "True");
         assert_eq!(condition_of(&status, "Progressing"), "True");
