@@ -212,9 +212,46 @@ impl Operator<'_> {
             out.push_str(&String::from_utf8_lossy(&o.stdout));
             out.push_str(&String::from_utf8_lossy(&o.stderr));
         }
+        // What etcd's transport and membership did over the whole test: a refusal such as
+        // "unhealthy cluster" is explained by which peer became inactive when, which the end of
+        // the log no longer shows.
+        let all = self.kubectl.run(
+            &[
+                "logs",
+                "-n",
+                &self.ns,
+                "-l",
+                "etcd_cluster",
+                "--prefix",
+                "--all-containers",
+                "--max-log-requests=20",
+            ],
+            None,
+        );
+        let text = String::from_utf8_lossy(&all.stdout);
+        let notable: Vec<&str> = text
+            .lines()
+            .filter(|l| NOTABLE.iter().any(|n| l.contains(n)))
+            .collect();
+        out.push_str("--- membership and transport, every member ---\n");
+        for line in &notable[notable.len().saturating_sub(80)..] {
+            out.push_str(line);
+            out.push('\n');
+        }
         out
     }
 }
+
+/// etcd log messages that tell how members saw each other.
+const NOTABLE: [&str; 7] = [
+    "peer became",
+    "rejecting member",
+    "lost TCP streaming",
+    "elected leader",
+    "added member",
+    "removed member",
+    "failed to dial",
+];
 
 impl Drop for Operator<'_> {
     fn drop(&mut self) {
