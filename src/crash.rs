@@ -6,7 +6,7 @@
 //! `FAILPOINTS='after-member-add=20%return;after-member-remove=20%return'`.
 
 /// Every crash point, by name.
-pub const POINTS: [&str; 5] = [
+pub const POINTS: [&str; 6] = [
     // etcd accepted a new member; its pod does not exist yet, or waits at its gate.
     "after-member-add",
     // A member's pod was created; it is not Ready yet.
@@ -18,6 +18,8 @@ pub const POINTS: [&str; 5] = [
     "mid-roll",
     // The seed member that restores a snapshot was created; the cluster has not grown back.
     "after-restore-seed",
+    // NOSPACE: the history was compacted; no member is defragmented and the alarm is armed.
+    "after-compact",
 ];
 
 /// Exits here when crash point `name` is armed and fires: its name goes to the container's

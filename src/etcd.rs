@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    AlarmAction, AlarmOptions, AlarmType, Certificate, Client, ConnectOptions, GetOptions,
-    Identity, MemberAddOptions, TlsOptions,
+    AlarmAction, AlarmOptions, AlarmType, Certificate, Client, CompactionOptions, ConnectOptions,
+    GetOptions, Identity, MemberAddOptions, TlsOptions,
 };
 
 /// What failed, named after the action, with the etcd error underneath.
@@ -71,6 +71,20 @@ pub enum Error {
         #[source]
         source: etcd_client::Error,
     },
+    /// Compaction failed.
+    #[error("compacting to revision {revision}: {source}")]
+    Compact {
+        revision: i64,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// Defragmentation failed.
+    #[error("defragmenting {endpoint}: {source}")]
+    Defragment {
+        endpoint: String,
+        #[source]
+        source: etcd_client::Error,
+    },
     /// A read failed.
     #[error("reading through {endpoint}: {source}")]
     Read {
@@ -102,6 +116,8 @@ impl Error {
             Error::MoveLeader { .. } => "etcd_move_leader",
             Error::Alarm { .. } => "etcd_alarm",
             Error::Snapshot(_) => "etcd_snapshot",
+            Error::Compact { .. } => "etcd_compact",
+            Error::Defragment { .. } => "etcd_defragment",
             Error::Read { .. } => "etcd_read",
             Error::Malformed(..) => "etcd_malformed",
         }
@@ -174,8 +190,10 @@ pub struct Status {
     pub leader: u64,
     /// Server version.
     pub version: String,
-    /// Database size in bytes.
+    /// Database size in bytes: the file, which is what etcd holds against its quota.
     pub db_size: i64,
+    /// Bytes of the database in use: what is left once the file is defragmented.
+    pub db_size_in_use: i64,
     /// Raft index.
     pub raft_index: u64,
     /// Raft term.
@@ -194,13 +212,33 @@ impl Status {
     /// Whether this answer shows a problem with member `id`: an alarm raised for it (etcd lists
     /// every member's alarms as `memberID:<decimal id> alarm:NOSPACE`), or an error that names
     /// no member (`etcdserver: no leader`). Another member's alarm is that member's problem.
+    ///
+    /// NOSPACE is not such a problem: the member still serves reads, deletes and compaction,
+    /// and only writes that grow the database are refused, by every member alike (the quota is
+    /// the cluster's); see [`Status::nospace`].
     pub fn reports_problem_with(&self, id: u64) -> bool {
         let own = format!("memberID:{id} ");
         self.errors
             .iter()
-            .any(|e| e.contains(&own) || !e.contains("memberID:"))
+            .any(|e| (e.contains(&own) && !e.contains(NOSPACE_ALARM)) || !e.contains("memberID:"))
+    }
+
+    /// The members this answer lists with a NOSPACE alarm: one of them reached the quota, and
+    /// the cluster refuses every write that would grow the database until it is disarmed.
+    pub fn nospace(&self) -> Vec<u64> {
+        self.errors
+            .iter()
+            .filter(|e| e.contains(NOSPACE_ALARM))
+            .filter_map(|e| {
+                let id = e.split("memberID:").nth(1)?.split_whitespace().next()?;
+                id.parse().ok()
+            })
+            .collect()
     }
 }
+
+/// How etcd names the NOSPACE alarm in a status answer's errors.
+const NOSPACE_ALARM: &str = "alarm:NOSPACE";
 
 /// The client side of a TLS cluster, in PEM: the CA that signed the members' server
 /// certificates, and the certificate and key the client presents (etcd runs with
@@ -420,6 +458,40 @@ impl Etcd {
         Ok(())
     }
 
+    /// Compacts the history up to `revision`, physically: it returns once the member behind
+    /// this connection has dropped it from its database. A revision already compacted is no
+    /// error: compaction is idempotent, and a crash between compacting and acting on it is
+    /// retried from the start.
+    pub async fn compact(&mut self, revision: i64) -> Result<()> {
+        match self
+            .client
+            .compact(revision, Some(CompactionOptions::new().with_physical()))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.to_string()
+                    .contains("required revision has been compacted") =>
+            {
+                Ok(())
+            }
+            Err(source) => Err(Error::Compact { revision, source }),
+        }
+    }
+
+    /// Defragments the member behind this connection (etcd defragments only the member
+    /// asked), which blocks its reads and writes meanwhile; `endpoint` names it in errors.
+    pub async fn defragment(&mut self, endpoint: &str) -> Result<()> {
+        self.client
+            .defragment()
+            .await
+            .map_err(|source| Error::Defragment {
+                endpoint: endpoint.to_string(),
+                source,
+            })?;
+        Ok(())
+    }
+
     /// Hands leadership to voter `id`. etcd only accepts this from the current leader, so the
     /// connection must go to the leader's endpoint alone.
     pub async fn move_leader(&mut self, id: u64) -> Result<()> {
@@ -448,6 +520,7 @@ pub async fn status(endpoint: &Endpoint, timeout: Duration) -> Result<Status> {
         leader: resp.leader(),
         version: resp.version().to_string(),
         db_size: resp.db_size(),
+        db_size_in_use: resp.raft_used_db_size(),
         raft_index: resp.raft_index(),
         raft_term: resp.raft_term(),
         revision: header.revision(),

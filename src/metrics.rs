@@ -111,6 +111,7 @@ pub struct Metrics {
     members_ready: Family<ClusterLabels, Gauge>,
     members_desired: Family<ClusterLabels, Gauge>,
     changes: Family<ChangeLabels, Counter>,
+    upkeep: Family<ChangeLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
     leader: Gauge,
     /// The phase each cluster was last counted under, so a cluster is counted once.
@@ -140,6 +141,7 @@ impl Metrics {
         let members_ready = Family::<ClusterLabels, Gauge>::default();
         let members_desired = Family::<ClusterLabels, Gauge>::default();
         let changes = Family::<ChangeLabels, Counter>::default();
+        let upkeep = Family::<ChangeLabels, Counter>::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let leader = Gauge::default();
         registry.register(
@@ -184,6 +186,12 @@ impl Metrics {
             changes.clone(),
         );
         registry.register(
+            "maintenance_operations",
+            "Upkeep done on a cluster's databases (SpaceReclaimed: NOSPACE compacted, \
+             defragmented and disarmed), by cluster",
+            upkeep.clone(),
+        );
+        registry.register(
             "leader",
             "1 when this replica holds the leader Lease (or runs without leader election)",
             leader.clone(),
@@ -197,6 +205,7 @@ impl Metrics {
             members_ready,
             members_desired,
             changes,
+            upkeep,
             requests,
             leader,
             phases: Mutex::default(),
@@ -269,6 +278,17 @@ impl Metrics {
     /// A membership change was made on a cluster.
     pub fn membership_change(&self, namespace: &str, name: &str, change: &'static str) {
         self.changes
+            .get_or_create(&ChangeLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+                change,
+            })
+            .inc();
+    }
+
+    /// Upkeep was done on a cluster's databases (`change` names it, as its Event does).
+    pub fn maintenance(&self, namespace: &str, name: &str, change: &'static str) {
+        self.upkeep
             .get_or_create(&ChangeLabels {
                 namespace: namespace.into(),
                 name: name.into(),

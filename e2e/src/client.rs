@@ -243,24 +243,39 @@ pub(crate) fn put(
     timeouts: Timeouts,
 ) -> Result<(), String> {
     if conn.is_none() {
-        let stream = TcpStream::connect_timeout(&resolve(addr)?, timeouts.connect)
-            .map_err(|e| format!("connecting to {addr}: {e}"))?;
-        // Bounded, so that a hung endpoint cannot hold `stop` for long.
-        stream
-            .set_read_timeout(Some(timeouts.request))
-            .and_then(|()| stream.set_write_timeout(Some(timeouts.request)))
-            .and_then(|()| stream.set_nodelay(true))
-            .map_err(|e| e.to_string())?;
-        *conn = Some(BufReader::new(stream));
+        *conn = Some(connect(addr, timeouts)?);
     }
-    let reader = conn.as_mut().unwrap();
     let body = format!(
         r#"{{"key":"{}","value":"{}"}}"#,
         base64(format!("e2e-writer/{key}").as_bytes()),
         base64(format!("value-{n}").as_bytes())
     );
+    call(conn, addr, "put", &body)
+}
+
+/// A connection to `addr` with `timeouts`: bounded, so that a hung endpoint cannot hold a
+/// writer's `stop` for long.
+fn connect(addr: &str, timeouts: Timeouts) -> Result<BufReader<TcpStream>, String> {
+    let stream = TcpStream::connect_timeout(&resolve(addr)?, timeouts.connect)
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(timeouts.request))
+        .and_then(|()| stream.set_write_timeout(Some(timeouts.request)))
+        .and_then(|()| stream.set_nodelay(true))
+        .map_err(|e| e.to_string())?;
+    Ok(BufReader::new(stream))
+}
+
+/// One gateway call (`POST /v3/kv/<what>`) on the connection `conn` holds, which must be open.
+fn call(
+    conn: &mut Option<BufReader<TcpStream>>,
+    addr: &str,
+    what: &str,
+    body: &str,
+) -> Result<(), String> {
+    let reader = conn.as_mut().ok_or("no connection")?;
     let request = format!(
-        "POST /v3/kv/put HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+        "POST /v3/kv/{what} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
@@ -275,7 +290,7 @@ pub(crate) fn put(
     }
     let body = String::from_utf8_lossy(&body);
     if status != 200 || !body.contains("\"header\"") {
-        return Err(format!("put answered {status}: {body}"));
+        return Err(format!("{what} answered {status}: {body}"));
     }
     Ok(())
 }
@@ -370,4 +385,55 @@ pub fn write_once(endpoint: &str, key: u64) -> Result<(), String> {
         .ok_or_else(|| format!("{endpoint}: plain http:// only"))?
         .trim_end_matches('/');
     put(&mut None, addr, key, key, Timeouts::PATIENT)
+}
+
+/// One gateway call through `endpoint` (`http://IP:2379`) on a connection of its own, with no
+/// retry: `what` is `put` or `deleterange`, `body` its JSON request.
+fn call_once(endpoint: &str, what: &str, body: &str) -> Result<(), String> {
+    let addr = endpoint
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{endpoint}: plain http:// only"))?
+        .trim_end_matches('/');
+    call(
+        &mut Some(connect(addr, Timeouts::PATIENT)?),
+        addr,
+        what,
+        body,
+    )
+}
+
+/// One put of `value` at `key` through `endpoint`, with no retry.
+pub fn put_value(endpoint: &str, key: &str, value: &[u8]) -> Result<(), String> {
+    let body = format!(
+        r#"{{"key":"{}","value":"{}"}}"#,
+        base64(key.as_bytes()),
+        base64(value)
+    );
+    call_once(endpoint, "put", &body)
+}
+
+/// Deletes every key under `prefix` through `endpoint`, with no retry.
+pub fn delete_under(endpoint: &str, prefix: &str) -> Result<(), String> {
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let body = format!(
+        r#"{{"key":"{}","range_end":"{}"}}"#,
+        base64(prefix.as_bytes()),
+        base64(&end)
+    );
+    call_once(endpoint, "deleterange", &body)
+}
+
+/// Panics unless every key a [`Writer`] had acknowledged (`acked`) is served through
+/// `endpoint`.
+pub fn assert_acked_present(endpoint: &str, acked: &[u64]) {
+    let keys = keys_under(endpoint, "e2e-writer/")
+        .unwrap_or_else(|e| panic!("reading the keys through {endpoint}: {e}"));
+    let lost: Vec<&u64> = acked
+        .iter()
+        .filter(|n| !keys.contains(&format!("e2e-writer/{n}")))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }

@@ -12,8 +12,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use e2e::{
-    Keys, Kubectl, Operator, RollView, Volumes, Writer, client_endpoint, enforce_restricted,
-    event_count, events, evict, get, healthy_at_size, keys_under, patch_spec, pod_names, until,
+    Keys, Kubectl, Operator, RollView, Volumes, Writer, assert_acked_present, client_endpoint,
+    enforce_restricted, event_count, events, evict, get, healthy_at_size, patch_spec, pod_names,
+    until,
 };
 use serde_json::json;
 
@@ -55,16 +56,6 @@ fn claims(k: &Kubectl, ns: &str) -> BTreeSet<String> {
 /// Every key the writer had acknowledged is still served through the client Service, read
 /// once: every caller has just waited for Available, which promises that such a read is
 /// answered.
-fn assert_keys(endpoint: &str, acked: &[u64]) {
-    let keys = keys_under(endpoint, "e2e-writer/")
-        .unwrap_or_else(|e| panic!("reading the keys through the client Service: {e}"));
-    let lost: Vec<&u64> = acked
-        .iter()
-        .filter(|n| !keys.contains(&format!("e2e-writer/{n}")))
-        .collect();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
-}
-
 #[test]
 fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_replaced() {
     let k = Kubectl::from_env();
@@ -116,7 +107,7 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     until("the same 3 members back on their claims", 300, || {
         healthy_at_size(&k, ns, "example", 3) && RollView::of(&k, ns, "example").ids() == ids
     });
-    assert_keys(&endpoint, &acked);
+    assert_acked_present(&endpoint, &acked);
     assert!(event_count(&k, ns, "example", "PodRecreated") >= 3);
     assert_eq!(changes(&k), membership_changes, "the membership changed");
 
@@ -152,7 +143,7 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
     });
     assert_eq!(RollView::of(&k, ns, "example").ids(), ids);
     assert_eq!(changes(&k), membership_changes, "the membership changed");
-    assert_keys(&endpoint, &acked);
+    assert_acked_present(&endpoint, &acked);
 
     // A claim deleted while its pod runs: that member's data goes with the pod, so it is
     // replaced by a new member (on the fourth volume), never restarted empty under its ID.
@@ -165,7 +156,7 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
             && !claims(&k, ns).contains(&lost)
     });
     assert!(!events(&k, ns, "example", "MemberReplaced").is_empty());
-    assert_keys(&endpoint, &acked);
+    assert_acked_present(&endpoint, &acked);
     assert_eq!(
         claims(&k, ns),
         RollView::of(&k, ns, "example")
@@ -181,7 +172,7 @@ fn persistent_members_come_back_with_their_data_and_ids_and_lost_claims_are_repl
         healthy_at_size(&k, ns, "example", 1) && claims(&k, ns).len() == 1
     });
     assert!(event_count(&k, ns, "example", "ClaimDeleted") >= 2);
-    assert_keys(&endpoint, &acked);
+    assert_acked_present(&endpoint, &acked);
 }
 
 /// The PersistentVolume `name` as JSON, or `Value::Null` once it is gone.

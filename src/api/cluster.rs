@@ -98,7 +98,29 @@ pub struct EtcdClusterSpec {
     /// talk to each other, so it is refused.
     #[serde(rename = "TLS", default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsPolicy>,
+
+    /// Upkeep of the members' databases (an extension of this operator: the coreos operator
+    /// has no such field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
 }
+
+/// Upkeep of the members' databases.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Maintenance {
+    /// Size in bytes at which a member's database raises etcd's NOSPACE alarm, after which the
+    /// cluster refuses every write that would grow it (etcd's `--quota-backend-bytes`; etcd's
+    /// default, 2 GiB, when unset). When the alarm is raised the operator compacts the history,
+    /// defragments the members one at a time and disarms it; a change is rolled into the
+    /// members like a pod-policy change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1048576, max = 8589934592_i64))]
+    pub quota_backend_bytes: Option<i64>,
+}
+
+/// etcd's backend quota when `--quota-backend-bytes` is not given.
+pub const DEFAULT_QUOTA_BACKEND_BYTES: i64 = 2 * 1024 * 1024 * 1024;
 
 impl EtcdClusterSpec {
     /// The image repository, defaulted.
@@ -122,6 +144,14 @@ impl EtcdClusterSpec {
     /// The member image, `<repository>:v<version>`.
     pub fn image(&self) -> String {
         format!("{}:v{}", self.repository(), self.version())
+    }
+
+    /// The backend quota members run with, defaulted.
+    pub fn quota_backend_bytes(&self) -> i64 {
+        self.maintenance
+            .as_ref()
+            .and_then(|m| m.quota_backend_bytes)
+            .unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES)
     }
 
     /// Whether the user paused reconciliation.

@@ -16,9 +16,9 @@ pub use backup::{
     SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION,
 };
 pub use cluster::{
-    AutoTls, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, MemberRole,
-    MemberSecret, MemberStatus, MembersStatus, PodPolicy, RESTORE_ANNOTATION, RestoreHandoff,
-    RestoreRecord, StaticTls, TlsPolicy,
+    AutoTls, ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdClusterSpec,
+    EtcdClusterStatus, Maintenance, MemberRole, MemberSecret, MemberStatus, MembersStatus,
+    PodPolicy, RESTORE_ANNOTATION, RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
 };
 pub use common::{AbsSource, Condition, GcsSource, OssSource, S3Source, StorageType};
 pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase};

@@ -317,8 +317,9 @@ impl HealthMemory {
 
 /// Whether `status`, as answered from the pod of member `m`, shows that member healthy: it
 /// answered as itself (a pod whose IP was reused, or a member that restarted with another's
-/// data, answers with another ID), it knows a leader, and it raises no alarm (etcd lists
-/// NOSPACE, CORRUPT and "no leader" in the status errors).
+/// data, answers with another ID), it knows a leader, and it raises no alarm but NOSPACE (etcd
+/// lists CORRUPT and "no leader" in the status errors; NOSPACE refuses the whole cluster's
+/// writes, and is reported and reclaimed as such, see [`Observation::nospace`]).
 pub fn is_healthy(m: &Member, status: &Status) -> bool {
     status.member_id == m.id && status.leader != 0 && !status.reports_problem_with(m.id)
 }
@@ -554,6 +555,7 @@ fn view_members(
             _ => false,
         };
     }
+    obs.plan.nospace = obs.statuses.values().flat_map(Status::nospace).collect();
     obs.plan.members = Some(views);
 }
 
@@ -645,6 +647,7 @@ mod tests {
             leader,
             version: "3.6.16".into(),
             db_size: 0,
+            db_size_in_use: 0,
             raft_index: 0,
             raft_term: term,
             revision: 1,
@@ -672,21 +675,25 @@ mod tests {
         // It knows no leader.
         assert!(!is_healthy(&member(1), &status(1, 0, 3)));
         // An alarm is raised for it; another member's alarm is that member's problem.
-        let nospace = Status {
-            errors: vec!["memberID:1 alarm:NOSPACE ".into()],
-            ..status(1, 2, 3)
-        };
-        assert!(!is_healthy(&member(1), &nospace));
-        let others = Status {
-            errors: vec!["memberID:12 alarm:NOSPACE ".into()],
-            ..status(1, 2, 3)
-        };
-        assert!(is_healthy(&member(1), &others));
         let corrupt = Status {
             errors: vec!["memberID:1 alarm:CORRUPT ".into()],
             ..status(1, 2, 3)
         };
         assert!(!is_healthy(&member(1), &corrupt));
+        let others = Status {
+            errors: vec!["memberID:12 alarm:CORRUPT ".into()],
+            ..status(1, 2, 3)
+        };
+        assert!(is_healthy(&member(1), &others));
+        // NOSPACE is the cluster's, not the member's: it still serves everything but writes
+        // that grow the database, and replacing it would not help.
+        let nospace = Status {
+            errors: vec!["memberID:1 alarm:NOSPACE ".into()],
+            ..status(1, 2, 3)
+        };
+        assert!(is_healthy(&member(1), &nospace));
+        assert_eq!(nospace.nospace(), [1]);
+        assert!(corrupt.nospace().is_empty());
     }
 
     #[test]

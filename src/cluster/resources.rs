@@ -114,7 +114,7 @@ pub fn disruption_budget(cluster: &EtcdCluster) -> Option<PodDisruptionBudget> {
 pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-template-hash";
 
 /// The hash of what a member pod is made from and can be changed by a roll: the image and the
-/// pod policy, and whether members keep their data on volumes. Left out: the claim's own spec
+/// pod policy, whether members keep their data on volumes, and the backend quota. Left out: the claim's own spec
 /// (an existing claim cannot take a new one; new members get it), and `ClusterDomain`, which
 /// names the members' peer URLs in etcd's member list and so is not a pod property. Hashed
 /// from the spec rather than from the built pod, so that an operator upgrade that changes
@@ -128,6 +128,15 @@ pub fn template_hash(cluster: &EtcdCluster, tls_revision: &str) -> String {
         "pod": policy,
         "persistent": persistent,
     });
+    // Only when set, so that the hash of pods made before the field existed stays what it was.
+    if let Some(quota) = cluster
+        .spec
+        .maintenance
+        .as_ref()
+        .and_then(|m| m.quota_backend_bytes)
+    {
+        inputs["quotaBackendBytes"] = serde_json::json!(quota);
+    }
     // Only with TLS, so that the hash of a plain cluster's pods stays what it was.
     if !tls_revision.is_empty() {
         inputs["tls"] = serde_json::json!({
@@ -403,6 +412,14 @@ pub fn member_pod(
             super::members::MAX_LEARNERS_FLAG,
             super::members::MAX_LEARNERS
         ));
+    }
+    if let Some(quota) = cluster
+        .spec
+        .maintenance
+        .as_ref()
+        .and_then(|m| m.quota_backend_bytes)
+    {
+        args.push(format!("--quota-backend-bytes={quota}"));
     }
     let name = cluster.name_any();
     let spec = &cluster.spec;

@@ -75,7 +75,8 @@ fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'stati
         Action::RemoveMember { .. }
         | Action::ReplaceMember { .. }
         | Action::DeletePod { .. }
-        | Action::RecreatePod { .. } => Some("Recovering"),
+        | Action::RecreatePod { .. }
+        | Action::ReclaimSpace => Some("Recovering"),
         Action::Wait { .. } if voters != size => Some("Scaling"),
         Action::Wait { .. } => Some("Recovering"),
         _ => None,
@@ -113,6 +114,16 @@ fn availability(
             false,
             "QuorumUnavailable",
             format!("{healthy} of {voters} voting members healthy"),
+        );
+    }
+    if !obs.plan.nospace.is_empty() {
+        return (
+            false,
+            "NoSpace",
+            format!(
+                "etcd raised NOSPACE (quota {} MiB): writes that grow the database are refused until space is reclaimed; reads are served",
+                cluster.spec.quota_backend_bytes() / (1024 * 1024)
+            ),
         );
     }
     if !enough(ready) {
@@ -258,8 +269,9 @@ fn degraded(
     reason: &str,
 ) -> Condition {
     let stalled = matches!(action, Action::RollStalled { .. });
+    let space = matches!(action, Action::ReclaimSpace);
     let unready = &roster.members.unready;
-    let degraded = !whole || !unready.is_empty() || stalled;
+    let degraded = !whole || !unready.is_empty() || stalled || space;
     condition(
         old,
         generation,
@@ -268,11 +280,16 @@ fn degraded(
         match action {
             Action::QuorumLost { .. } => "QuorumLost",
             Action::RollStalled { .. } => "RollStalled",
+            Action::ReclaimSpace => "NoSpace",
             _ if degraded => "MembersUnhealthy",
             _ => "AllMembersHealthy",
         },
         match action {
             Action::RollStalled { reason } => reason.clone(),
+            Action::ReclaimSpace => "etcd raised NOSPACE: writes that grow the database are \
+                refused, reads are served; the history is compacted, the members defragmented \
+                and the alarm disarmed"
+                .into(),
             _ if unready.is_empty() => reason.to_string(),
             _ => format!("not ready: {}", unready.join(", ")),
         },

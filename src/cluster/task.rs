@@ -468,12 +468,23 @@ async fn report(
     if let (Action::RotateCa, Ok(Outcome::Done(Some(step)))) = (action, outcome) {
         status::mark_rotating(&mut new_status, cluster.metadata.generation, step);
     }
+    // The data itself, compacted, leaves too little of the quota: nothing is disarmed.
+    let exceeded = match (action, outcome) {
+        (Action::ReclaimSpace, Ok(Outcome::Retry(why))) => Some(why),
+        _ => None,
+    };
+    if let Some(why) = exceeded {
+        mark_degraded(&mut new_status, "QuotaExceeded", why);
+    }
     record_state(ctx, cluster, &new_status);
     let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
     write_status_if_due(ctx, cluster, &new_status, memory).await?;
 
     let warning = match (action, pin) {
         (Action::RollStalled { reason }, _) => Some(("RollStalled", reason)),
+        (Action::ReclaimSpace, _) if exceeded.is_some() => {
+            exceeded.map(|why| ("QuotaExceeded", why))
+        }
         (_, Some(message)) => Some(("UpgradeBlocked", message)),
         _ => None,
     };
@@ -519,10 +530,16 @@ async fn next_look(
     match &outcome {
         Outcome::Done(Some(change)) => {
             info!(?action, "{change}");
-            if *action != Action::RotateCa {
-                let ns = cluster.namespace().unwrap_or_default();
-                ctx.metrics
-                    .membership_change(&ns, &cluster.name_any(), reason_of(action));
+            let ns = cluster.namespace().unwrap_or_default();
+            match action {
+                Action::RotateCa => {}
+                Action::ReclaimSpace => {
+                    ctx.metrics
+                        .maintenance(&ns, &cluster.name_any(), reason_of(action))
+                }
+                _ => ctx
+                    .metrics
+                    .membership_change(&ns, &cluster.name_any(), reason_of(action)),
             }
             ctx.events
                 .publish_related(
@@ -719,6 +736,7 @@ fn reason_of(action: &Action) -> &'static str {
         } => "RestoreReplacingMembers",
         Action::DeletePod { .. } => "PodDeleted",
         Action::RestoreSeed => "RestoreSeedCreated",
+        Action::ReclaimSpace => "SpaceReclaimed",
         Action::RestoreDone { .. } => "RestoreSeedServing",
         Action::RotateCa => "CertificatesRotating",
         _ => "Reconciled",
@@ -949,6 +967,7 @@ mod tests {
                         leader: 1,
                         version: v.to_string(),
                         db_size: 0,
+                        db_size_in_use: 0,
                         raft_index: 0,
                         raft_term: 1,
                         revision: 1,

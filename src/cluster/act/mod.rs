@@ -26,6 +26,7 @@ mod membership;
 mod pods;
 mod restore;
 mod services;
+mod space;
 
 use certificates::rotate_ca;
 use membership::*;
@@ -33,6 +34,7 @@ use pods::*;
 pub use restore::bumps_revision;
 use restore::restore_seed;
 pub use services::{ensure_services, holds};
+use space::reclaim_space;
 
 /// What failed, named after the action.
 #[derive(Debug, thiserror::Error)]
@@ -185,6 +187,7 @@ pub async fn act(
         Action::DeletePod { name, reason } => delete_member_pod(pass, cluster, name, *reason).await,
         Action::RestoreSeed => restore_seed(pass, cluster).await,
         Action::RotateCa => rotate_ca(pass, cluster).await,
+        Action::ReclaimSpace => reclaim_space(obs, cluster.spec.quota_backend_bytes()).await,
         Action::RestoreDone { seed } => Ok(Outcome::Done(Some(format!(
             "seed member {seed} serves the restored data; the cluster grows back to its size"
         )))),

@@ -115,6 +115,9 @@ pub struct Observation {
     /// or not published as a ready endpoint): a roll waits for them, so that its next step
     /// never leaves clients fewer members than the step itself takes.
     pub unpublished: BTreeSet<String>,
+    /// Members with a NOSPACE alarm raised: the database reached its quota, and the cluster
+    /// refuses every write that would grow it until the alarm is disarmed.
+    pub nospace: BTreeSet<u64>,
     /// The cluster's automatic CA has a rotation step to take (asked for, or two thirds of
     /// its validity passed, or a rotation under way).
     pub ca_rotation_due: bool,
@@ -290,6 +293,10 @@ pub enum Action {
     /// (every pod current, every member a healthy voter), so the roll of the last step is
     /// over.
     RotateCa,
+    /// etcd raised NOSPACE: compact the history, defragment the members one at a time (the
+    /// leader last, once another leads) and disarm the alarm, unless the data itself,
+    /// compacted, leaves too little of the quota.
+    ReclaimSpace,
     /// The cluster is as asked.
     Steady,
 }

@@ -13,6 +13,7 @@ pub(super) fn next(obs: &Observation, target: &Target, members: &[MemberView]) -
         return a;
     }
     [
+        Cluster::reclaim_space,
         Cluster::stalled_roll,
         Cluster::learner,
         Cluster::pods_without_member,
@@ -327,6 +328,13 @@ impl<'a> Cluster<'a> {
 
     fn names(&self) -> BTreeSet<String> {
         self.members.iter().map(|m| m.name.clone()).collect()
+    }
+
+    /// A NOSPACE alarm refuses every write that grows the database, whatever else is going
+    /// on; reclaiming changes no membership and needs only the quorum there is, so it comes
+    /// first.
+    fn reclaim_space(&self) -> Option<Action> {
+        (!self.obs.nospace.is_empty()).then_some(Action::ReclaimSpace)
     }
 
     /// The claim of a member that is gone (removed, or never added) holds nothing anyone

@@ -935,3 +935,37 @@ fn a_learner_whose_pod_went_to_a_lost_node_is_removed_after_the_node_grace_not_t
         Action::RemoveMember { id: 4, .. }
     ));
 }
+
+#[test]
+fn nospace_is_reclaimed_before_anything_else_and_never_without_quorum() {
+    // A NOSPACE alarm on a steady cluster, and on one that also wants to grow: writes are
+    // refused until it is reclaimed, which changes no membership, so it comes first.
+    let mut obs = steady(3);
+    obs.nospace = [2].into_iter().collect();
+    assert_eq!(plan(&obs, &target(3)), Action::ReclaimSpace);
+    assert_eq!(plan(&obs, &target(5)), Action::ReclaimSpace);
+    // Without a quorum nothing is done, NOSPACE or not.
+    let mut lost = steady(3);
+    lost.nospace = [2].into_iter().collect();
+    for m in lost.members.iter_mut().flatten().skip(1) {
+        m.healthy = false;
+    }
+    lost.silent_for = MINUTE;
+    assert!(matches!(
+        plan(&lost, &target(3)),
+        Action::QuorumLost { .. } | Action::Wait { .. }
+    ));
+    // Disarmed: as before.
+    obs.nospace.clear();
+    assert_eq!(plan(&obs, &target(3)), Action::Steady);
+    assert_eq!(
+        plan(
+            &obs,
+            &Target {
+                paused: true,
+                ..target(3)
+            }
+        ),
+        Action::Paused
+    );
+}

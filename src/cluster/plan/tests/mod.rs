@@ -72,6 +72,7 @@ fn cluster() -> Fixture {
             claims: BTreeSet::new(),
             known_members: BTreeSet::new(),
             unpublished: BTreeSet::new(),
+            nospace: BTreeSet::new(),
             ca_rotation_due: false,
         },
     }

@@ -95,6 +95,7 @@ impl Sim {
             known_members: self.members.iter().map(|m| m.name.clone()).collect(),
             unpublished: BTreeSet::new(),
             ca_rotation_due: false,
+            nospace: Default::default(),
         }
     }
 
