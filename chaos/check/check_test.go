@@ -144,3 +144,24 @@ func TestAnIllegalHistoryIsDrawn(t *testing.T) {
 		t.Fatalf("visualization: %v", err)
 	}
 }
+
+func TestAWriteEtcdRefusedForLackOfSpaceWroteNothing(t *testing.T) {
+	refused := failed(put(0, "a", "v2", 20, 30, 0))
+	refused.Error = "etcdserver: mvcc: database space exceeded"
+	// Read after it: the old value, as it should be.
+	r := run(t, []history.Op{put(0, "a", "v1", 0, 10, 2), refused, get(1, "a", 40, 50, "v1", 2, 2)})
+	if r.Linearizable != "Ok" {
+		t.Fatalf("a refused write taken for a write: %+v", r)
+	}
+	// A read that shows the refused value: a write etcd said it did not make was made.
+	r = run(t, []history.Op{put(0, "a", "v1", 0, 10, 2), refused, get(1, "a", 40, 50, "v2", 3, 3)})
+	if r.Linearizable != "Illegal" {
+		t.Fatalf("a read of a refused write passed: %+v", r)
+	}
+	// Timed out instead: it may have been made.
+	timedOut := failed(put(0, "a", "v2", 20, 30, 0))
+	r = run(t, []history.Op{put(0, "a", "v1", 0, 10, 2), timedOut, get(1, "a", 40, 50, "v2", 3, 3)})
+	if r.Linearizable != "Ok" {
+		t.Fatalf("a write that may have been made rejected: %+v", r)
+	}
+}

@@ -1,10 +1,14 @@
 package driver
 
 import (
+	"context"
 	"fmt"
 	"math/rand"
 	"strings"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Kind is one kind of fault.
@@ -21,6 +25,9 @@ const (
 	NodeStop            Kind = "node-stopped"
 	NodePartition       Kind = "node-partitioned"
 	NodeDrain           Kind = "node-drained"
+	// The database filled to its quota (etcd raises NOSPACE and refuses writes) by a client
+	// overwriting one key outside the workload's keys; the operator must reclaim the space.
+	NoSpace Kind = "member-nospace"
 	// Two at once that a 3-member cluster survives: a member frozen while the operator's
 	// leader is killed.
 	PauseAndLeaderKill Kind = "member-sigstop+operator-leader-sigkill"
@@ -52,6 +59,7 @@ var Kinds = []struct {
 	{NodeStop, 1, 40 * time.Second, 70 * time.Second},
 	{NodePartition, 1, 10 * time.Second, 60 * time.Second},
 	{NodeDrain, 1, 5 * time.Second, 20 * time.Second},
+	{NoSpace, 1, 0, 0},
 	{PauseAndLeaderKill, 1, 5 * time.Second, 15 * time.Second},
 	{Scale, 1, 0, 0},
 	{Roll, 1, 0, 0},
@@ -146,6 +154,12 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 		return member + " and " + leader, undo, err
 	case APIServerOutage:
 		return e.around("kube-apiserver", []string{"stop", "kube-apiserver"}, []string{"start", "kube-apiserver"})
+	case NoSpace:
+		endpoint, err := e.endpoint()
+		if err != nil {
+			return "", nil, err
+		}
+		return "the cluster's quota", nil, fill(endpoint)
 	}
 	nodes, err := e.nodes()
 	if err != nil || len(nodes) == 0 {
@@ -205,4 +219,27 @@ func (e *Env) around(target string, do, undo []string) (string, func() error, er
 		return target, nil, err
 	}
 	return target, func() error { return e.clusterSh(undo...) }, nil
+}
+
+// fill overwrites one key outside the workload's with 1 MiB values through endpoint until etcd
+// refuses a write for lack of space (NOSPACE), at most 600 writes.
+func fill(endpoint string) error {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second,
+		Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	value := strings.Repeat("x", 1<<20)
+	var last error
+	for i := 0; i < 600; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := c.Put(ctx, "chaos-fill", value)
+		cancel()
+		if err != nil && strings.Contains(err.Error(), "database space exceeded") {
+			return nil
+		}
+		last = err
+	}
+	return fmt.Errorf("etcd never refused a write for lack of space (last error: %v)", last)
 }

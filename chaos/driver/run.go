@@ -97,9 +97,12 @@ func (e *Env) install(cfg *Config) error {
 	if _, err := e.exec(5*time.Minute, e.Helm, args...); err != nil {
 		return err
 	}
-	// 3.5, so that an upgrade to 3.6 is among the changes.
+	// 3.5, so that an upgrade to 3.6 is among the changes; a quota small enough for the
+	// NOSPACE fault to fill in seconds, and for the workload's own history to reach in a long
+	// run (etcd compacts nothing by itself).
 	manifest := fmt.Sprintf(`{"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
- "metadata": {"name": %q}, "spec": {"size": 3, "version": "3.5.35"}}`, e.Cluster)
+ "metadata": {"name": %q}, "spec": {"size": 3, "version": "3.5.35",
+ "maintenance": {"quotaBackendBytes": %d}}}`, e.Cluster, Quota)
 	f := filepath.Join(cfg.Out, "cluster.json")
 	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
 		return err
@@ -109,6 +112,9 @@ func (e *Env) install(cfg *Config) error {
 	}
 	return until("the cluster healthy at 3 members", 5*time.Minute, e.healthy)
 }
+
+// Quota is the chaos cluster's backend quota (etcd's --quota-backend-bytes).
+const Quota = 128 << 20
 
 func lastColon(s string) int {
 	for i := len(s) - 1; i >= 0 && s[i] != '/'; i-- {
