@@ -302,6 +302,7 @@ fn cluster_context(
         gate_image: args.member_gate_image.clone().filter(|i| !i.is_empty()),
         snapshot_url: args.snapshot_url.clone().filter(|u| !u.is_empty()),
         caches: Default::default(),
+        tasks: Default::default(),
         timings: cluster::task::Timings {
             replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
             quorum_grace: Duration::from_secs(args.quorum_loss_grace),

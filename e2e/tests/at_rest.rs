@@ -65,7 +65,7 @@ fn members_start_together_a_cluster_at_rest_costs_nothing_and_a_lost_member_is_r
         assert!(args.contains("--max-learners=6"), "{p}: {args}");
     }
 
-    // At rest: passes go on (every 30 s per cluster), requests do not. The status settles
+    // At rest: passes go on (every 5 s per cluster while few run, 30 s with many), requests do not. The status settles
     // first (the last write of a starting cluster), then a window longer than a resync.
     std::thread::sleep(Duration::from_secs(5));
     let (passes, before) = (operator.reconciles(), operator.api_requests());

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
@@ -430,12 +431,14 @@ fn start(ctx: &Arc<Context>, tasks: &mut BTreeMap<Key, Handle>, cluster: EtcdClu
     let wake = Arc::new(Notify::new());
     let join = tokio::spawn(task::run(ctx.clone(), rx, wake.clone()));
     tasks.insert(k, Handle { spec, wake, join });
+    ctx.tasks.store(tasks.len(), Ordering::Relaxed);
 }
 
 fn stop(ctx: &Context, tasks: &mut BTreeMap<Key, Handle>, k: &Key) {
     if let Some(h) = tasks.remove(k) {
         info!(namespace = %k.0, name = %k.1, "ending the cluster's task");
         drop(h);
+        ctx.tasks.store(tasks.len(), Ordering::Relaxed);
         ctx.metrics.forget_cluster(&k.0, &k.1);
     }
 }
