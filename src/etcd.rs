@@ -459,21 +459,21 @@ impl Etcd {
     }
 
     /// Compacts the history up to `revision`, physically: it returns once the member behind
-    /// this connection has dropped it from its database. A revision already compacted is no
-    /// error: compaction is idempotent, and a crash between compacting and acting on it is
-    /// retried from the start.
-    pub async fn compact(&mut self, revision: i64) -> Result<()> {
+    /// this connection has dropped it from its database. Returns false when `revision` was
+    /// already compacted, which is no error: compaction is idempotent, and a crash between
+    /// compacting and acting on it is retried from the start.
+    pub async fn compact(&mut self, revision: i64) -> Result<bool> {
         match self
             .client
             .compact(revision, Some(CompactionOptions::new().with_physical()))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             Err(e)
                 if e.to_string()
                     .contains("required revision has been compacted") =>
             {
-                Ok(())
+                Ok(false)
             }
             Err(source) => Err(Error::Compact { revision, source }),
         }

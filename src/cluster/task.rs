@@ -174,6 +174,8 @@ struct Memory {
     unserved_since: Option<Instant>,
     /// The refusal met by the last pass, and how many passes in a row met it.
     refused: Option<(String, u32)>,
+    /// When space was last reclaimed after NOSPACE.
+    reclaimed: Option<Instant>,
 }
 
 impl Memory {
@@ -346,6 +348,7 @@ async fn reconcile(
         &mut memory.health,
     )
     .await?;
+    obs.plan.since_reclaim = memory.reclaimed.map(|at| at.elapsed());
     let (effective, pin) = effective_spec(cluster, &obs);
     observe::mark_current(&mut obs, &effective, &material.revision);
     obs.plan.ca_rotation_due =
@@ -353,6 +356,9 @@ async fn reconcile(
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref()).await?;
     let outcome = act::act(&pass, &effective, &obs, &action).await;
+    if let (Action::ReclaimSpace { .. }, Ok(Outcome::Done(_))) = (&action, &outcome) {
+        memory.reclaimed = Some(Instant::now());
+    }
     memory.expect.add(pass.take_writes());
     let new_status = report(
         ctx,
@@ -490,7 +496,7 @@ async fn report(
     }
     // The data itself, compacted, leaves too little of the quota: nothing is disarmed.
     let exceeded = match (action, outcome) {
-        (Action::ReclaimSpace, Ok(Outcome::Retry(why))) => Some(why),
+        (Action::ReclaimSpace { .. }, Ok(Outcome::Retry(why))) => Some(why),
         _ => None,
     };
     if let Some(why) = exceeded {
@@ -502,7 +508,7 @@ async fn report(
 
     let warning = match (action, pin) {
         (Action::RollStalled { reason }, _) => Some(("RollStalled", reason)),
-        (Action::ReclaimSpace, _) if exceeded.is_some() => {
+        (Action::ReclaimSpace { .. }, _) if exceeded.is_some() => {
             exceeded.map(|why| ("QuotaExceeded", why))
         }
         (_, Some(message)) => Some(("UpgradeBlocked", message)),
@@ -553,7 +559,7 @@ async fn next_look(
             let ns = cluster.namespace().unwrap_or_default();
             match action {
                 Action::RotateCa => {}
-                Action::ReclaimSpace => {
+                Action::ReclaimSpace { .. } => {
                     ctx.metrics
                         .maintenance(&ns, &cluster.name_any(), reason_of(action))
                 }
@@ -758,7 +764,7 @@ fn reason_of(action: &Action) -> &'static str {
         } => "RestoreReplacingMembers",
         Action::DeletePod { .. } => "PodDeleted",
         Action::RestoreSeed => "RestoreSeedCreated",
-        Action::ReclaimSpace => "SpaceReclaimed",
+        Action::ReclaimSpace { .. } => "SpaceReclaimed",
         Action::RestoreDone { .. } => "RestoreSeedServing",
         Action::RotateCa => "CertificatesRotating",
         _ => "Reconciled",

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::{Error, Outcome, connect};
 use crate::cluster::observe::{ETCD_TIMEOUT, Observed};
+use crate::cluster::plan::RECLAIM_MAX_IN_USE;
 use crate::etcd::{self, Etcd};
 
 /// How long one member's defragmentation may take: it rewrites the whole database file (etcd
@@ -14,21 +15,26 @@ use crate::etcd::{self, Etcd};
 /// meanwhile.
 const DEFRAG_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The share of the quota the data may still use once compacted for the alarm to be disarmed:
-/// above it the next writes would raise it again at once, so the cluster is reported as
-/// holding more than its quota allows instead.
-const DISARM_BELOW: f64 = 0.9;
-
 /// Compacts, defragments and disarms; [`Outcome::Retry`] when the data itself, compacted,
-/// leaves too little of `quota` (nothing is disarmed: the user must delete data or raise the
-/// quota), with the sizes in the message.
-pub(super) async fn reclaim_space(obs: &Observed, quota: i64) -> Result<Outcome, Error> {
+/// uses `max_in_use` percent of `quota` or more (nothing is disarmed: the user must delete
+/// data or raise the quota), with the sizes in the message.
+///
+/// What the data uses is read from a defragmented member's file: etcd's own "in use" figure
+/// stays where it was right after a compaction (the freed pages are only released by a later
+/// write, and NOSPACE refuses writes), so the first member, a follower, is defragmented
+/// before anything is decided. When the compaction finds nothing new to compact and a
+/// member's file is already tight (defragmented since), that file tells: a cluster whose data
+/// does not fit is not defragmented again on every look while the user deletes nothing.
+pub(super) async fn reclaim_space(
+    obs: &Observed,
+    quota: i64,
+    max_in_use: u8,
+) -> Result<Outcome, Error> {
     let mut etcd = connect(obs).await?;
-    // The newest revision any member reported; a compaction at or below what is already
-    // compacted is no error.
+    // The newest revision any member reported.
     let revision = obs.statuses.values().map(|s| s.revision).max().unwrap_or(0);
-    if revision > 0 {
-        etcd.compact(revision).await?;
+    let compacted = revision > 0 && etcd.compact(revision).await?;
+    if compacted {
         crate::crash::point("after-compact");
     }
     let healthy: Vec<(String, u64)> = obs
@@ -39,39 +45,45 @@ pub(super) async fn reclaim_space(obs: &Observed, quota: i64) -> Result<Outcome,
         .filter(|m| m.healthy && obs.plan.pod_alive(&m.name))
         .map(|m| (m.name.clone(), m.id))
         .collect();
-    // What the data needs once compacted: the most any member still uses.
-    let mut in_use = 0;
-    for (name, _) in &healthy {
-        if let Some(endpoint) = obs.pod_endpoint(name) {
-            in_use = in_use.max(etcd::status(&endpoint, ETCD_TIMEOUT).await?.db_size_in_use);
-        }
-    }
-    if in_use as f64 >= quota as f64 * DISARM_BELOW {
-        return Ok(Outcome::Retry(format!(
-            "the data uses {} of the {} quota even with its history compacted; delete keys or \
-             raise spec.maintenance.quotaBackendBytes",
-            mib(in_use),
-            mib(quota)
-        )));
-    }
     let leader = obs.plan.leader;
     let (followers, leaders): (Vec<_>, Vec<_>) =
         healthy.iter().partition(|(_, id)| Some(*id) != leader);
-    let mut before = 0;
-    let mut after = 0;
-    for (name, _) in &followers {
-        let (b, a) = defragment(obs, name).await?;
-        before += b;
-        after += a;
+    let mut order: Vec<&(String, u64)> = followers.iter().chain(leaders.iter()).copied().collect();
+    let too_much = |bytes: i64| bytes as f64 >= quota as f64 * f64::from(max_in_use) / 100.0;
+    let (mut before, mut after) = (0, 0);
+    // A member whose file is (nearly) all in use was defragmented since the last compaction.
+    let tight = obs
+        .statuses
+        .values()
+        .filter(|s| healthy.iter().any(|(_, id)| *id == s.member_id))
+        .filter(|s| (s.db_size - s.db_size_in_use) * 20 <= s.db_size)
+        .map(|s| s.db_size)
+        .min();
+    let live = match tight.filter(|_| !compacted) {
+        Some(size) => size,
+        None => {
+            let Some((first, _)) = order.first() else {
+                return Err(Error::NoEndpoint);
+            };
+            (before, after) = defragment(obs, first).await?;
+            order.remove(0);
+            after
+        }
+    };
+    if too_much(live) {
+        return Ok(Outcome::Retry(exceeded(live, quota, max_in_use)));
     }
-    for (name, _) in &leaders {
+    for (name, _) in order {
         // Defragmenting the leader would stall every write for as long as it takes: another
-        // leads meanwhile (any follower, each is defragmented by now).
-        if let Some((_, to)) = followers.first()
+        // leads meanwhile (a follower, defragmented by now).
+        if Some(name) == leaders.first().map(|(n, _)| n)
+            && let Some((_, to)) = followers.first()
             && let Some(endpoint) = obs.pod_endpoint(name)
         {
-            let mut own = Etcd::connect(&endpoint, ETCD_TIMEOUT).await?;
-            own.move_leader(*to).await?;
+            Etcd::connect(&endpoint, ETCD_TIMEOUT)
+                .await?
+                .move_leader(*to)
+                .await?;
         }
         let (b, a) = defragment(obs, name).await?;
         before += b;
@@ -90,6 +102,20 @@ pub(super) async fn reclaim_space(obs: &Observed, quota: i64) -> Result<Outcome,
     ))))
 }
 
+fn exceeded(live: i64, quota: i64, max_in_use: u8) -> String {
+    format!(
+        "the data uses {} of the {} quota even with its history compacted (the alarm is \
+         disarmed below {max_in_use}%{}); delete keys or raise \
+         spec.maintenance.quotaBackendBytes",
+        mib(live),
+        mib(quota),
+        if max_in_use < RECLAIM_MAX_IN_USE {
+            ", as NOSPACE came back soon after space was last reclaimed"
+        } else {
+            ""
+        }
+    )
+}
 /// Defragments member `name` over a connection of its own; returns its database size before
 /// and after.
 async fn defragment(obs: &Observed, name: &str) -> Result<(i64, i64), Error> {

@@ -118,6 +118,9 @@ pub struct Observation {
     /// Members with a NOSPACE alarm raised: the database reached its quota, and the cluster
     /// refuses every write that would grow it until the alarm is disarmed.
     pub nospace: BTreeSet<u64>,
+    /// How long ago this operator last reclaimed space for the cluster (`None`: not since it
+    /// started).
+    pub since_reclaim: Option<Duration>,
     /// The cluster's automatic CA has a rotation step to take (asked for, or two thirds of
     /// its validity passed, or a rotation under way).
     pub ca_rotation_due: bool,
@@ -295,8 +298,8 @@ pub enum Action {
     RotateCa,
     /// etcd raised NOSPACE: compact the history, defragment the members one at a time (the
     /// leader last, once another leads) and disarm the alarm, unless the data itself,
-    /// compacted, leaves too little of the quota.
-    ReclaimSpace,
+    /// compacted, uses `max_in_use` percent of the quota or more.
+    ReclaimSpace { max_in_use: u8 },
     /// The cluster is as asked.
     Steady,
 }
@@ -314,6 +317,16 @@ impl Action {
         )
     }
 }
+
+/// The share of the quota (percent) that the data, compacted, may use for NOSPACE to be
+/// disarmed: above it the next writes would raise it again at once.
+pub const RECLAIM_MAX_IN_USE: u8 = 90;
+/// The same when NOSPACE comes back within [`RECLAIM_AGAIN_WITHIN`] of the last reclaim: the
+/// data grows into the quota rather than its history filling it, and disarming again would
+/// only make a loop of refusals, compactions and defragmentations.
+pub const RECLAIM_AGAIN_MAX_IN_USE: u8 = 50;
+/// See [`RECLAIM_AGAIN_MAX_IN_USE`].
+pub const RECLAIM_AGAIN_WITHIN: Duration = Duration::from_secs(300);
 
 /// Majority of `voters`.
 pub fn quorum(voters: usize) -> usize {
