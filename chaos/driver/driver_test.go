@@ -34,9 +34,20 @@ func TestInvariantsCatchAvailableButUnwritableTwoRemovedAtOnceAndARemovedMemberB
 	if v := invariants(ok, append(ok, s(4, true, true, 1, 2, 4, 5, 6))); len(v) != 0 {
 		t.Fatalf("a fault struck once, one member replaced, two promoted: %v", v)
 	}
-	bad := []sample{s(0, true, false, 1, 2, 3), s(1, true, false, 1, 2, 3)}
-	if v := invariants(bad, nil); len(v) != 1 {
-		t.Fatalf("Available twice while unwritable: %v", v)
+	// Available while unwritable: within one look of the operator (a fault it has not seen
+	// yet), allowed; longer, a violation.
+	var within, beyond []sample
+	for at := 0; at < 7; at++ {
+		if at < 5 {
+			within = append(within, s(at, true, false, 1, 2, 3))
+		}
+		beyond = append(beyond, s(at, true, false, 1, 2, 3))
+	}
+	if v := invariants(within, nil); len(v) != 0 {
+		t.Fatalf("Available for one look while unwritable: %v", v)
+	}
+	if v := invariants(beyond, nil); len(v) != 1 {
+		t.Fatalf("Available for 7 s while unwritable: %v", v)
 	}
 	if v := invariants(nil, []sample{s(0, true, true, 1, 2, 3, 4, 5), s(1, true, true, 1, 2, 3)}); len(v) != 1 {
 		t.Fatalf("two voters removed at once: %v", v)

@@ -30,16 +30,19 @@ type KindFigures struct {
 
 // Report is the run's outcome; report.json has it, with the top-level numbers scripts read.
 type Report struct {
-	Seed            int64         `json:"seed"`
-	Seconds         float64       `json:"seconds"`
-	Faults          int           `json:"faults"`
-	Acknowledged    int           `json:"acknowledged"`
-	Failed          int           `json:"failed"`
-	Lost            int           `json:"lost"`
-	NonLinearizable int           `json:"non_linearizable"`
-	Violations      int           `json:"violations"`
-	ViolationList   []string      `json:"violation_list,omitempty"`
-	Kinds           []KindFigures `json:"kinds"`
+	Seed            int64   `json:"seed"`
+	Seconds         float64 `json:"seconds"`
+	Faults          int     `json:"faults"`
+	Acknowledged    int     `json:"acknowledged"`
+	Failed          int     `json:"failed"`
+	Lost            int     `json:"lost"`
+	NonLinearizable int     `json:"non_linearizable"`
+	Violations      int     `json:"violations"`
+	// The longest stretch of samples that saw Available while a write through the client
+	// Service failed (a violation beyond StatusLag).
+	LongestStaleAvailable float64       `json:"longest_stale_available_seconds"`
+	ViolationList         []string      `json:"violation_list,omitempty"`
+	Kinds                 []KindFigures `json:"kinds"`
 	// kube-apiserver stopped 20 s, a member pod deleted on its return: seconds until the
 	// operator removed the member (its replacement on its way).
 	APIOutageRecovery float64 `json:"api_outage_recovery_seconds"`
@@ -64,17 +67,40 @@ func longestGap(okReturns []int64, from, to time.Duration) time.Duration {
 	return max(longest, time.Duration(int64(to)-last))
 }
 
+// StatusLag is how long the status may still say Available while a client of the Service
+// cannot write: the status is the operator's last look, and a fault that nothing announces (a
+// NOSPACE alarm, a member frozen) is seen at its next one (every 5 s while it runs up to 10
+// clusters), plus a pass and the write of the status.
+const StatusLag = 6 * time.Second
+
+// staleAvailable: the stretches of samples in a row that saw Available while a write through
+// the client Service failed, as (first, last) sample times.
+func staleAvailable(samples []sample) [][2]time.Duration {
+	var out [][2]time.Duration
+	for i := 0; i < len(samples); i++ {
+		if !samples[i].Available || samples[i].Writable {
+			continue
+		}
+		j := i
+		for j+1 < len(samples) && samples[j+1].Available && !samples[j+1].Writable {
+			j++
+		}
+		out = append(out, [2]time.Duration{samples[i].At, samples[j].At})
+		i = j
+	}
+	return out
+}
+
 // invariants: what the operator must never do, as the samples (every second) and the member
-// views (every 200 ms) show it: Available while a client of the Service cannot write (seen
-// twice in a row, so that a fault that struck between the status and the write is not
-// counted), two voting members removed at once (within one view: the operator removes one,
-// then waits for every voter to be healthy), a removed member back under its ID.
+// views (every 200 ms) show it: Available while a client of the Service cannot write for
+// longer than [StatusLag], two voting members removed at once (within one view: the operator
+// removes one, then waits for every voter to be healthy), a removed member back under its ID.
 func invariants(samples, views []sample) []string {
 	var out []string
-	for i := 1; i < len(samples); i++ {
-		a, b := samples[i-1], samples[i]
-		if a.Available && !a.Writable && b.Available && !b.Writable {
-			out = append(out, fmt.Sprintf("Available at %v and %v while a write through the client Service failed", a.At.Round(time.Second), b.At.Round(time.Second)))
+	for _, s := range staleAvailable(samples) {
+		// A sample a second after the last one would have seen it too, at best.
+		if s[1]-s[0]+time.Second > StatusLag {
+			out = append(out, fmt.Sprintf("Available from %v to %v while writes through the client Service failed", s[0].Round(time.Second), s[1].Round(time.Second)))
 		}
 	}
 	var prev []uint64
@@ -122,6 +148,9 @@ func report(cfg *Config, h *history.History, r check.Result, faults []Fault, sam
 		}
 	}
 	rep.Violations = len(rep.ViolationList)
+	for _, st := range staleAvailable(samples) {
+		rep.LongestStaleAvailable = max(rep.LongestStaleAvailable, (st[1] - st[0] + time.Second).Seconds())
+	}
 	var okReturns []int64
 	for i := range h.Ops {
 		if h.Ops[i].Ok {
@@ -211,6 +240,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(t, "watch events missed / unexplained / out of order\t%d / %d / %d\t0\t\n",
 		r.Check.WatchMissing, r.Check.WatchPhantom, r.Check.WatchOutOfOrder)
 	fmt.Fprintf(t, "operator invariant violations\t%d\t0\t\n", r.Violations)
+	fmt.Fprintf(t, "longest Available while writes through the Service failed\t%.0f s\t≤ %v\t\n", r.LongestStaleAvailable, StatusLag)
 	fmt.Fprintf(t, "kube-apiserver back after 20 s out → the operator replaces a deleted member\t%.1f s\t< 10 s\t\n", r.APIOutageRecovery)
 	fmt.Fprintf(t, "  → healthy at full size (nodes NotReady after the outage report again first)\t%.1f s\t\t\n", r.APIOutageHealthy)
 	t.Flush()
