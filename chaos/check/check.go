@@ -88,8 +88,8 @@ func linearizable(h *history.History, timeout time.Duration, visualize string, r
 	ops := make([]porcupine.Operation, 0, len(h.Ops))
 	for i := range h.Ops {
 		op := &h.Ops[i]
-		if !op.Ok && (!op.Writes() || op.Refused()) {
-			continue // a failed read, or a write etcd refused, changed nothing
+		if !op.Ok && !op.Writes() {
+			continue // a failed read changed nothing
 		}
 		ret := op.Return
 		if !op.Ok {

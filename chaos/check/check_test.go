@@ -145,23 +145,16 @@ func TestAnIllegalHistoryIsDrawn(t *testing.T) {
 	}
 }
 
-func TestAWriteEtcdRefusedForLackOfSpaceWroteNothing(t *testing.T) {
+func TestAWriteRefusedForLackOfSpaceMayHaveBeenMade(t *testing.T) {
+	// etcd applies a write that crosses the quota, then answers "database space exceeded"
+	// (its quota applier), until the NOSPACE alarm is applied: such a write is as unknown as
+	// one that timed out, and a read that shows it is linearizable.
 	refused := failed(put(0, "a", "v2", 20, 30, 0))
 	refused.Error = "etcdserver: mvcc: database space exceeded"
-	// Read after it: the old value, as it should be.
-	r := run(t, []history.Op{put(0, "a", "v1", 0, 10, 2), refused, get(1, "a", 40, 50, "v1", 2, 2)})
-	if r.Linearizable != "Ok" {
-		t.Fatalf("a refused write taken for a write: %+v", r)
-	}
-	// A read that shows the refused value: a write etcd said it did not make was made.
-	r = run(t, []history.Op{put(0, "a", "v1", 0, 10, 2), refused, get(1, "a", 40, 50, "v2", 3, 3)})
-	if r.Linearizable != "Illegal" {
-		t.Fatalf("a read of a refused write passed: %+v", r)
-	}
-	// Timed out instead: it may have been made.
-	timedOut := failed(put(0, "a", "v2", 20, 30, 0))
-	r = run(t, []history.Op{put(0, "a", "v1", 0, 10, 2), timedOut, get(1, "a", 40, 50, "v2", 3, 3)})
-	if r.Linearizable != "Ok" {
-		t.Fatalf("a write that may have been made rejected: %+v", r)
+	for _, seen := range []history.Op{get(1, "a", 40, 50, "v1", 2, 2), get(1, "a", 40, 50, "v2", 3, 3)} {
+		r := run(t, []history.Op{put(0, "a", "v1", 0, 10, 2), refused, seen})
+		if r.Linearizable != "Ok" {
+			t.Fatalf("a write that may have been made, read as %q: %+v", seen.Found, r)
+		}
 	}
 }

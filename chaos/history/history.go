@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 )
 
 // Kind names an operation.
@@ -50,13 +49,6 @@ type Op struct {
 }
 
 // Writes reports whether the operation (when applied) changed its key.
-// Refused reports whether a failed operation is one etcd refused before applying it: it wrote
-// nothing, so it is no unknown write the checker must place (NOSPACE: "database space
-// exceeded", checked before a request is proposed and again as it is applied).
-func (o *Op) Refused() bool {
-	return !o.Ok && strings.Contains(o.Error, "database space exceeded")
-}
-
 func (o *Op) Writes() bool {
 	switch o.Kind {
 	case Put:
