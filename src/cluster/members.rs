@@ -30,6 +30,8 @@ pub const MAX_LEARNERS: usize = 6;
 
 /// The flag that carries [`MAX_LEARNERS`].
 pub const MAX_LEARNERS_FLAG: &str = "--max-learners=";
+/// etcd's flag for the backend quota, as member pods carry it.
+pub const QUOTA_FLAG: &str = "--quota-backend-bytes=";
 
 /// A new member name for `cluster`: `<cluster>-<5 random lowercase letters or digits>`.
 pub fn new_member_name(cluster: &str) -> String {

@@ -12,7 +12,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use super::handles::Handles;
-use super::members::MAX_LEARNERS_FLAG;
+use super::members::{MAX_LEARNERS_FLAG, QUOTA_FLAG};
 use super::plan::{MemberView, Observation, PodState, PodView};
 use super::resources::{
     JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION,
@@ -20,7 +20,7 @@ use super::resources::{
 };
 use super::serving::{self, ReadMemory, Serving};
 use crate::api::common::find_condition;
-use crate::api::{Condition, EtcdCluster};
+use crate::api::{Condition, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster};
 use crate::etcd::{self, ClientTls, Endpoint, Etcd, Member, Status};
 use crate::kube::names::{Addressing, CLIENT_PORT, addressing, selector};
 
@@ -173,22 +173,42 @@ pub fn max_learners(obs: &Observed) -> usize {
     members
         .iter()
         .map(|m| {
-            obs.pods
-                .get(&m.name)
-                .and_then(etcd_container)
-                .and_then(|c| {
-                    c.command
-                        .iter()
-                        .chain(c.args.iter())
-                        .flatten()
-                        .find_map(|a| a.strip_prefix(MAX_LEARNERS_FLAG))
-                        .and_then(|n| n.parse::<usize>().ok())
-                })
+            flag(obs, &m.name, MAX_LEARNERS_FLAG)
+                .and_then(|n| n.parse::<usize>().ok())
                 .unwrap_or(1)
         })
         .min()
         .unwrap_or(1)
         .max(1)
+}
+
+/// The backend quota the members run with: the smallest `--quota-backend-bytes` among the
+/// voters' pods (etcd's default for a pod without it). Each member holds its own database
+/// against its own quota, so the smallest is the first reached; during a roll to a new quota
+/// it is the old one until every member runs the new.
+pub fn running_quota(obs: &Observed) -> i64 {
+    obs.plan
+        .members
+        .iter()
+        .flatten()
+        .filter(|m| !m.is_learner)
+        .map(|m| {
+            flag(obs, &m.name, QUOTA_FLAG)
+                .and_then(|n| n.parse::<i64>().ok())
+                .unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES)
+        })
+        .min()
+        .unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES)
+}
+
+/// The value of etcd flag `prefix` (`--name=`) in member `name`'s pod.
+fn flag<'a>(obs: &'a Observed, name: &str, prefix: &str) -> Option<&'a str> {
+    let c = etcd_container(obs.pods.get(name)?)?;
+    c.command
+        .iter()
+        .chain(c.args.iter())
+        .flatten()
+        .find_map(|a| a.strip_prefix(prefix))
 }
 
 /// The image of a pod's etcd container.

@@ -427,7 +427,7 @@ pub fn member_pod(
         .as_ref()
         .and_then(|m| m.quota_backend_bytes)
     {
-        args.push(format!("--quota-backend-bytes={quota}"));
+        args.push(format!("{}{quota}", super::members::QUOTA_FLAG));
     }
     let name = cluster.name_any();
     let spec = &cluster.spec;

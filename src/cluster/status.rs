@@ -76,7 +76,7 @@ fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'stati
         | Action::ReplaceMember { .. }
         | Action::DeletePod { .. }
         | Action::RecreatePod { .. }
-        | Action::ReclaimSpace { .. } => Some("Recovering"),
+        | Action::ReclaimSpace => Some("Recovering"),
         Action::Wait { .. } if voters != size => Some("Scaling"),
         Action::Wait { .. } => Some("Recovering"),
         _ => None,
@@ -269,7 +269,7 @@ fn degraded(
     reason: &str,
 ) -> Condition {
     let stalled = matches!(action, Action::RollStalled { .. });
-    let space = matches!(action, Action::ReclaimSpace { .. });
+    let space = matches!(action, Action::ReclaimSpace);
     let unready = &roster.members.unready;
     let degraded = !whole || !unready.is_empty() || stalled || space;
     condition(
@@ -280,18 +280,16 @@ fn degraded(
         match action {
             Action::QuorumLost { .. } => "QuorumLost",
             Action::RollStalled { .. } => "RollStalled",
-            Action::ReclaimSpace { .. } => "NoSpace",
+            Action::ReclaimSpace => "NoSpace",
             _ if degraded => "MembersUnhealthy",
             _ => "AllMembersHealthy",
         },
         match action {
             Action::RollStalled { reason } => reason.clone(),
-            Action::ReclaimSpace { .. } => {
-                "etcd raised NOSPACE: writes that grow the database are \
+            Action::ReclaimSpace => "etcd raised NOSPACE: writes that grow the database are \
                 refused, reads are served; the history is compacted, the members defragmented \
                 and the alarm disarmed"
-                    .into()
-            }
+                .into(),
             _ if unready.is_empty() => reason.to_string(),
             _ => format!("not ready: {}", unready.join(", ")),
         },

@@ -174,8 +174,9 @@ struct Memory {
     unserved_since: Option<Instant>,
     /// The refusal met by the last pass, and how many passes in a row met it.
     refused: Option<(String, u32)>,
-    /// When space was last reclaimed after NOSPACE.
-    reclaimed: Option<Instant>,
+    /// What the last reclaim found when the data did not fit: the revision and the quota it
+    /// looked at, and why (for the status, until NOSPACE is gone).
+    exhausted: Option<(i64, i64, String)>,
 }
 
 impl Memory {
@@ -313,6 +314,24 @@ fn effective_spec(cluster: &EtcdCluster, obs: &Observed) -> (EtcdCluster, Option
     (effective, Some(message))
 }
 
+/// Whether the last reclaim found that the data does not fit and nothing changed since (the
+/// same revision, the same quota the members run with), for the planner; forgotten once
+/// NOSPACE is gone. Returns the revision and quota looked at now.
+fn space_exhausted(obs: &mut Observed, memory: &mut Memory) -> (i64, i64) {
+    let space = (
+        obs.statuses.values().map(|s| s.revision).max().unwrap_or(0),
+        observe::running_quota(obs),
+    );
+    if obs.plan.nospace.is_empty() {
+        memory.exhausted = None;
+    }
+    obs.plan.space_exhausted = memory
+        .exhausted
+        .as_ref()
+        .is_some_and(|(revision, quota, _)| (*revision, *quota) == space);
+    space
+}
+
 /// One pass: observe, plan, act, report. Returns how soon to look again.
 async fn reconcile(
     ctx: &Context,
@@ -348,16 +367,25 @@ async fn reconcile(
         &mut memory.health,
     )
     .await?;
-    obs.plan.since_reclaim = memory.reclaimed.map(|at| at.elapsed());
+    let space = space_exhausted(&mut obs, memory);
     let (effective, pin) = effective_spec(cluster, &obs);
     observe::mark_current(&mut obs, &effective, &material.revision);
     obs.plan.ca_rotation_due =
         tls::rotation_due(&material, cluster, time::OffsetDateTime::now_utc());
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref()).await?;
+    if action == Action::ReclaimSpace {
+        // It takes a defragmentation per voter, seconds to minutes: the status says why
+        // writes are refused meanwhile, not what it said before the alarm.
+        let early = status::compute(cluster, &obs, &action);
+        write_status_if_due(ctx, cluster, &early, memory).await?;
+    }
     let outcome = act::act(&pass, &effective, &obs, &action).await;
-    if let (Action::ReclaimSpace { .. }, Ok(Outcome::Done(_))) = (&action, &outcome) {
-        memory.reclaimed = Some(Instant::now());
+    if action == Action::ReclaimSpace {
+        memory.exhausted = match &outcome {
+            Ok(Outcome::Retry(why)) => Some((space.0, space.1, why.clone())),
+            _ => None,
+        };
     }
     memory.expect.add(pass.take_writes());
     let new_status = report(
@@ -494,12 +522,14 @@ async fn report(
     if let (Action::RotateCa, Ok(Outcome::Done(Some(step)))) = (action, outcome) {
         status::mark_rotating(&mut new_status, cluster.metadata.generation, step);
     }
-    // The data itself, compacted, leaves too little of the quota: nothing is disarmed.
-    let exceeded = match (action, outcome) {
-        (Action::ReclaimSpace { .. }, Ok(Outcome::Retry(why))) => Some(why),
-        _ => None,
-    };
-    if let Some(why) = exceeded {
+    // The data itself, compacted, leaves too little of the quota: nothing is disarmed, and
+    // the status says why for as long as the alarm stays.
+    let exceeded = memory
+        .exhausted
+        .as_ref()
+        .filter(|_| !obs.plan.nospace.is_empty())
+        .map(|(_, _, why)| why.clone());
+    if let Some(why) = &exceeded {
         mark_degraded(&mut new_status, "QuotaExceeded", why);
     }
     record_state(ctx, cluster, &new_status);
@@ -508,9 +538,7 @@ async fn report(
 
     let warning = match (action, pin) {
         (Action::RollStalled { reason }, _) => Some(("RollStalled", reason)),
-        (Action::ReclaimSpace { .. }, _) if exceeded.is_some() => {
-            exceeded.map(|why| ("QuotaExceeded", why))
-        }
+        _ if exceeded.is_some() => exceeded.as_ref().map(|why| ("QuotaExceeded", why)),
         (_, Some(message)) => Some(("UpgradeBlocked", message)),
         _ => None,
     };
@@ -559,7 +587,7 @@ async fn next_look(
             let ns = cluster.namespace().unwrap_or_default();
             match action {
                 Action::RotateCa => {}
-                Action::ReclaimSpace { .. } => {
+                Action::ReclaimSpace => {
                     ctx.metrics
                         .maintenance(&ns, &cluster.name_any(), reason_of(action))
                 }
@@ -764,7 +792,7 @@ fn reason_of(action: &Action) -> &'static str {
         } => "RestoreReplacingMembers",
         Action::DeletePod { .. } => "PodDeleted",
         Action::RestoreSeed => "RestoreSeedCreated",
-        Action::ReclaimSpace { .. } => "SpaceReclaimed",
+        Action::ReclaimSpace => "SpaceReclaimed",
         Action::RestoreDone { .. } => "RestoreSeedServing",
         Action::RotateCa => "CertificatesRotating",
         _ => "Reconciled",

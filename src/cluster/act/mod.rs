@@ -187,9 +187,7 @@ pub async fn act(
         Action::DeletePod { name, reason } => delete_member_pod(pass, cluster, name, *reason).await,
         Action::RestoreSeed => restore_seed(pass, cluster).await,
         Action::RotateCa => rotate_ca(pass, cluster).await,
-        Action::ReclaimSpace { max_in_use } => {
-            reclaim_space(obs, cluster.spec.quota_backend_bytes(), *max_in_use).await
-        }
+        Action::ReclaimSpace => reclaim_space(obs, super::observe::running_quota(obs)).await,
         Action::RestoreDone { seed } => Ok(Outcome::Done(Some(format!(
             "seed member {seed} serves the restored data; the cluster grows back to its size"
         )))),

@@ -1,82 +1,70 @@
-//! Reclaiming space after etcd raised NOSPACE: the history compacted, the members defragmented
+//! Reclaiming space after etcd raised NOSPACE: the history compacted, the voters defragmented
 //! one at a time (followers first, the leader last, after leadership moved away), the alarm
 //! disarmed. Each step is idempotent, so an operator that stops midway starts again from the
 //! top on its next look.
 
 use std::time::Duration;
 
-use super::{Error, Outcome, connect};
+use super::{Error, Outcome};
 use crate::cluster::observe::{ETCD_TIMEOUT, Observed};
 use crate::cluster::plan::RECLAIM_MAX_IN_USE;
 use crate::etcd::{self, Etcd};
 
-/// How long one member's defragmentation may take: it rewrites the whole database file (etcd
-/// needs about a second per hundred MiB on a slow disk), and the member serves nothing
-/// meanwhile.
-const DEFRAG_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a compaction or one member's defragmentation may take: a defragmentation
+/// rewrites the whole database file (about a second per hundred MiB on a slow disk) and the
+/// member serves nothing meanwhile; a physical compaction of a long history goes in batches.
+const LONG_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Compacts, defragments and disarms; [`Outcome::Retry`] when the data itself, compacted,
-/// uses `max_in_use` percent of `quota` or more (nothing is disarmed: the user must delete
-/// data or raise the quota), with the sizes in the message.
+/// uses [`RECLAIM_MAX_IN_USE`] percent of `quota` (what the members run with) or more: nothing
+/// is disarmed, the user must delete data or raise the quota. The message has the sizes.
 ///
-/// What the data uses is read from a defragmented member's file: etcd's own "in use" figure
-/// stays where it was right after a compaction (the freed pages are only released by a later
-/// write, and NOSPACE refuses writes), so the first member, a follower, is defragmented
-/// before anything is decided. When the compaction finds nothing new to compact and a
-/// member's file is already tight (defragmented since), that file tells: a cluster whose data
-/// does not fit is not defragmented again on every look while the user deletes nothing.
-pub(super) async fn reclaim_space(
-    obs: &Observed,
-    quota: i64,
-    max_in_use: u8,
-) -> Result<Outcome, Error> {
-    let mut etcd = connect(obs).await?;
-    // The newest revision any member reported.
-    let revision = obs.statuses.values().map(|s| s.revision).max().unwrap_or(0);
-    let compacted = revision > 0 && etcd.compact(revision).await?;
-    if compacted {
-        crate::crash::point("after-compact");
-    }
-    let healthy: Vec<(String, u64)> = obs
+/// What the data uses is read from the first voter's file once it is compacted and
+/// defragmented: etcd's own "in use" figure stays at its value before a compaction until a
+/// later write (which NOSPACE refuses) releases the freed pages. The compaction is asked of
+/// that member, so that it returns only once that member has applied it. Learners are left
+/// alone: etcd serves them neither defragmentation nor leadership.
+pub(super) async fn reclaim_space(obs: &Observed, quota: i64) -> Result<Outcome, Error> {
+    let voters: Vec<(String, u64)> = obs
         .plan
         .members
         .iter()
         .flatten()
-        .filter(|m| m.healthy && obs.plan.pod_alive(&m.name))
+        .filter(|m| m.healthy && !m.is_learner && obs.plan.pod_alive(&m.name))
         .map(|m| (m.name.clone(), m.id))
         .collect();
     let leader = obs.plan.leader;
     let (followers, leaders): (Vec<_>, Vec<_>) =
-        healthy.iter().partition(|(_, id)| Some(*id) != leader);
-    let mut order: Vec<&(String, u64)> = followers.iter().chain(leaders.iter()).copied().collect();
-    let too_much = |bytes: i64| bytes as f64 >= quota as f64 * f64::from(max_in_use) / 100.0;
-    let (mut before, mut after) = (0, 0);
-    // A member whose file is (nearly) all in use was defragmented since the last compaction.
-    let tight = obs
-        .statuses
-        .values()
-        .filter(|s| healthy.iter().any(|(_, id)| *id == s.member_id))
-        .filter(|s| (s.db_size - s.db_size_in_use) * 20 <= s.db_size)
-        .map(|s| s.db_size)
-        .min();
-    let live = match tight.filter(|_| !compacted) {
-        Some(size) => size,
-        None => {
-            let Some((first, _)) = order.first() else {
-                return Err(Error::NoEndpoint);
-            };
-            (before, after) = defragment(obs, first).await?;
-            order.remove(0);
-            after
-        }
+        voters.iter().partition(|(_, id)| Some(*id) != leader);
+    let order: Vec<&(String, u64)> = followers.iter().chain(leaders.iter()).copied().collect();
+    let Some(((first, _), rest)) = order.split_first() else {
+        return Err(Error::NoEndpoint);
     };
-    if too_much(live) {
-        return Ok(Outcome::Retry(exceeded(live, quota, max_in_use)));
+    let endpoint = obs.pod_endpoint(first).ok_or(Error::NoEndpoint)?;
+    let revision = obs.statuses.values().map(|s| s.revision).max().unwrap_or(0);
+    if revision > 0
+        && Etcd::connect(&endpoint, LONG_TIMEOUT)
+            .await?
+            .compact(revision)
+            .await?
+    {
+        crate::crash::point("after-compact");
     }
-    for (name, _) in order {
+    let (mut before, mut after) = defragment(obs, first).await?;
+    let live = after;
+    if live as f64 >= quota as f64 * f64::from(RECLAIM_MAX_IN_USE) / 100.0 {
+        return Ok(Outcome::Retry(format!(
+            "the data uses {} of the {} quota the members run with, even with its history \
+             compacted (the alarm is disarmed below {RECLAIM_MAX_IN_USE}%); delete keys or \
+             raise spec.maintenance.quotaBackendBytes",
+            mib(live),
+            mib(quota),
+        )));
+    }
+    for (name, _) in rest {
         // Defragmenting the leader would stall every write for as long as it takes: another
         // leads meanwhile (a follower, defragmented by now).
-        if Some(name) == leaders.first().map(|(n, _)| n)
+        if leaders.first().is_some_and(|(n, _)| n == name)
             && let Some((_, to)) = followers.first()
             && let Some(endpoint) = obs.pod_endpoint(name)
         {
@@ -89,39 +77,26 @@ pub(super) async fn reclaim_space(
         before += b;
         after += a;
     }
+    let mut etcd = Etcd::connect(&endpoint, ETCD_TIMEOUT).await?;
     for id in &obs.plan.nospace {
         etcd.set_nospace_alarm(*id, false).await?;
     }
     Ok(Outcome::Done(Some(format!(
         "etcd raised NOSPACE (quota {}): compacted to revision {revision}, defragmented {} \
-         member(s) from {} to {}, and disarmed the alarm; writes are served again",
+         voter(s) from {} to {}, and disarmed the alarm; writes are served again",
         mib(quota),
-        healthy.len(),
+        voters.len(),
         mib(before),
         mib(after)
     ))))
 }
 
-fn exceeded(live: i64, quota: i64, max_in_use: u8) -> String {
-    format!(
-        "the data uses {} of the {} quota even with its history compacted (the alarm is \
-         disarmed below {max_in_use}%{}); delete keys or raise \
-         spec.maintenance.quotaBackendBytes",
-        mib(live),
-        mib(quota),
-        if max_in_use < RECLAIM_MAX_IN_USE {
-            ", as NOSPACE came back soon after space was last reclaimed"
-        } else {
-            ""
-        }
-    )
-}
 /// Defragments member `name` over a connection of its own; returns its database size before
 /// and after.
 async fn defragment(obs: &Observed, name: &str) -> Result<(i64, i64), Error> {
     let endpoint = obs.pod_endpoint(name).ok_or(Error::NoEndpoint)?;
     let before = etcd::status(&endpoint, ETCD_TIMEOUT).await?.db_size;
-    let mut own = Etcd::connect(&endpoint, DEFRAG_TIMEOUT).await?;
+    let mut own = Etcd::connect(&endpoint, LONG_TIMEOUT).await?;
     own.defragment(&endpoint.url).await?;
     let after = etcd::status(&endpoint, ETCD_TIMEOUT).await?.db_size;
     Ok((before, after))

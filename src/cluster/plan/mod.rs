@@ -118,9 +118,11 @@ pub struct Observation {
     /// Members with a NOSPACE alarm raised: the database reached its quota, and the cluster
     /// refuses every write that would grow it until the alarm is disarmed.
     pub nospace: BTreeSet<u64>,
-    /// How long ago this operator last reclaimed space for the cluster (`None`: not since it
-    /// started).
-    pub since_reclaim: Option<Duration>,
+    /// The last reclaim found that the data, compacted, does not fit the quota the members
+    /// run with, and nothing has changed since (no new revision: nothing deleted; the same
+    /// quota): reclaiming again would find the same, so the other steps go on (a dead member
+    /// replaced, a roll to a larger quota) while the status says so.
+    pub space_exhausted: bool,
     /// The cluster's automatic CA has a rotation step to take (asked for, or two thirds of
     /// its validity passed, or a rotation under way).
     pub ca_rotation_due: bool,
@@ -296,10 +298,10 @@ pub enum Action {
     /// (every pod current, every member a healthy voter), so the roll of the last step is
     /// over.
     RotateCa,
-    /// etcd raised NOSPACE: compact the history, defragment the members one at a time (the
+    /// etcd raised NOSPACE: compact the history, defragment the voters one at a time (the
     /// leader last, once another leads) and disarm the alarm, unless the data itself,
-    /// compacted, uses `max_in_use` percent of the quota or more.
-    ReclaimSpace { max_in_use: u8 },
+    /// compacted, uses [`RECLAIM_MAX_IN_USE`] percent of the quota or more.
+    ReclaimSpace,
     /// The cluster is as asked.
     Steady,
 }
@@ -319,14 +321,9 @@ impl Action {
 }
 
 /// The share of the quota (percent) that the data, compacted, may use for NOSPACE to be
-/// disarmed: above it the next writes would raise it again at once.
+/// disarmed: above it the next writes would raise it again at once, and disarming again and
+/// again would only make a loop of refusals and defragmentations.
 pub const RECLAIM_MAX_IN_USE: u8 = 90;
-/// The same when NOSPACE comes back within [`RECLAIM_AGAIN_WITHIN`] of the last reclaim: the
-/// data grows into the quota rather than its history filling it, and disarming again would
-/// only make a loop of refusals, compactions and defragmentations.
-pub const RECLAIM_AGAIN_MAX_IN_USE: u8 = 50;
-/// See [`RECLAIM_AGAIN_MAX_IN_USE`].
-pub const RECLAIM_AGAIN_WITHIN: Duration = Duration::from_secs(300);
 
 /// Majority of `voters`.
 pub fn quorum(voters: usize) -> usize {

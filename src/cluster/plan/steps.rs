@@ -334,17 +334,7 @@ impl<'a> Cluster<'a> {
     /// on; reclaiming changes no membership and needs only the quorum there is, so it comes
     /// first.
     fn reclaim_space(&self) -> Option<Action> {
-        let again = self
-            .obs
-            .since_reclaim
-            .is_some_and(|d| d < RECLAIM_AGAIN_WITHIN);
-        (!self.obs.nospace.is_empty()).then_some(Action::ReclaimSpace {
-            max_in_use: if again {
-                RECLAIM_AGAIN_MAX_IN_USE
-            } else {
-                RECLAIM_MAX_IN_USE
-            },
-        })
+        (!self.obs.nospace.is_empty() && !self.obs.space_exhausted).then_some(Action::ReclaimSpace)
     }
 
     /// The claim of a member that is gone (removed, or never added) holds nothing anyone

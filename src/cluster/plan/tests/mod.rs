@@ -73,7 +73,7 @@ fn cluster() -> Fixture {
             known_members: BTreeSet::new(),
             unpublished: BTreeSet::new(),
             nospace: BTreeSet::new(),
-            since_reclaim: None,
+            space_exhausted: false,
             ca_rotation_due: false,
         },
     }

@@ -96,7 +96,7 @@ impl Sim {
             unpublished: BTreeSet::new(),
             ca_rotation_due: false,
             nospace: Default::default(),
-            since_reclaim: None,
+            space_exhausted: false,
         }
     }
 
