@@ -11,8 +11,9 @@
 use std::time::{Duration, Instant};
 
 use e2e::{
-    CLK_TCK, Kubectl, OperatorProcess, Writer, all_ready, cluster_healthy, cpu_ticks, get,
-    healthy_at_size, member_pods, names_of, pod_names, rss_kib, until, until_every,
+    CLK_TCK, Kubectl, OperatorProcess, Writer, all_ready, client_endpoint, cluster_healthy,
+    cpu_ticks, get, healthy_at_size, member_pods, names_of, pod_names, put_value, rss_kib, until,
+    until_every, write_once,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -60,6 +61,52 @@ fn tls_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
         ));
     }
     rows
+}
+
+/// NOSPACE on a 3-member etcd 3.6 cluster with a 256 MiB quota, filled through the client
+/// Service by overwriting one key with 1 MiB values: from etcd's first refusal to the first
+/// write served again (the operator's look, a compaction, three defragmentations, the
+/// disarm), three times.
+fn space_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
+    let quota: i64 = 256 << 20;
+    let c = json!({"apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdCluster", "metadata": {"name": "space"},
+        "spec": {"size": 3, "version": "3.6.16",
+                 "maintenance": {"quotaBackendBytes": quota}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
+    until("space Available", 600, || {
+        healthy_at_size(k, ns, "space", 3)
+    });
+    let endpoint = client_endpoint(k, ns, "space");
+    let value = vec![b'x'; 1 << 20];
+    let mut runs = Vec::new();
+    for round in 0..3u64 {
+        let mut refused = None;
+        for _ in 0..2000 {
+            match put_value(&endpoint, "bench/fill", &value) {
+                Ok(()) => {}
+                Err(e) if e.contains("database space exceeded") => {
+                    refused = Some(Instant::now());
+                    break;
+                }
+                Err(e) => eprintln!("fill: {e}"),
+            }
+        }
+        let refused = refused.expect("etcd refused a write for lack of space");
+        until("writes served again", 300, || {
+            write_once(&endpoint, 1_000_000 + round).is_ok()
+        });
+        runs.push(refused.elapsed());
+    }
+    let all: Vec<String> = runs
+        .iter()
+        .map(|d| format!("{:.1}", d.as_secs_f64()))
+        .collect();
+    vec![(
+        "NOSPACE raised (256 MiB quota) → writes served again".into(),
+        format!("{} ({})", secs(median(runs)), all.join(", ")),
+        "< 30 s",
+    )]
 }
 
 /// Apply to Available for 3 and 5 members on etcd 3.6, and a member pod deleted to healthy at
@@ -503,6 +550,11 @@ fn main() {
     // `BENCH_ONLY=node-faults`: node faults (issue 25's targets), on 3 or more nodes.
     if std::env::var("BENCH_ONLY").as_deref() == Ok("node-faults") {
         print_table(vec![], floor, node_rows(&k, ns));
+        return;
+    }
+    // `BENCH_ONLY=space`: NOSPACE reclaimed (issue 27's target).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("space") {
+        print_table(space_rows(&k, ns), floor, vec![]);
         return;
     }
     // `BENCH_ONLY=tls`: apply to Available with automatic TLS beside plain.
