@@ -193,28 +193,16 @@ impl Operator<'_> {
     /// For a failed test: the pods and clusters of the namespace, and the end of every etcd
     /// member's log (etcd says there why it refused a request).
     fn members(&self) -> String {
-        let mut out = String::new();
-        for args in [
-            &["get", "pods,etcdclusters", "-n", &self.ns, "-o", "wide"][..],
-            &[
-                "logs",
-                "-n",
-                &self.ns,
-                "-l",
-                "etcd_cluster",
-                "--prefix",
-                "--tail=40",
-                "--all-containers",
-                "--max-log-requests=20",
-            ][..],
-        ] {
-            let o = self.kubectl.run(args, None);
-            out.push_str(&String::from_utf8_lossy(&o.stdout));
-            out.push_str(&String::from_utf8_lossy(&o.stderr));
-        }
-        // What etcd's transport and membership did over the whole test: a refusal such as
-        // "unhealthy cluster" is explained by which peer became inactive when, which the end of
-        // the log no longer shows.
+        let o = self.kubectl.run(
+            &["get", "pods,etcdclusters", "-n", &self.ns, "-o", "wide"],
+            None,
+        );
+        let mut out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.push_str(&String::from_utf8_lossy(&o.stderr));
+        // Every member's whole log, once: its end (etcd says there why it refused a request),
+        // and what its transport and membership did over the whole test (a refusal such as
+        // "unhealthy cluster" is explained by which peer became inactive when, which the end
+        // of the log no longer shows).
         let all = self.kubectl.run(
             &[
                 "logs",
@@ -229,6 +217,18 @@ impl Operator<'_> {
             None,
         );
         let text = String::from_utf8_lossy(&all.stdout);
+        out.push_str(&String::from_utf8_lossy(&all.stderr));
+        let mut by_pod: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for line in text.lines() {
+            let pod = line.split(']').next().unwrap_or_default();
+            by_pod.entry(pod).or_default().push(line);
+        }
+        for lines in by_pod.values() {
+            for line in &lines[lines.len().saturating_sub(40)..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
         let notable: Vec<&str> = text
             .lines()
             .filter(|l| NOTABLE.iter().any(|n| l.contains(n)))

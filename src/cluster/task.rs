@@ -803,12 +803,7 @@ fn reason_of(action: &Action) -> &'static str {
 /// failing together (the API server restarting) do not retry together.
 fn backoff() -> impl Iterator<Item = Duration> {
     use backon::BackoffBuilder;
-    backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_secs(1))
-        .with_max_delay(Duration::from_secs(60))
-        .with_jitter()
-        .without_max_times()
-        .build()
+    crate::kube::exponential(Duration::from_secs(1), Duration::from_secs(60)).build()
 }
 
 /// Runs the loop of one cluster until its spec channel closes (the cluster was deleted).

@@ -22,10 +22,14 @@ use std::time::Duration;
 /// back to acting (a deleted member was replaced 75 s after the return). One operator's
 /// handful of watches retrying every 2 s is nothing to a recovering API server.
 pub fn watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
+    exponential(Duration::from_millis(250), Duration::from_secs(2)).into()
+}
+
+/// Delays doubling from `min` to `max`, with jitter, for as long as it takes.
+pub fn exponential(min: Duration, max: Duration) -> backon::ExponentialBuilder {
     backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(250))
-        .with_max_delay(Duration::from_secs(2))
+        .with_min_delay(min)
+        .with_max_delay(max)
         .with_jitter()
         .without_max_times()
-        .into()
 }

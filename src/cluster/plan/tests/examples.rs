@@ -964,14 +964,4 @@ fn nospace_is_reclaimed_before_anything_else_and_never_without_quorum() {
     // Disarmed: as before.
     obs.nospace.clear();
     assert_eq!(plan(&obs, &target(3)), Action::Steady);
-    assert_eq!(
-        plan(
-            &obs,
-            &Target {
-                paused: true,
-                ..target(3)
-            }
-        ),
-        Action::Paused
-    );
 }
