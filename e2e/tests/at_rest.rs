@@ -32,6 +32,20 @@ fn creation_spread(k: &Kubectl, ns: &str, pods: &[String]) -> i64 {
     times.iter().max().unwrap() - times.iter().min().unwrap()
 }
 
+/// A status without the figures that change with every raft entry.
+fn without_figures(status: &serde_json::Value) -> serde_json::Value {
+    let mut s = status.clone();
+    if let Some(members) = s["memberStatuses"].as_array_mut() {
+        for m in members {
+            if let Some(m) = m.as_object_mut() {
+                m.remove("raftIndex");
+                m.remove("dbSize");
+            }
+        }
+    }
+    s
+}
+
 #[test]
 fn members_start_together_a_cluster_at_rest_costs_nothing_and_a_lost_member_is_replaced_at_once() {
     let k = Kubectl::from_env();
@@ -65,21 +79,30 @@ fn members_start_together_a_cluster_at_rest_costs_nothing_and_a_lost_member_is_r
         assert!(args.contains("--max-learners=6"), "{p}: {args}");
     }
 
-    // At rest: passes go on (every 5 s per cluster while few run, 30 s with many), requests do not. The status settles
-    // first (the last write of a starting cluster), then a window longer than a resync.
+    // At rest: passes go on (every 5 s per cluster while few run, 30 s with many), requests do
+    // not. The status settles first (the last write of a starting cluster), then a window
+    // longer than a resync. The figures that change with every raft entry (raftIndex, dbSize)
+    // may still have moved after that last write (new members publish their attributes
+    // through raft once they start): they are refreshed once within a resync, and that one
+    // write, with nothing else changed, is all a cluster at rest may cost.
     std::thread::sleep(Duration::from_secs(5));
+    let status_before = get(&k, ns, "etcdcluster/example")["status"].clone();
     let (passes, before) = (operator.reconciles(), operator.api_requests());
     std::thread::sleep(Duration::from_secs(40));
     let (passes_after, after) = (operator.reconciles(), operator.api_requests());
+    let status_after = get(&k, ns, "etcdcluster/example")["status"].clone();
     assert!(passes_after > passes, "no pass in 40 s");
     let made: Vec<String> = e2e::requests_since(&before, &after)
         .into_iter()
         .filter(|((_, resource), _)| resource != "leases")
         .map(|((verb, resource), n)| format!("{verb} {resource}: {n}"))
         .collect();
+    let refresh = made == ["patch etcdclusters/status: 1"]
+        && status_before != status_after
+        && without_figures(&status_before) == without_figures(&status_after);
     assert!(
-        made.is_empty(),
-        "requests in 40 s at rest ({} passes): {made:?}",
+        made.is_empty() || refresh,
+        "requests in 40 s at rest ({} passes): {made:?}\nstatus before: {status_before:#}\nstatus after: {status_after:#}",
         passes_after - passes
     );
 
