@@ -360,18 +360,41 @@ impl Etcd {
     pub async fn snapshot(
         &mut self,
     ) -> Result<std::pin::Pin<Box<dyn futures::Stream<Item = Result<Vec<u8>>> + Send>>> {
-        let stream = self.client.snapshot().await.map_err(Error::Snapshot)?;
-        Ok(Box::pin(futures::stream::unfold(
-            Some(stream),
-            |state| async move {
-                let mut stream = state?;
-                match stream.message().await {
-                    Ok(Some(m)) => Some((Ok(m.blob().to_vec()), Some(stream))),
-                    Ok(None) => None,
-                    Err(e) => Some((Err(Error::Snapshot(e)), None)),
-                }
-            },
-        )))
+        Ok(self.snapshot_sized().await?.1)
+    }
+
+    /// A snapshot with its size in bytes, known before the body from etcd's first message
+    /// (what it carries and what remains).
+    pub async fn snapshot_sized(
+        &mut self,
+    ) -> Result<(
+        u64,
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<Vec<u8>>> + Send>>,
+    )> {
+        let mut stream = self.client.snapshot().await.map_err(Error::Snapshot)?;
+        let first = stream.message().await.map_err(Error::Snapshot)?;
+        let (size, first) = match first {
+            Some(m) => (
+                m.remaining_bytes() + m.blob().len() as u64,
+                m.blob().to_vec(),
+            ),
+            None => (0, Vec::new()),
+        };
+        let rest = futures::stream::unfold(Some(stream), |state| async move {
+            let mut stream = state?;
+            match stream.message().await {
+                Ok(Some(m)) => Some((Ok(m.blob().to_vec()), Some(stream))),
+                Ok(None) => None,
+                Err(e) => Some((Err(Error::Snapshot(e)), None)),
+            }
+        });
+        Ok((
+            size,
+            Box::pin(futures::StreamExt::chain(
+                futures::stream::once(async move { Ok(first) }),
+                rest,
+            )),
+        ))
     }
 
     /// The member list, in etcd's order.

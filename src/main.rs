@@ -294,6 +294,7 @@ fn cluster_context(
     client: kube::Client,
     recorder: kube::runtime::events::Recorder,
     metrics: std::sync::Arc<metrics::Metrics>,
+    sources: std::sync::Arc<cluster::handles::Sources>,
 ) -> cluster::task::Context {
     cluster::task::Context {
         client,
@@ -302,6 +303,7 @@ fn cluster_context(
         gate_image: args.member_gate_image.clone().filter(|i| !i.is_empty()),
         snapshot_url: args.snapshot_url.clone().filter(|u| !u.is_empty()),
         caches: Default::default(),
+        sources,
         tasks: Default::default(),
         timings: cluster::task::Timings {
             replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
@@ -326,8 +328,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         bounded(config, Duration::from_secs(args.request_timeout)),
         &metrics,
     )?;
+    let sources = std::sync::Arc::new(cluster::handles::Sources::default());
     let snapshots = std::sync::Arc::new(restore::serve::Snapshots {
         client: client.clone(),
+        sources: sources.clone(),
     });
     let (_, serve) =
         http::serve(args.metrics_bind_address, metrics.clone(), Some(snapshots)).await?;
@@ -353,7 +357,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         client: client.clone(),
         events: report::Reporter::new(recorder.clone(), "Restore"),
     });
-    let ctx = std::sync::Arc::new(cluster_context(&args, client, recorder, metrics));
+    let ctx = std::sync::Arc::new(cluster_context(&args, client, recorder, metrics, sources));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     let backup_controller = backup::controller::run(

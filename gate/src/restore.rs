@@ -19,10 +19,11 @@ use sha2::{Digest, Sha256};
 use super::{endpoint, exit_on_termination, log};
 
 pub const USAGE: &str = "\
-etcd-gate restore --url http://IP:port/PATH --token T --sha256 HEX --data-dir DIR --name NAME
+etcd-gate restore --url http://IP:port/PATH --token T --sha256 [HEX] --data-dir DIR --name NAME
         --initial-cluster NAME=URL --initial-advertise-peer-urls URL --initial-cluster-token T
         [--bump-revision N] -- PROGRAM [ARG...]
-    fetch the snapshot at URL (Authorization: Bearer T), check its sha256, restore it into DIR
+    fetch the snapshot at URL (Authorization: Bearer T), check its sha256 (if given: etcd's own
+    trailing hash is checked by the restore tool either way), restore it into DIR
     with the etcdutl (or etcdctl) beside PROGRAM, then run PROGRAM; at once if DIR holds data";
 
 /// How long the fetch is tried before the gate gives up (the container restarts).
@@ -88,8 +89,12 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
         .strip_prefix("http://")
         .ok_or_else(|| format!("--url {url}: only http://IP:port/PATH is supported"))?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    // Empty for a snapshot served straight from a member's etcd (a recovery from lost
+    // quorum): no hash is known before it is read, and it ends with etcd's own sha256 of
+    // itself, which `snapshot restore` checks.
     let sha256 = take("--sha256")?.to_ascii_lowercase();
-    if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !sha256.is_empty() && (sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
         return Err(format!("--sha256 {sha256}: not a sha256 in hex"));
     }
     let bump_revision = match values.remove("--bump-revision") {
@@ -156,7 +161,11 @@ impl Restore {
                         .map_err(|e| format!("renaming {}: {e}", part.display()))?;
                     log(&format!(
                         "fetched the snapshot ({size} bytes, sha256 {}) in {} ms",
-                        self.sha256,
+                        if self.sha256.is_empty() {
+                            "left to etcd's own hash"
+                        } else {
+                            self.sha256.as_str()
+                        },
                         started.elapsed().as_millis()
                     ));
                     return Ok(());
@@ -224,7 +233,7 @@ impl Restore {
             return Err(format!("the answer ended after {size} of {expected} bytes"));
         }
         let got: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        if got != self.sha256 {
+        if !self.sha256.is_empty() && got != self.sha256 {
             return Err(format!(
                 "the snapshot has sha256 {got}, not {}; it is not used",
                 self.sha256
@@ -322,6 +331,15 @@ mod tests {
         assert_eq!(r.path, "/restores/ns/c/snapshot");
         assert_eq!(r.bump_revision, 100);
         assert_eq!(r.program_args, vec!["--name=c-x"]);
+        // A recovery's snapshot comes straight from a member: no hash is known before it is
+        // read (etcd's own trailing hash is checked by the restore tool).
+        let from_member = parse(&args(
+            "--url=http://10.0.0.9:8080/x --token t --sha256= --data-dir=d --name=n \
+             --initial-cluster=n=u --initial-advertise-peer-urls=u --initial-cluster-token=k \
+             -- etcd",
+        ))
+        .unwrap();
+        assert_eq!(from_member.sha256, "");
         for bad in [
             "--url=http://10.0.0.9:8080/x -- etcd",
             &format!("--url=https://h/x --token t --sha256={sha} -- etcd"),

@@ -103,6 +103,81 @@ pub struct EtcdClusterSpec {
     /// has no such field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<Maintenance>,
+
+    /// What the operator does when a majority of the members is lost for good (an extension
+    /// of this operator: the coreos operator has no such field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+}
+
+/// Recovery from lost quorum.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Recovery {
+    /// `Manual` (the default): the cluster is reported `Failed` with what to do next, and the
+    /// operator recovers it when the annotation `etcd.database.coreos.com/recover` is set to
+    /// `force-new-cluster` or `restore-latest-backup`. `ForceNewCluster`: the cluster is
+    /// rebuilt from the surviving member with the most data once quorum has been lost for
+    /// `after`. `RestoreLatestBackup`: the same while a member survives, otherwise the newest
+    /// succeeded EtcdBackup of this cluster is restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum_loss: Option<QuorumLossPolicy>,
+    /// How long the lost members must have been gone or silent before an automatic recovery
+    /// starts, as `30s`, `5m`, `1h` (default `5m`). Members whose pods are gone count as lost
+    /// at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(s|m|h))+$"))]
+    pub after: Option<String>,
+}
+
+/// What is done about lost quorum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum QuorumLossPolicy {
+    /// Report, and wait for approval by annotation.
+    #[default]
+    Manual,
+    /// Rebuild from the surviving member with the most data.
+    ForceNewCluster,
+    /// Rebuild from a surviving member, else restore the newest backup.
+    RestoreLatestBackup,
+}
+
+/// The annotation by which a user approves a recovery of a cluster that lost quorum:
+/// `force-new-cluster` or `restore-latest-backup`. The operator removes it once it has acted.
+pub const RECOVER_ANNOTATION: &str = "etcd.database.coreos.com/recover";
+
+/// [`Recovery::after`] when unset.
+pub const DEFAULT_RECOVERY_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
+impl Recovery {
+    /// `after`, parsed (the schema admits only what parses).
+    pub fn after(&self) -> std::time::Duration {
+        self.after
+            .as_deref()
+            .and_then(parse_duration)
+            .unwrap_or(DEFAULT_RECOVERY_AFTER)
+    }
+}
+
+/// `1h30m`, `5m`, `0s`: whole hours, minutes and seconds.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let mut total = 0u64;
+    let mut digits = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let n: u64 = digits.parse().ok()?;
+        digits.clear();
+        total = total.checked_add(n.checked_mul(match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            _ => return None,
+        })?)?;
+    }
+    (digits.is_empty() && !text.is_empty()).then(|| std::time::Duration::from_secs(total))
 }
 
 /// Upkeep of the members' databases.
@@ -389,6 +464,41 @@ pub struct EtcdClusterStatus {
     /// The last restore from a snapshot that this cluster's members went through (ours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreRecord>,
+    /// The last recovery from lost quorum (ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryRecord>,
+}
+
+/// A recovery from lost quorum: what was chosen, and what it cost.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryRecord {
+    /// `ForceNewCluster` (rebuilt from a surviving member) or `RestoredFromBackup`.
+    pub reason: String,
+    /// Whether a user approved it by annotation (else the policy started it).
+    #[serde(default)]
+    pub approved: bool,
+    /// The surviving member rebuilt from, or the EtcdBackup restored.
+    pub source: String,
+    /// The raft index the surviving member had applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_index: Option<i64>,
+    /// The newest revision this operator saw the cluster at before quorum was lost (as far as
+    /// its process saw; unknown after it restarted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_before: Option<i64>,
+    /// The revision of the data recovered (the member's, or the backup's): what was written
+    /// between the two is lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_recovered: Option<i64>,
+    /// When it started (RFC 3339).
+    pub started: String,
+    /// The restore that carries it out (the EtcdRestore for a backup; for a member, the
+    /// restore handed to the cluster's own task).
+    pub restore: String,
+    /// Whether the rebuilt cluster serves.
+    #[serde(default)]
+    pub completed: bool,
 }
 
 /// A restore the cluster went through, as its own task records it.
@@ -434,6 +544,11 @@ pub struct RestoreHandoff {
     /// The safety snapshot of the cluster being replaced, if it answered (coreos path).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pre_restore_path: String,
+    /// For a recovery from lost quorum: the pod of the surviving member whose snapshot the
+    /// seed restores (served straight from it, with etcd's own trailing hash instead of
+    /// `sha256`); empty for a restore from a backup. Its pod is kept until the seed serves.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub member: String,
 }
 
 impl EtcdCluster {

@@ -18,7 +18,8 @@ pub use backup::{
 pub use cluster::{
     AutoTls, ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdClusterSpec,
     EtcdClusterStatus, Maintenance, MemberRole, MemberSecret, MemberStatus, MembersStatus,
-    PodPolicy, RESTORE_ANNOTATION, RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
+    PodPolicy, QuorumLossPolicy, RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord,
+    RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
 };
 pub use common::{AbsSource, Condition, GcsSource, OssSource, S3Source, StorageType};
 pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase};

@@ -12,7 +12,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, ResourceExt};
 
 use super::tls::Material;
-use crate::api::EtcdCluster;
+use crate::api::{EtcdBackup, EtcdCluster, EtcdRestore};
+use crate::etcd::Endpoint;
 use crate::kube::cache::{Caches, Expect, Object, SecretApi, Write};
 
 /// The API handles of one cluster's namespace, and what every pass of its task reads unchanged.
@@ -27,6 +28,14 @@ pub struct Handles {
     pub budgets: Api<PodDisruptionBudget>,
     /// EndpointSlices of the cluster's namespace (what cluster DNS answers from).
     pub slices: Api<EndpointSlice>,
+    /// The namespace's EtcdClusters (a recovery's handoff is an annotation on the cluster).
+    pub clusters: Api<EtcdCluster>,
+    /// Its EtcdBackups, the newest of which a recovery may restore.
+    pub backups: Api<EtcdBackup>,
+    /// Its EtcdRestores, which a recovery from a backup makes.
+    pub restores: Api<EtcdRestore>,
+    /// The surviving members recoveries restore from, shared with the snapshot server.
+    pub sources: Arc<Sources>,
     /// The operator's image, whose `etcd-gate` holds a new member back until it is added;
     /// without it, the member is added first and its pod created after.
     pub gate_image: Option<String>,
@@ -47,6 +56,7 @@ impl Handles {
         gate_image: Option<String>,
         snapshot_url: Option<String>,
         caches: Arc<Caches>,
+        sources: Arc<Sources>,
     ) -> Self {
         Handles {
             pods: Api::namespaced(client.clone(), ns),
@@ -54,6 +64,10 @@ impl Handles {
             pvcs: Api::namespaced(client.clone(), ns),
             budgets: Api::namespaced(client.clone(), ns),
             slices: Api::namespaced(client.clone(), ns),
+            clusters: Api::namespaced(client.clone(), ns),
+            backups: Api::namespaced(client.clone(), ns),
+            restores: Api::namespaced(client.clone(), ns),
+            sources,
             gate_image,
             snapshot_url,
             secrets: SecretApi::cached(client, ns, caches.clone()),
@@ -73,6 +87,32 @@ impl Handles {
 }
 
 /// What one pass knows of itself, and the writes it makes, over the task's handles.
+/// The surviving members that recoveries restore from, by namespace and cluster: each with
+/// the pod name the handoff names and how to reach its etcd.
+#[derive(Default)]
+pub struct Sources(
+    std::sync::Mutex<std::collections::BTreeMap<(String, String), (String, Endpoint)>>,
+);
+
+impl Sources {
+    /// Records (or, with `None`, forgets) the member a recovery of `ns`/`cluster` restores from.
+    pub fn set(&self, ns: &str, cluster: &str, member: Option<(String, Endpoint)>) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (ns.to_string(), cluster.to_string());
+        match member {
+            Some(m) => map.insert(key, m),
+            None => map.remove(&key),
+        };
+    }
+
+    pub fn get(&self, ns: &str, cluster: &str, member: &str) -> Option<Endpoint> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&(ns.to_string(), cluster.to_string()))
+            .filter(|(name, _)| name == member)
+            .map(|(_, ep)| ep.clone())
+    }
+}
+
 pub struct Pass<'a> {
     /// The task's handles.
     pub handles: &'a Handles,

@@ -27,6 +27,7 @@ pub mod handles;
 pub mod members;
 pub mod observe;
 pub mod plan;
+pub mod recovery;
 pub mod resources;
 pub mod serving;
 pub mod status;

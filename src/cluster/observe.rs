@@ -548,6 +548,7 @@ fn view_members(
         let answer = answers.get(&name).filter(|s| s.member_id == m.id);
         if let Some(s) = answer {
             obs.statuses.insert(m.id, s.clone());
+            obs.plan.applied.insert(name.clone(), s.raft_applied_index);
         }
         views.push(MemberView {
             healthy: authoritative && answer.is_some_and(|s| is_healthy(m, s)),

@@ -61,6 +61,29 @@ pub fn mark_rotating(status: &mut EtcdClusterStatus, generation: Option<i64>, me
     }
 }
 
+/// Adds the `Recovering` condition of the last recovery from lost quorum: True until the
+/// rebuilt cluster serves, then False; its reason says how (`ForceNewCluster`,
+/// `RestoredFromBackup`).
+pub fn mark_recovery(
+    status: &mut EtcdClusterStatus,
+    previous: &[Condition],
+    generation: Option<i64>,
+    reason: &str,
+    completed: bool,
+    message: String,
+) {
+    let recovering = condition(
+        previous,
+        generation,
+        "Recovering",
+        !completed,
+        reason,
+        message,
+    );
+    status.conditions.retain(|c| c.type_ != "Recovering");
+    status.conditions.push(recovering);
+}
+
 /// Progressing's reason outside restores and rolls.
 fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'static str> {
     match action {
@@ -245,6 +268,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             }),
         member_statuses: roster.statuses,
         restore: previous.restore.clone(),
+        recovery: previous.recovery.clone(),
     }
 }
 

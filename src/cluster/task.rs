@@ -17,6 +17,7 @@ use super::act::{self, Outcome};
 use super::handles::{Handles, Pass};
 use super::observe::{self, HealthMemory, Observed};
 use super::plan::{self, Action, Target};
+use super::recovery;
 use super::resources;
 use super::status;
 use super::tls;
@@ -44,6 +45,8 @@ pub struct Context {
     pub snapshot_url: Option<String>,
     /// The watch caches the passes read (fed by the supervisor).
     pub caches: Arc<Caches>,
+    /// The surviving members that recoveries restore from, which the snapshot server streams.
+    pub sources: Arc<super::handles::Sources>,
     /// How many cluster tasks run (kept by the supervisor): how often one at rest is looked
     /// at depends on it.
     pub tasks: std::sync::atomic::AtomicUsize,
@@ -177,6 +180,9 @@ struct Memory {
     /// What the last reclaim found when the data did not fit: the revision and the quota it
     /// looked at, and why (for the status, until NOSPACE is gone).
     exhausted: Option<(i64, i64, String)>,
+    /// The newest revision a member reported: a recovery from lost quorum raises the restored
+    /// revision past it (and reports the difference as what was lost).
+    revision_seen: Option<i64>,
 }
 
 impl Memory {
@@ -373,7 +379,24 @@ async fn reconcile(
     obs.plan.ca_rotation_due =
         tls::rotation_due(&material, cluster, time::OffsetDateTime::now_utc());
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
+    register_source(handles, cluster, &obs, restore.as_ref());
+    memory.revision_seen = obs
+        .statuses
+        .values()
+        .map(|s| s.revision)
+        .chain(memory.revision_seen)
+        .max();
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref()).await?;
+    let target = target_of(ctx, cluster, &obs);
+    let action = recovery::consider(
+        handles,
+        cluster,
+        &obs,
+        &target,
+        action,
+        memory.revision_seen,
+    )
+    .await?;
     if action == Action::ReclaimSpace {
         // It takes a defragmentation per voter, seconds to minutes: the status says why
         // writes are refused meanwhile, not what it said before the alarm.
@@ -425,6 +448,24 @@ async fn pending_restore(
     }
 }
 
+/// Tells the snapshot server where the member a recovery restores from is, while one is
+/// pending (and forgets it otherwise).
+fn register_source(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    restore: Option<&RestoreHandoff>,
+) {
+    let source = restore
+        .filter(|h| !h.member.is_empty())
+        .and_then(|h| Some((h.member.clone(), obs.pod_endpoint(&h.member)?)));
+    handles.sources.set(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        source,
+    );
+}
+
 /// What the planner sees as the wanted state.
 fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) -> Target {
     Target {
@@ -464,6 +505,7 @@ async fn decide(
                 uid: handoff.uid.clone(),
                 url: handles.snapshot_url_of(cluster),
                 gate: handles.gate_image.is_some(),
+                source: (!handoff.member.is_empty()).then(|| handoff.member.clone()),
             },
         ),
         None => plan::plan(&obs.plan, &target),
@@ -519,6 +561,38 @@ async fn report(
     if let Some(message) = pin {
         mark_degraded(&mut new_status, "UpgradeBlocked", message);
     }
+    let started = matches!(outcome, Ok(Outcome::Done(_)));
+    new_status.recovery = match action {
+        Action::RecoverFromMember { .. } | Action::RecoverFromBackup { .. } if !started => {
+            cluster.status.as_ref().and_then(|s| s.recovery.clone())
+        }
+        _ => recovery::record(action, obs, cluster, &new_status, memory.revision_seen),
+    };
+    let recovered = new_status.recovery.clone().filter(|r| {
+        r.completed
+            && !cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.recovery.as_ref())
+                .is_some_and(|old| old.completed && old.restore == r.restore)
+    });
+    if let Some(r) = new_status.recovery.clone() {
+        let previous = cluster
+            .status
+            .as_ref()
+            .map(|s| &s.conditions[..])
+            .unwrap_or_default();
+        let message = recovery::summary(&r);
+        let generation = cluster.metadata.generation;
+        status::mark_recovery(
+            &mut new_status,
+            previous,
+            generation,
+            &r.reason,
+            r.completed,
+            message,
+        );
+    }
     if let (Action::RotateCa, Ok(Outcome::Done(Some(step)))) = (action, outcome) {
         status::mark_rotating(&mut new_status, cluster.metadata.generation, step);
     }
@@ -556,6 +630,12 @@ async fn report(
         let message = reason.clone();
         ctx.events
             .publish(cluster, EventType::Warning, "QuorumLost", message)
+            .await;
+    }
+    if let Some(r) = recovered {
+        let message = format!("the rebuilt cluster serves: {}", recovery::summary(&r));
+        ctx.events
+            .publish(cluster, EventType::Normal, "Recovered", message)
             .await;
     }
     Ok(new_status)
@@ -794,6 +874,8 @@ fn reason_of(action: &Action) -> &'static str {
         Action::RestoreSeed => "RestoreSeedCreated",
         Action::ReclaimSpace => "SpaceReclaimed",
         Action::RestoreDone { .. } => "RestoreSeedServing",
+        Action::RecoverFromMember { .. } => "ForceNewCluster",
+        Action::RecoverFromBackup { .. } => "RestoringFromBackup",
         Action::RotateCa => "CertificatesRotating",
         _ => "Reconciled",
     }
@@ -816,6 +898,7 @@ pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake
         ctx.gate_image.clone(),
         ctx.snapshot_url.clone(),
         ctx.caches.clone(),
+        ctx.sources.clone(),
     );
     let mut memory = Memory::default();
     let mut retries = backoff();

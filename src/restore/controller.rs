@@ -47,6 +47,7 @@ use crate::backup::location::{Storage, target};
 use crate::backup::naming;
 use crate::backup::snapshot::{self, Verifier};
 use crate::backup::storage;
+use crate::cluster::act::bump_for;
 use crate::report::Reporter;
 
 /// The field manager of restore status writes.
@@ -57,12 +58,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const SAFETY_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often a restore in progress is looked at.
 const POLL: Duration = Duration::from_secs(2);
-/// The revision bump when the replaced cluster's revision is unknown (it did not answer): far
-/// above any revision a cluster reaches, as etcd's own documentation suggests.
-const UNKNOWN_BUMP: u64 = 1_000_000_000;
-/// Added to the replaced cluster's revision, for the writes it took after the safety snapshot
-/// was asked for.
-const BUMP_MARGIN: u64 = 100_000;
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -230,16 +225,6 @@ async fn write_status(
 fn handoff_of(cluster: &EtcdCluster) -> Option<RestoreHandoff> {
     let value = cluster.annotations().get(RESTORE_ANNOTATION)?;
     serde_json::from_str(value).ok()
-}
-
-/// How much to raise the restored revision so that it passes `replaced` (the replaced
-/// cluster's revision, when it answered). Only etcdutl 3.5.10 and later can; the cluster's
-/// task drops it for older versions.
-pub fn bump_for(replaced: Option<i64>) -> u64 {
-    match replaced {
-        Some(r) => u64::try_from(r).unwrap_or(0) + BUMP_MARGIN,
-        None => UNKNOWN_BUMP,
-    }
 }
 
 /// What is known of a snapshot's sha256 before it is read: its object metadata, or the status
@@ -554,6 +539,7 @@ async fn start(
         sha256: verified.sha256.clone(),
         bump_revision: bump_for(safety.as_ref().map(|(_, r)| *r)),
         pre_restore_path: safety.as_ref().map(|(p, _)| p.clone()).unwrap_or_default(),
+        member: String::new(),
     };
     let value = serde_json::to_string(&handoff).unwrap_or_default();
     patch_annotation(ctx, &ns, &cluster_name, Some(value)).await?;
@@ -639,6 +625,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::act::{BUMP_MARGIN, UNKNOWN_BUMP};
 
     #[test]
     fn the_restored_revision_is_raised_past_the_replaced_clusters() {

@@ -5,6 +5,14 @@
 //! and the operator streams it from object storage as it reads it, never holding it whole.
 //! What is served, and to whom, is decided by the EtcdCluster's restore annotation alone (the
 //! token, the EtcdRestore), read afresh on every request, so any replica can serve it.
+//!
+//! A recovery from lost quorum hands over a restore whose snapshot comes from a surviving
+//! member instead: the operator streams it straight from that member's etcd, which serves a
+//! snapshot without quorum. Only the replica that leads knows the member's address and client
+//! credentials (its cluster's task registers them in [`Sources`]); the seed fetches from the
+//! leader's address, and a seed made by an earlier leader is made again.
+
+use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -15,11 +23,18 @@ use object_store::ObjectStoreExt;
 
 use crate::api::{EtcdCluster, EtcdRestore};
 use crate::backup::location::{Storage, target};
+use crate::cluster::handles::Sources;
+use crate::etcd::{Endpoint, Etcd};
+
+/// How long connecting to a surviving member may take.
+const MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serves restore snapshots.
 pub struct Snapshots {
     /// API client for requests.
     pub client: Client,
+    /// The surviving members of recoveries this replica leads.
+    pub sources: Arc<Sources>,
 }
 
 /// An open snapshot: its size and its bytes.
@@ -66,6 +81,20 @@ impl Snapshots {
         if bearer != Some(handoff.token.as_str()) {
             return Err((StatusCode::FORBIDDEN, "wrong or missing token".into()));
         }
+        if !handoff.member.is_empty() {
+            let ep = self
+                .sources
+                .get(ns, cluster, &handoff.member)
+                .ok_or_else(|| {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("member {} is not known to this replica", handoff.member),
+                    )
+                })?;
+            return from_member(&ep)
+                .await
+                .map_err(|e| internal(format!("snapshot of member {}: {e}", handoff.member)));
+        }
         let restores: Api<EtcdRestore> = Api::namespaced(self.client.clone(), ns);
         let restore = restores
             .get_opt(&handoff.name)
@@ -94,6 +123,20 @@ impl Snapshots {
                 .boxed(),
         })
     }
+}
+
+/// A snapshot streamed from a member's etcd: its size is known from the first message (the
+/// bytes in it and those remaining), and it ends with etcd's own sha256, which the restore
+/// tool checks.
+async fn from_member(ep: &Endpoint) -> Result<Opened, crate::etcd::Error> {
+    let mut etcd = Etcd::connect_streaming(ep, MEMBER_TIMEOUT).await?;
+    let (size, body) = etcd.snapshot_sized().await?;
+    Ok(Opened {
+        size,
+        body: body
+            .map(|r| r.map(Bytes::from).map_err(std::io::Error::other))
+            .boxed(),
+    })
 }
 
 #[cfg(test)]

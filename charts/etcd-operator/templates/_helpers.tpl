@@ -40,6 +40,13 @@ The rights the controllers use, and nothing else. Where each comes from:
   etcdclusters          get           src/backup/controller.rs (a backup's clusterName)
   etcdclusters/status   patch         src/cluster/task.rs (server-side apply of status)
   etcdbackups           list, watch   src/backup/controller.rs (the Controller's watcher)
+  etcdbackups           get           cluster/act/recover.rs (the backup a recovery restores;
+                                      cluster/recovery.rs lists them for the newest)
+  etcdrestores          create        cluster/act/recover.rs (a recovery from lost quorum
+                                      restores the newest backup through an EtcdRestore)
+  etcdclusters          patch         restore/controller.rs (the restore handoff annotation);
+                                      cluster/act/recover.rs (a recovery's handoff, and the
+                                      approval annotation removed)
   etcdbackups/status    patch         backup/controller.rs (server-side apply of status)
   pods                  list, watch   kube/cache.rs (watcher over member pods), observe.rs (list)
   pods                  create        act.rs (a member's pod)
@@ -72,13 +79,14 @@ The rights the controllers use, and nothing else. Where each comes from:
   verbs: [patch]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdbackups]
-  verbs: [list, watch]
+  verbs: [get, list, watch]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdbackups/status]
   verbs: [patch]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdrestores]
-  verbs: [get, list, watch]
+  # create: a recovery from lost quorum restores the newest backup through an EtcdRestore.
+  verbs: [get, list, watch, create]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdrestores/status]
   verbs: [patch]

@@ -24,6 +24,7 @@ use crate::kube::names::{MANAGER, addressing, labels};
 mod certificates;
 mod membership;
 mod pods;
+mod recover;
 mod restore;
 mod services;
 mod space;
@@ -31,8 +32,10 @@ mod space;
 use certificates::rotate_ca;
 use membership::*;
 use pods::*;
-pub use restore::bumps_revision;
+pub use recover::{RECOVERY_LABEL, recovery_name, withdraw_approval};
+use recover::{recover_from_backup, recover_from_member};
 use restore::restore_seed;
+pub use restore::{BUMP_MARGIN, UNKNOWN_BUMP, bump_for, bumps_revision};
 pub use services::{ensure_services, holds};
 use space::reclaim_space;
 
@@ -88,6 +91,13 @@ pub enum Error {
     /// No member could be reached for a membership change.
     #[error("no member of the cluster answers")]
     NoEndpoint,
+    /// Writing what a recovery from lost quorum starts with failed.
+    #[error("recovering from lost quorum, writing {what}: {source}")]
+    Recover {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
     /// A step of the automatic CA's rotation failed.
     #[error(transparent)]
     Tls(#[from] super::tls::Error),
@@ -105,6 +115,7 @@ impl Error {
             Error::Lookup { .. } => "lookup_address",
             Error::Etcd(e) => e.metric_label(),
             Error::NoEndpoint => "no_endpoint",
+            Error::Recover { .. } => "recover",
             Error::Tls(super::tls::Error::Invalid(Invalid { .. })) => "invalid_spec",
             Error::Tls(super::tls::Error::Api { .. }) => "tls_secret",
             Error::Tls(super::tls::Error::Pki { .. }) => "tls_certificate",
@@ -188,6 +199,15 @@ pub async fn act(
         Action::RestoreSeed => restore_seed(pass, cluster).await,
         Action::RotateCa => rotate_ca(pass, cluster).await,
         Action::ReclaimSpace => reclaim_space(obs, super::observe::running_quota(obs)).await,
+        Action::RecoverFromMember {
+            name,
+            uid,
+            revision_before,
+            ..
+        } => recover_from_member(pass, cluster, name, uid, *revision_before).await,
+        Action::RecoverFromBackup { backup, uid, .. } => {
+            recover_from_backup(pass, cluster, backup, uid).await
+        }
         Action::RestoreDone { seed } => Ok(Outcome::Done(Some(format!(
             "seed member {seed} serves the restored data; the cluster grows back to its size"
         )))),

@@ -11,15 +11,17 @@
 //! have been silent for [`Target::quorum_grace`] (a restarting member is not a lost cluster), and
 //! nothing destructive is done.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+mod recovery;
 mod restore;
 mod steps;
 #[cfg(test)]
 mod tests;
 pub mod version;
 
+pub use recovery::{Approval, Recover, RecoveryPolicy, recover};
 pub use restore::{RestoreTarget, restore};
 use steps::{rescue_persistent, without_member_list};
 
@@ -123,6 +125,9 @@ pub struct Observation {
     /// quota): reclaiming again would find the same, so the other steps go on (a dead member
     /// replaced, a roll to a larger quota) while the status says so.
     pub space_exhausted: bool,
+    /// Members that answered a status request as themselves (quorum or not), by name, with
+    /// the raft index each has applied: what a recovery from lost quorum chooses from.
+    pub applied: BTreeMap<String, u64>,
     /// The cluster's automatic CA has a rotation step to take (asked for, or two thirds of
     /// its validity passed, or a rotation under way).
     pub ca_rotation_due: bool,
@@ -302,6 +307,26 @@ pub enum Action {
     /// leader last, once another leads) and disarm the alarm, unless the data itself,
     /// compacted, uses [`RECLAIM_MAX_IN_USE`] percent of the quota or more.
     ReclaimSpace,
+    /// Quorum is lost and a recovery was approved (or the policy allows it): the cluster is
+    /// rebuilt from member `name`'s data, as a restore whose seed fetches that member's
+    /// snapshot (`uid` names it); the member's pod is kept until the seed serves.
+    RecoverFromMember {
+        name: String,
+        applied: u64,
+        approved: bool,
+        uid: String,
+        /// The newest revision seen of the cluster before: the restored revision is raised
+        /// past it.
+        revision_before: Option<i64>,
+    },
+    /// Quorum is lost and no member's data survives (or the user asked for the backup): an
+    /// EtcdRestore of EtcdBackup `backup`'s newest snapshot is made, `uid` naming it.
+    RecoverFromBackup {
+        backup: String,
+        revision: Option<i64>,
+        approved: bool,
+        uid: String,
+    },
     /// The cluster is as asked.
     Steady,
 }

@@ -11,6 +11,9 @@ pub struct RestoreTarget {
     pub url: Option<String>,
     /// Whether new member pods can run `etcd-gate` (the operator knows its own image).
     pub gate: bool,
+    /// For a recovery from lost quorum: the member whose snapshot the seed fetches. Its pod
+    /// is the last to go, once the seed serves: until then its data is the only copy.
+    pub source: Option<String>,
 }
 
 /// The next step of a restore: the members being replaced go first (all of them: a restored
@@ -39,28 +42,46 @@ pub fn restore(obs: &Observation, target: &Target, restore: &RestoreTarget) -> A
             .as_ref()
             .is_some_and(|(uid, _)| *uid == restore.uid)
     };
+    let source = |p: &PodView| restore.source.as_deref() == Some(p.name.as_str());
+    let seed = obs.pods.iter().find(|p| ours(p));
+    let serving = seed.is_some_and(|seed| {
+        obs.members
+            .as_ref()
+            .is_some_and(|ms| ms.iter().any(|m| m.name == seed.name && m.healthy))
+    });
+    // The source goes last, once the seed serves its data.
+    let old = |p: &&PodView| !ours(p) && (serving || !source(p));
     if let Some(old) = obs
         .pods
         .iter()
-        .find(|p| !ours(p) && p.state != PodState::Terminating)
+        .filter(old)
+        .find(|p| p.state != PodState::Terminating)
     {
         return Action::DeletePod {
             name: old.name.clone(),
             reason: DeleteReason::Restore,
         };
     }
-    if obs.pods.iter().any(|p| !ours(p)) {
+    if obs.pods.iter().any(|p| old(&p)) {
         return Action::Restoring {
             reason: "the replaced members' pods are stopping".into(),
         };
     }
-    let Some(seed) = obs.pods.iter().find(|p| ours(p)) else {
+    if let Some(name) = &restore.source
+        && !serving
+        && !obs.pod_alive(name)
+    {
+        return Action::Restoring {
+            reason: format!(
+                "member {name}, whose data the cluster is rebuilt from, is gone before the \
+                 seed could restore it; delete the {} annotation to decide again",
+                "etcd.database.coreos.com/restore"
+            ),
+        };
+    }
+    let Some(seed) = seed else {
         return Action::RestoreSeed;
     };
-    let serving = obs
-        .members
-        .as_ref()
-        .is_some_and(|ms| ms.iter().any(|m| m.name == seed.name && m.healthy));
     if serving {
         return Action::RestoreDone {
             seed: seed.name.clone(),

@@ -5,6 +5,7 @@
 use super::*;
 
 mod examples;
+mod recovery;
 mod sim;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -74,6 +75,7 @@ fn cluster() -> Fixture {
             unpublished: BTreeSet::new(),
             nospace: BTreeSet::new(),
             space_exhausted: false,
+            applied: BTreeMap::new(),
             ca_rotation_due: false,
         },
     }
@@ -117,6 +119,21 @@ impl Fixture {
         let m = self.last();
         let name = m.name.clone();
         *m = member(&name, m.id, m.is_learner, false);
+        self
+    }
+
+    /// The member added last answers as itself, at applied index `index`, but without a
+    /// leader (quorum is lost): unhealthy.
+    fn answers(mut self, index: u64) -> Self {
+        let name = self.last().name.clone();
+        self = self.unhealthy();
+        self.obs.applied.insert(name, index);
+        self
+    }
+
+    /// The member added last has been silent for `for_`.
+    fn silent_for(mut self, for_: Duration) -> Self {
+        self.last().unhealthy_for = for_;
         self
     }
 
@@ -167,6 +184,7 @@ fn restore_target(url: Option<&str>) -> RestoreTarget {
         uid: "r1".into(),
         url: url.map(String::from),
         gate: true,
+        source: None,
     }
 }
 

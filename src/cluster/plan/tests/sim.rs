@@ -97,6 +97,7 @@ impl Sim {
             ca_rotation_due: false,
             nospace: Default::default(),
             space_exhausted: false,
+            applied: Default::default(),
         }
     }
 

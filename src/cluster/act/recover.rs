@@ -1,0 +1,162 @@
+//! Recovery from lost quorum, handed to the restore path: from a surviving member, as a
+//! restore (handed over on the cluster's restore annotation) whose seed fetches that member's
+//! snapshot; from a backup, as an EtcdRestore of it, which the restore controller carries out.
+//! Either way the approval annotation is removed in the same write, so one approval recovers
+//! once.
+
+use super::*;
+use crate::api::{
+    EtcdBackup, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, RECOVER_ANNOTATION,
+    RESTORE_ANNOTATION, RestoreHandoff,
+};
+
+/// The name of a recovery's restore: the cluster's, and the start of the recovery's UID.
+pub fn recovery_name(cluster: &str, uid: &str) -> String {
+    format!("{cluster}-recovery-{}", &uid[..uid.len().min(8)])
+}
+
+/// Hands the cluster's task a restore from member `name`: the seed fetches the member's
+/// snapshot through this operator, which streams it from the member's etcd; the member's pod
+/// is kept until the seed serves.
+pub(super) async fn recover_from_member(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    name: &str,
+    uid: &str,
+    revision_before: Option<i64>,
+) -> Result<Outcome, Error> {
+    let handoff = RestoreHandoff {
+        name: recovery_name(&cluster.name_any(), uid),
+        uid: uid.to_string(),
+        token: uuid::Uuid::new_v4().simple().to_string(),
+        sha256: String::new(),
+        bump_revision: bump_for(revision_before),
+        pre_restore_path: String::new(),
+        member: name.to_string(),
+    };
+    let value = serde_json::to_string(&handoff).unwrap_or_default();
+    annotate(pass.handles, cluster, Some(value)).await?;
+    Ok(Outcome::Done(Some(format!(
+        "quorum is lost: rebuilding the cluster from member {name}, whose snapshot a new seed \
+         restores (revision raised by {}); {name} is kept until the seed serves",
+        handoff.bump_revision
+    ))))
+}
+
+/// Makes an EtcdRestore of EtcdBackup `backup`'s newest snapshot into this cluster.
+pub(super) async fn recover_from_backup(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    backup: &str,
+    uid: &str,
+) -> Result<Outcome, Error> {
+    let api = |source| Error::Recover {
+        what: format!("EtcdBackup {backup}"),
+        source,
+    };
+    let found = pass.handles.backups.get(backup).await.map_err(api)?;
+    let name = recovery_name(&cluster.name_any(), uid);
+    let Some(restore) = restore_of(&found, &cluster.name_any(), &name) else {
+        return Ok(Outcome::Retry(format!(
+            "EtcdBackup {backup} names no snapshot to restore"
+        )));
+    };
+    match pass
+        .handles
+        .restores
+        .create(&PostParams::default(), &restore)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(source) => {
+            return Err(Error::Recover {
+                what: format!("EtcdRestore {name}"),
+                source,
+            });
+        }
+    }
+    annotate(pass.handles, cluster, None).await?;
+    Ok(Outcome::Done(Some(format!(
+        "quorum is lost and no member's data is used: restoring EtcdBackup {backup} ({}) \
+         through EtcdRestore {name}",
+        found.status.map(|s| s.path).unwrap_or_default()
+    ))))
+}
+
+/// An EtcdRestore of the snapshot `backup` wrote last, into `cluster`.
+fn restore_of(backup: &EtcdBackup, cluster: &str, name: &str) -> Option<EtcdRestore> {
+    let path = backup
+        .status
+        .as_ref()
+        .map(|s| s.path.clone())
+        .filter(|p| !p.is_empty())?;
+    let spec = &backup.spec;
+    let at = |mut source: crate::api::S3Source| {
+        source.path = path.clone();
+        source
+    };
+    let mut restore = EtcdRestore::new(
+        name,
+        EtcdRestoreSpec {
+            backup_storage_type: spec.storage_type,
+            s3: spec.s3.clone().map(at),
+            abs: spec.abs.clone().map(|mut a| {
+                a.path = path.clone();
+                a
+            }),
+            gcs: spec.gcs.clone().map(|mut g| {
+                g.path = path.clone();
+                g
+            }),
+            oss: spec.oss.clone().map(|mut o| {
+                o.path = path.clone();
+                o
+            }),
+            etcd_cluster: EtcdClusterRef {
+                name: cluster.to_string(),
+            },
+        },
+    );
+    restore.metadata = ObjectMeta {
+        name: Some(name.to_string()),
+        labels: Some([(RECOVERY_LABEL.to_string(), cluster.to_string())].into()),
+        ..ObjectMeta::default()
+    };
+    Some(restore)
+}
+
+/// Labels the EtcdRestores a recovery makes, with the cluster's name.
+pub const RECOVERY_LABEL: &str = "etcd.database.coreos.com/recovery-of";
+
+/// Removes a recovery's approval that has nothing to act on (quorum is back).
+pub async fn withdraw_approval(handles: &Handles, cluster: &EtcdCluster) -> Result<(), Error> {
+    annotate(handles, cluster, None).await
+}
+
+/// Sets (or, with `None`, leaves) the restore handoff and removes the approval, in one write.
+async fn annotate(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    handoff: Option<String>,
+) -> Result<(), Error> {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(RECOVER_ANNOTATION.into(), serde_json::Value::Null);
+    if let Some(h) = handoff {
+        annotations.insert(RESTORE_ANNOTATION.into(), h.into());
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+    handles
+        .clusters
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|source| Error::Recover {
+            what: format!("EtcdCluster {}", cluster.name_any()),
+            source,
+        })?;
+    Ok(())
+}
