@@ -9,6 +9,7 @@ use super::act::{self, withdraw_approval};
 use super::handles::Handles;
 use super::observe::Observed;
 use super::plan::{self, Action, Approval, Recover, RecoveryPolicy, Target, quorum};
+use super::status;
 use crate::api::{
     EtcdBackup, EtcdCluster, EtcdClusterStatus, QuorumLossPolicy, RECOVER_ANNOTATION,
     RecoveryRecord,
@@ -220,4 +221,42 @@ pub fn summary(r: &RecoveryRecord) -> String {
             .map(|i| format!(" (applied index {i})"))
             .unwrap_or_default()
     )
+}
+
+/// The report's part: `status.recovery` (a recovery started this pass, else the last one
+/// carried on) and its `Recovering` condition. Returns the record when this pass saw its
+/// rebuilt cluster serve for the first time, for the Event.
+pub fn report(
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+    started: bool,
+    new_status: &mut EtcdClusterStatus,
+    revision_seen: Option<i64>,
+) -> Option<RecoveryRecord> {
+    let last = cluster.status.as_ref().and_then(|s| s.recovery.clone());
+    new_status.recovery = match action {
+        Action::RecoverFromMember { .. } | Action::RecoverFromBackup { .. } if !started => {
+            last.clone()
+        }
+        _ => record(action, obs, cluster, new_status, revision_seen),
+    };
+    let r = new_status.recovery.clone()?;
+    let previous = cluster
+        .status
+        .as_ref()
+        .map(|s| &s.conditions[..])
+        .unwrap_or_default();
+    let generation = cluster.metadata.generation;
+    let message = summary(&r);
+    status::mark_recovery(
+        new_status,
+        previous,
+        generation,
+        &r.reason,
+        r.completed,
+        message,
+    );
+    let known = last.is_some_and(|old| old.completed && old.restore == r.restore);
+    (r.completed && !known).then_some(r)
 }

@@ -379,24 +379,7 @@ async fn reconcile(
     obs.plan.ca_rotation_due =
         tls::rotation_due(&material, cluster, time::OffsetDateTime::now_utc());
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
-    register_source(handles, cluster, &obs, restore.as_ref());
-    memory.revision_seen = obs
-        .statuses
-        .values()
-        .map(|s| s.revision)
-        .chain(memory.revision_seen)
-        .max();
-    let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref()).await?;
-    let target = target_of(ctx, cluster, &obs);
-    let action = recovery::consider(
-        handles,
-        cluster,
-        &obs,
-        &target,
-        action,
-        memory.revision_seen,
-    )
-    .await?;
+    let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref(), memory).await?;
     if action == Action::ReclaimSpace {
         // It takes a defragmentation per voter, seconds to minutes: the status says why
         // writes are refused meanwhile, not what it said before the alarm.
@@ -495,6 +478,29 @@ async fn decide(
     cluster: &EtcdCluster,
     obs: &mut Observed,
     restore: Option<&RestoreHandoff>,
+    memory: &mut Memory,
+) -> Result<Action, Error> {
+    register_source(handles, cluster, obs, restore);
+    memory.revision_seen = obs
+        .statuses
+        .values()
+        .map(|s| s.revision)
+        .chain(memory.revision_seen)
+        .max();
+    let action = plan_stage(ctx, handles, cluster, obs, restore).await?;
+    let target = target_of(ctx, cluster, obs);
+    let seen = memory.revision_seen;
+    Ok(recovery::consider(handles, cluster, obs, &target, action, seen).await?)
+}
+
+/// The planner's action (the restore's while one is pending), checked again against fresh
+/// pods before a removal.
+async fn plan_stage(
+    ctx: &Context,
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &mut Observed,
+    restore: Option<&RestoreHandoff>,
 ) -> Result<Action, Error> {
     let target = target_of(ctx, cluster, obs);
     let action = match restore {
@@ -543,56 +549,13 @@ async fn report(
     memory: &mut Memory,
 ) -> Result<EtcdClusterStatus, Error> {
     let mut new_status = status::compute(cluster, obs, action);
-    if let Some(handoff) = restore {
-        let completed = matches!(
-            (action, outcome),
-            (Action::RestoreDone { .. }, Ok(Outcome::Done(_)))
-        );
-        new_status.restore = Some(RestoreRecord {
-            name: handoff.name.clone(),
-            uid: handoff.uid.clone(),
-            seed: match action {
-                Action::RestoreDone { seed } => seed.clone(),
-                _ => String::new(),
-            },
-            completed,
-        });
-    }
+    new_status.restore = restore_record(action, outcome, restore).or(new_status.restore);
     if let Some(message) = pin {
         mark_degraded(&mut new_status, "UpgradeBlocked", message);
     }
     let started = matches!(outcome, Ok(Outcome::Done(_)));
-    new_status.recovery = match action {
-        Action::RecoverFromMember { .. } | Action::RecoverFromBackup { .. } if !started => {
-            cluster.status.as_ref().and_then(|s| s.recovery.clone())
-        }
-        _ => recovery::record(action, obs, cluster, &new_status, memory.revision_seen),
-    };
-    let recovered = new_status.recovery.clone().filter(|r| {
-        r.completed
-            && !cluster
-                .status
-                .as_ref()
-                .and_then(|s| s.recovery.as_ref())
-                .is_some_and(|old| old.completed && old.restore == r.restore)
-    });
-    if let Some(r) = new_status.recovery.clone() {
-        let previous = cluster
-            .status
-            .as_ref()
-            .map(|s| &s.conditions[..])
-            .unwrap_or_default();
-        let message = recovery::summary(&r);
-        let generation = cluster.metadata.generation;
-        status::mark_recovery(
-            &mut new_status,
-            previous,
-            generation,
-            &r.reason,
-            r.completed,
-            message,
-        );
-    }
+    let seen = memory.revision_seen;
+    let recovered = recovery::report(cluster, obs, action, started, &mut new_status, seen);
     if let (Action::RotateCa, Ok(Outcome::Done(Some(step)))) = (action, outcome) {
         status::mark_rotating(&mut new_status, cluster.metadata.generation, step);
     }
@@ -639,6 +602,28 @@ async fn report(
             .await;
     }
     Ok(new_status)
+}
+
+/// The record of the restore under way, if one is.
+fn restore_record(
+    action: &Action,
+    outcome: &Result<Outcome, act::Error>,
+    restore: Option<&RestoreHandoff>,
+) -> Option<RestoreRecord> {
+    let handoff = restore?;
+    let completed = matches!(
+        (action, outcome),
+        (Action::RestoreDone { .. }, Ok(Outcome::Done(_)))
+    );
+    Some(RestoreRecord {
+        name: handoff.name.clone(),
+        uid: handoff.uid.clone(),
+        seed: match action {
+            Action::RestoreDone { seed } => seed.clone(),
+            _ => String::new(),
+        },
+        completed,
+    })
 }
 
 /// What the action's outcome means for the next pass: its Event, and how soon to look again.

@@ -67,15 +67,16 @@ pub fn restore(obs: &Observation, target: &Target, restore: &RestoreTarget) -> A
             reason: "the replaced members' pods are stopping".into(),
         };
     }
-    if let Some(name) = &restore.source
-        && !serving
-        && !obs.pod_alive(name)
+    if let Some(name) = restore
+        .source
+        .as_ref()
+        .filter(|n| !serving && !obs.pod_alive(n))
     {
         return Action::Restoring {
             reason: format!(
                 "member {name}, whose data the cluster is rebuilt from, is gone before the \
-                 seed could restore it; delete the {} annotation to decide again",
-                "etcd.database.coreos.com/restore"
+                 seed could restore it; delete the etcd.database.coreos.com/restore \
+                 annotation to decide again"
             ),
         };
     }
@@ -87,6 +88,12 @@ pub fn restore(obs: &Observation, target: &Target, restore: &RestoreTarget) -> A
             seed: seed.name.clone(),
         };
     }
+    starting_seed(seed, url)
+}
+
+/// The seed, made and not serving yet: made again if it ended or fetches from an operator
+/// that no longer leads, else waited for.
+fn starting_seed(seed: &PodView, url: &str) -> Action {
     let fetches_from_us = seed.restore.as_ref().is_some_and(|(_, u)| u == url);
     match seed.state {
         PodState::Terminating => Action::Restoring {
