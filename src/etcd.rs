@@ -237,6 +237,9 @@ impl Status {
     }
 }
 
+/// Length of the sha256 etcd appends to a snapshot.
+pub const SNAPSHOT_HASH_LEN: usize = 32;
+
 /// How etcd names the NOSPACE alarm in a status answer's errors.
 const NOSPACE_ALARM: &str = "alarm:NOSPACE";
 
@@ -364,7 +367,8 @@ impl Etcd {
     }
 
     /// A snapshot with its size in bytes, known before the body from etcd's first message
-    /// (what it carries and what remains).
+    /// (what it carries and what remains of the database, to which etcd appends the sha256 of
+    /// it all: [`SNAPSHOT_HASH_LEN`] bytes more).
     pub async fn snapshot_sized(
         &mut self,
     ) -> Result<(

@@ -12,8 +12,8 @@
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Kubectl, Operator, Writer, assert_acked_present, client_endpoint, condition, delete_under,
-    event_count, events, get, healthy_at_size, put_value, until, write_once,
+    Keys, Kubectl, Operator, Writer, assert_acked_present, client_endpoint, condition,
+    delete_under, event_count, events, get, healthy_at_size, put_value, until, write_once,
 };
 use serde_json::json;
 
@@ -70,11 +70,12 @@ fn nospace_is_reclaimed_without_a_human_and_a_quota_too_small_is_said_so() {
         "the members run with the quota: {args}"
     );
     let endpoint = client_endpoint(&k, ns, "example");
-    let writer = Writer::start(&endpoint, Duration::from_secs(2));
+    let writer = Writer::start_with(&endpoint, Duration::from_secs(2), Keys::Unique);
     std::thread::sleep(Duration::from_secs(2));
     let tally = writer.report();
     assert_eq!(tally.errors, 0, "writes failed: {}", tally.last_error);
     let acked = tally.acked;
+    assert!(!acked.is_empty(), "no write acknowledged");
 
     // History: one key overwritten until the quota is reached. Compaction frees it all.
     let refused = fill(&endpoint, "space/history");

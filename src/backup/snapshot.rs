@@ -21,7 +21,7 @@ use super::storage::Metadata;
 use crate::etcd::Etcd;
 
 /// Length of the hash etcd appends.
-pub const HASH_LEN: usize = 32;
+pub use crate::etcd::SNAPSHOT_HASH_LEN as HASH_LEN;
 /// Size of each uploaded part: S3's minimum is 5 MiB (except the last part).
 const PART_SIZE: usize = 8 << 20;
 /// Parts in flight at once; with [`PART_SIZE`], what the operator holds of one snapshot.
