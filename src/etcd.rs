@@ -379,7 +379,7 @@ impl Etcd {
         let first = stream.message().await.map_err(Error::Snapshot)?;
         let (size, first) = match first {
             Some(m) => (
-                m.remaining_bytes() + m.blob().len() as u64,
+                m.remaining_bytes() + (m.blob().len() + SNAPSHOT_HASH_LEN) as u64,
                 m.blob().to_vec(),
             ),
             None => (0, Vec::new()),

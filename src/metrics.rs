@@ -100,6 +100,7 @@ struct ChangeLabels {
 }
 
 type DurationFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
+type ClusterHistograms = Family<ClusterLabels, Histogram, fn() -> Histogram>;
 
 /// Every series the operator exports.
 pub struct Metrics {
@@ -112,6 +113,8 @@ pub struct Metrics {
     members_desired: Family<ClusterLabels, Gauge>,
     changes: Family<ChangeLabels, Counter>,
     upkeep: Family<ChangeLabels, Counter>,
+    defrag_seconds: ClusterHistograms,
+    defrag_reclaimed: Family<ClusterLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
     leader: Gauge,
     /// The phase each cluster was last counted under, so a cluster is counted once.
@@ -119,9 +122,42 @@ pub struct Metrics {
     ready: AtomicBool,
 }
 
+fn defrag_histogram() -> Histogram {
+    // 10 ms .. ~5 min: a member's file rewritten, from a few MiB to several GiB.
+    Histogram::new(exponential_buckets(0.01, 2.0, 15))
+}
+
 fn duration_histogram() -> Histogram {
     // 5 ms .. ~80 s: a pass is a few API calls, or a membership change waiting on etcd.
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+/// The series of upkeep: maintenance operations, and scheduled defragmentations' time and
+/// reclaimed bytes.
+fn register_upkeep(
+    registry: &mut Registry,
+    upkeep: &Family<ChangeLabels, Counter>,
+    seconds: &ClusterHistograms,
+    reclaimed: &Family<ClusterLabels, Counter>,
+) {
+    registry.register(
+        "maintenance_operations",
+        "Upkeep done on a cluster's databases (SpaceReclaimed: NOSPACE compacted, \
+         defragmented and disarmed; Defragmented: one member's scheduled defragmentation), \
+         by cluster",
+        upkeep.clone(),
+    );
+    registry.register(
+        "defragmentation_seconds",
+        "Time one member's scheduled defragmentation took (it serves nothing meanwhile), by \
+         cluster",
+        seconds.clone(),
+    );
+    registry.register(
+        "defragmentation_reclaimed_bytes",
+        "Bytes scheduled defragmentations took off the members' database files, by cluster",
+        reclaimed.clone(),
+    );
 }
 
 impl Default for Metrics {
@@ -142,6 +178,8 @@ impl Metrics {
         let members_desired = Family::<ClusterLabels, Gauge>::default();
         let changes = Family::<ChangeLabels, Counter>::default();
         let upkeep = Family::<ChangeLabels, Counter>::default();
+        let defrag_seconds = ClusterHistograms::new_with_constructor(defrag_histogram);
+        let defrag_reclaimed = Family::<ClusterLabels, Counter>::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let leader = Gauge::default();
         registry.register(
@@ -185,12 +223,7 @@ impl Metrics {
             "Membership changes made (seed, add, promote, remove, pod replaced), by cluster",
             changes.clone(),
         );
-        registry.register(
-            "maintenance_operations",
-            "Upkeep done on a cluster's databases (SpaceReclaimed: NOSPACE compacted, \
-             defragmented and disarmed), by cluster",
-            upkeep.clone(),
-        );
+        register_upkeep(&mut registry, &upkeep, &defrag_seconds, &defrag_reclaimed);
         registry.register(
             "leader",
             "1 when this replica holds the leader Lease (or runs without leader election)",
@@ -206,6 +239,8 @@ impl Metrics {
             members_desired,
             changes,
             upkeep,
+            defrag_seconds,
+            defrag_reclaimed,
             requests,
             leader,
             phases: Mutex::default(),
@@ -267,6 +302,8 @@ impl Metrics {
         };
         self.members_ready.remove(&labels);
         self.members_desired.remove(&labels);
+        self.defrag_seconds.remove(&labels);
+        self.defrag_reclaimed.remove(&labels);
         let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = phases.remove(&(labels.namespace, labels.name)) {
             self.clusters
@@ -295,6 +332,19 @@ impl Metrics {
                 change,
             })
             .inc();
+    }
+
+    /// A member of a cluster was defragmented on schedule in `seconds`, its file shrinking
+    /// by `reclaimed` bytes.
+    pub fn defragmented(&self, namespace: &str, name: &str, seconds: f64, reclaimed: i64) {
+        let labels = ClusterLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.defrag_seconds.get_or_create(&labels).observe(seconds);
+        self.defrag_reclaimed
+            .get_or_create(&labels)
+            .inc_by(u64::try_from(reclaimed).unwrap_or(0));
     }
 
     /// A request to the Kubernetes API is being sent.

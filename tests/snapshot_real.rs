@@ -129,6 +129,24 @@ async fn scenario(minor: &str) {
         saved.revision
     );
 
+    // The size announced before the body (what a restore's seed is sent as Content-Length)
+    // is the whole stream's, etcd's appended hash included.
+    let mut etcd = etcd_operator::etcd::Etcd::connect_streaming(&m.endpoint(), CONNECT)
+        .await
+        .unwrap();
+    let (size, body) = etcd.snapshot_sized().await.unwrap();
+    let streamed: Vec<u8> = body
+        .map(|chunk| chunk.unwrap())
+        .collect::<Vec<_>>()
+        .await
+        .concat();
+    assert_eq!(
+        size,
+        streamed.len() as u64,
+        "announced size against what came"
+    );
+    assert_eq!(streamed.len() % 512, 32);
+
     // etcd's own tool reads it and sees every key.
     let status = snapshot_status(minor, &file);
     assert!(

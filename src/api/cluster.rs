@@ -192,6 +192,63 @@ pub struct Maintenance {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1048576, max = 8589934592_i64))]
     pub quota_backend_bytes: Option<i64>,
+    /// etcd's own compaction of the key history (`--auto-compaction-mode`,
+    /// `--auto-compaction-retention`), rolled into the members like a pod-policy change.
+    /// Without it etcd keeps every revision until a NOSPACE reclaim compacts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compaction: Option<AutoCompaction>,
+    /// Scheduled defragmentation, one member at a time, followers first, the leader last after
+    /// leadership moved away; never during a roll, a restore or a recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defrag: Option<Defrag>,
+}
+
+/// etcd's automatic compaction.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.mode == 'revision' ? self.retention.matches('^[0-9]+$') : self.retention.matches('^([0-9]+|([0-9]+(h|m|s))+)$')",
+    "message": "retention is a number of revisions for mode revision, and a duration such as 1h or 30m (or a number of hours) for mode periodic"
+}]))]
+pub struct AutoCompaction {
+    /// `periodic`: keep `retention` of history (a duration); `revision`: keep the last
+    /// `retention` revisions.
+    pub mode: AutoCompactionMode,
+    /// How much history is kept (see `mode`).
+    #[schemars(length(min = 1, max = 32))]
+    pub retention: String,
+}
+
+/// How etcd compacts by itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoCompactionMode {
+    /// By age.
+    #[default]
+    Periodic,
+    /// By count of revisions.
+    Revision,
+}
+
+/// When members are defragmented.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.schedule) || has(self.threshold)",
+    "message": "set a schedule, a threshold, or both"
+}]))]
+pub struct Defrag {
+    /// A cron expression (five fields, UTC): at each tick every voter is defragmented in turn
+    /// (only those over `threshold`, when it is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^\S+( +\S+){4}$"))]
+    pub schedule: Option<String>,
+    /// Bytes a member's database file may hold beyond what its data uses (`dbSize -
+    /// dbSizeInUse`) before it is defragmented: alone, checked at every look; with a
+    /// schedule, checked at its ticks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub threshold: Option<i64>,
 }
 
 /// etcd's backend quota when `--quota-backend-bytes` is not given.
@@ -467,6 +524,27 @@ pub struct EtcdClusterStatus {
     /// The last recovery from lost quorum (ours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryRecord>,
+    /// Each member's last scheduled defragmentation (ours).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["member"]))]
+    pub defragmentations: Vec<DefragmentationRecord>,
+}
+
+/// One member's defragmentation.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragmentationRecord {
+    /// The member.
+    pub member: String,
+    /// When it ended (RFC 3339).
+    pub at: String,
+    /// How long the member's file took to rewrite, in milliseconds (it serves nothing
+    /// meanwhile).
+    pub milliseconds: i64,
+    /// Its database file before, in bytes.
+    pub size_before: i64,
+    /// And after.
+    pub size_after: i64,
 }
 
 /// A recovery from lost quorum: what was chosen, and what it cost.

@@ -16,10 +16,11 @@ pub use backup::{
     SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION,
 };
 pub use cluster::{
-    AutoTls, ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdClusterSpec,
-    EtcdClusterStatus, Maintenance, MemberRole, MemberSecret, MemberStatus, MembersStatus,
-    PodPolicy, QuorumLossPolicy, RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord,
-    RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
+    AutoCompaction, AutoCompactionMode, AutoTls, ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, Defrag,
+    DefragmentationRecord, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, Maintenance,
+    MemberRole, MemberSecret, MemberStatus, MembersStatus, PodPolicy, QuorumLossPolicy,
+    RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord, RestoreHandoff,
+    RestoreRecord, StaticTls, TlsPolicy,
 };
 pub use common::{AbsSource, Condition, GcsSource, OssSource, S3Source, StorageType};
 pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase};

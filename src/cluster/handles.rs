@@ -12,7 +12,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, ResourceExt};
 
 use super::tls::Material;
-use crate::api::{EtcdBackup, EtcdCluster, EtcdRestore};
+use crate::api::{DefragmentationRecord, EtcdBackup, EtcdCluster, EtcdRestore};
 use crate::etcd::Endpoint;
 use crate::kube::cache::{Caches, Expect, Object, SecretApi, Write};
 
@@ -124,6 +124,8 @@ pub struct Pass<'a> {
     pub cached: bool,
     /// The pods and claims this pass created or deleted.
     writes: Mutex<Vec<Expect>>,
+    /// A defragmentation this pass made, for the status.
+    pub defragmented: Mutex<Option<DefragmentationRecord>>,
 }
 
 impl<'a> Pass<'a> {
@@ -135,6 +137,7 @@ impl<'a> Pass<'a> {
             tls,
             cached,
             writes: Mutex::default(),
+            defragmented: Mutex::default(),
         }
     }
 

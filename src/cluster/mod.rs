@@ -34,5 +34,6 @@ pub mod status;
 pub mod supervisor;
 pub mod task;
 pub mod tls;
+pub mod upkeep;
 
 pub use plan::version;

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 
 use super::members::{DATA_DIR, PEER_TLS_DIR, SERVER_TLS_DIR};
 use super::version::Version;
-use crate::api::{EtcdCluster, PodPolicy};
+use crate::api::{AutoCompactionMode, EtcdCluster, PodPolicy};
 use crate::kube::names::{CLIENT_PORT, METRICS_PORT, PEER_PORT, labels, meta, secrets, selector};
 
 /// Secrets the spec names, with the field that names each: the Secrets behind
@@ -136,6 +136,14 @@ pub fn template_hash(cluster: &EtcdCluster, tls_revision: &str) -> String {
         .and_then(|m| m.quota_backend_bytes)
     {
         inputs["quotaBackendBytes"] = serde_json::json!(quota);
+    }
+    if let Some(c) = cluster
+        .spec
+        .maintenance
+        .as_ref()
+        .and_then(|m| m.auto_compaction.as_ref())
+    {
+        inputs["autoCompaction"] = serde_json::json!(c);
     }
     // Only with TLS, so that the hash of a plain cluster's pods stays what it was.
     if !tls_revision.is_empty() {
@@ -428,6 +436,19 @@ pub fn member_pod(
         .and_then(|m| m.quota_backend_bytes)
     {
         args.push(format!("{}{quota}", super::members::QUOTA_FLAG));
+    }
+    if let Some(c) = cluster
+        .spec
+        .maintenance
+        .as_ref()
+        .and_then(|m| m.auto_compaction.as_ref())
+    {
+        let mode = match c.mode {
+            AutoCompactionMode::Periodic => "periodic",
+            AutoCompactionMode::Revision => "revision",
+        };
+        args.push(format!("--auto-compaction-mode={mode}"));
+        args.push(format!("--auto-compaction-retention={}", c.retention));
     }
     let name = cluster.name_any();
     let spec = &cluster.spec;

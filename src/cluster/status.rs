@@ -269,6 +269,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         member_statuses: roster.statuses,
         restore: previous.restore.clone(),
         recovery: previous.recovery.clone(),
+        defragmentations: previous.defragmentations.clone(),
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
@@ -21,6 +22,7 @@ use super::recovery;
 use super::resources;
 use super::status;
 use super::tls;
+use super::upkeep;
 use super::version;
 use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreHandoff, RestoreRecord};
 use crate::kube::cache::{Caches, Expectations};
@@ -183,6 +185,10 @@ struct Memory {
     /// The newest revision a member reported: a recovery from lost quorum raises the restored
     /// revision past it (and reports the difference as what was lost).
     revision_seen: Option<i64>,
+    /// The defragmentation schedule armed, and when.
+    armed: upkeep::Armed,
+    /// The defragmentation the last act made, for the report.
+    defragmented: Option<crate::api::DefragmentationRecord>,
 }
 
 impl Memory {
@@ -387,13 +393,7 @@ async fn reconcile(
         write_status_if_due(ctx, cluster, &early, memory).await?;
     }
     let outcome = act::act(&pass, &effective, &obs, &action).await;
-    if action == Action::ReclaimSpace {
-        memory.exhausted = match &outcome {
-            Ok(Outcome::Retry(why)) => Some((space.0, space.1, why.clone())),
-            _ => None,
-        };
-    }
-    memory.expect.add(pass.take_writes());
+    after_act(&pass, &action, &outcome, space, memory);
     let new_status = report(
         ctx,
         cluster,
@@ -429,6 +429,29 @@ async fn pending_restore(
         }
         None => Ok(None),
     }
+}
+
+/// What the act stage leaves for the next passes: the writes to expect in the caches, what a
+/// space reclaim found, the defragmentation made.
+fn after_act(
+    pass: &Pass<'_>,
+    action: &Action,
+    outcome: &Result<Outcome, act::Error>,
+    space: (i64, i64),
+    memory: &mut Memory,
+) {
+    if *action == Action::ReclaimSpace {
+        memory.exhausted = match outcome {
+            Ok(Outcome::Retry(why)) => Some((space.0, space.1, why.clone())),
+            _ => None,
+        };
+    }
+    memory.expect.add(pass.take_writes());
+    memory.defragmented = pass
+        .defragmented
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
 }
 
 /// Tells the snapshot server where the member a recovery restores from is, while one is
@@ -481,6 +504,7 @@ async fn decide(
     memory: &mut Memory,
 ) -> Result<Action, Error> {
     register_source(handles, cluster, obs, restore);
+    obs.plan.defrag_due = upkeep::due(cluster, obs, &mut memory.armed, Timestamp::now());
     memory.revision_seen = obs
         .statuses
         .values()
@@ -556,6 +580,21 @@ async fn report(
     let started = matches!(outcome, Ok(Outcome::Done(_)));
     let seen = memory.revision_seen;
     let recovered = recovery::report(cluster, obs, action, started, &mut new_status, seen);
+    let made = memory.defragmented.take();
+    if let Some(d) = &made {
+        let ns = cluster.namespace().unwrap_or_default();
+        let seconds = d.milliseconds as f64 / 1000.0;
+        let reclaimed = d.size_before - d.size_after;
+        ctx.metrics
+            .defragmented(&ns, &cluster.name_any(), seconds, reclaimed);
+    }
+    new_status.defragmentations = upkeep::records(cluster, &new_status, made);
+    // A schedule croner cannot read (the schema checks only its shape): no defragmentation,
+    // everything else goes on.
+    let bad_schedule = upkeep::schedule(cluster).err();
+    if let Some(why) = &bad_schedule {
+        mark_degraded(&mut new_status, "InvalidSpec", why);
+    }
     if let (Action::RotateCa, Ok(Outcome::Done(Some(step)))) = (action, outcome) {
         status::mark_rotating(&mut new_status, cluster.metadata.generation, step);
     }
@@ -577,7 +616,7 @@ async fn report(
         (Action::RollStalled { reason }, _) => Some(("RollStalled", reason)),
         _ if exceeded.is_some() => exceeded.as_ref().map(|why| ("QuotaExceeded", why)),
         (_, Some(message)) => Some(("UpgradeBlocked", message)),
-        _ => None,
+        _ => bad_schedule.as_ref().map(|why| ("InvalidSpec", why)),
     };
     if let Some((reason, message)) = warning
         && !already_reported(cluster, reason, message)
@@ -652,7 +691,7 @@ async fn next_look(
             let ns = cluster.namespace().unwrap_or_default();
             match action {
                 Action::RotateCa => {}
-                Action::ReclaimSpace => {
+                Action::ReclaimSpace | Action::Defragment { .. } => {
                     ctx.metrics
                         .maintenance(&ns, &cluster.name_any(), reason_of(action))
                 }
@@ -858,6 +897,7 @@ fn reason_of(action: &Action) -> &'static str {
         Action::DeletePod { .. } => "PodDeleted",
         Action::RestoreSeed => "RestoreSeedCreated",
         Action::ReclaimSpace => "SpaceReclaimed",
+        Action::Defragment { .. } => "Defragmented",
         Action::RestoreDone { .. } => "RestoreSeedServing",
         Action::RecoverFromMember { .. } => "ForceNewCluster",
         Action::RecoverFromBackup { .. } => "RestoringFromBackup",

@@ -37,7 +37,7 @@ use recover::{recover_from_backup, recover_from_member};
 use restore::restore_seed;
 pub use restore::{BUMP_MARGIN, UNKNOWN_BUMP, bump_for, bumps_revision};
 pub use services::{ensure_services, holds};
-use space::reclaim_space;
+use space::{defragment_member, reclaim_space};
 
 /// What failed, named after the action.
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +199,7 @@ pub async fn act(
         Action::RestoreSeed => restore_seed(pass, cluster).await,
         Action::RotateCa => rotate_ca(pass, cluster).await,
         Action::ReclaimSpace => reclaim_space(obs, super::observe::running_quota(obs)).await,
+        Action::Defragment { name, id } => defragment_member(pass, obs, name, *id).await,
         Action::RecoverFromMember {
             name,
             uid,

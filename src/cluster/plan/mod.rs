@@ -128,6 +128,10 @@ pub struct Observation {
     /// Members that answered a status request as themselves (quorum or not), by name, with
     /// the raft index each has applied: what a recovery from lost quorum chooses from.
     pub applied: BTreeMap<String, u64>,
+    /// Voters due for scheduled defragmentation (`spec.maintenance.defrag`: a tick of its
+    /// schedule passed since they were last defragmented, and their free space is over its
+    /// threshold).
+    pub defrag_due: BTreeSet<String>,
     /// The cluster's automatic CA has a rotation step to take (asked for, or two thirds of
     /// its validity passed, or a rotation under way).
     pub ca_rotation_due: bool,
@@ -327,6 +331,8 @@ pub enum Action {
         approved: bool,
         uid: String,
     },
+    /// Defragment voter `name` (scheduled): leadership is moved away first if it leads.
+    Defragment { name: String, id: u64 },
     /// The cluster is as asked.
     Steady,
 }

@@ -25,6 +25,7 @@ pub(super) fn next(obs: &Observation, target: &Target, members: &[MemberView]) -
         Cluster::sick_voter,
         Cluster::grow,
         Cluster::roll,
+        Cluster::defragment,
     ]
     .iter()
     .find_map(|step| step(&c))
@@ -119,6 +120,25 @@ impl<'a> Cluster<'a> {
     /// How many voters may be there: the size, and one more while a roll adds first.
     fn capacity(&self) -> usize {
         self.target.size + usize::from(self.surge)
+    }
+
+    /// Scheduled defragmentation, once nothing else is to be done and every voter is healthy:
+    /// one due voter at a time, followers before the leader (whose leadership the act moves
+    /// away first, so that writes never wait for its file to be rewritten).
+    fn defragment(&self) -> Option<Action> {
+        if self.obs.defrag_due.is_empty() || self.healthy < self.voters.len() {
+            return None;
+        }
+        let leader = self.obs.leader;
+        let next = self
+            .voters
+            .iter()
+            .filter(|m| self.obs.defrag_due.contains(&m.name))
+            .min_by_key(|m| (Some(m.id) == leader, m.name.clone()))?;
+        Some(Action::Defragment {
+            name: next.name.clone(),
+            id: next.id,
+        })
     }
 
     fn quorum_lost(&self) -> Option<Action> {

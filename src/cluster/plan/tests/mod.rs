@@ -76,6 +76,7 @@ fn cluster() -> Fixture {
             nospace: BTreeSet::new(),
             space_exhausted: false,
             applied: BTreeMap::new(),
+            defrag_due: BTreeSet::new(),
             ca_rotation_due: false,
         },
     }

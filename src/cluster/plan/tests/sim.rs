@@ -98,6 +98,7 @@ impl Sim {
             nospace: Default::default(),
             space_exhausted: false,
             applied: Default::default(),
+            defrag_due: Default::default(),
         }
     }
 
