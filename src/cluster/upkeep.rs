@@ -132,6 +132,153 @@ pub fn records(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{Defrag, EtcdClusterSpec, Maintenance};
+    use crate::cluster::plan::MemberView;
+    use crate::etcd::Status;
+
+    /// m1 and m2, healthy voters, each with a 100 MiB file holding 10 MiB of data.
+    fn observed() -> Observed {
+        let mut obs = Observed::default();
+        let mut members = vec![];
+        for id in 1..=2u64 {
+            members.push(MemberView {
+                name: format!("m{id}"),
+                id,
+                is_learner: false,
+                healthy: true,
+                unhealthy_for: Duration::ZERO,
+                caught_up: true,
+            });
+            obs.statuses.insert(
+                id,
+                Status {
+                    member_id: id,
+                    cluster_id: 7,
+                    leader: 1,
+                    version: "3.6.16".into(),
+                    db_size: 100 << 20,
+                    db_size_in_use: 10 << 20,
+                    raft_index: 9,
+                    raft_term: 2,
+                    revision: 5,
+                    raft_applied_index: 9,
+                    is_learner: false,
+                    errors: vec![],
+                },
+            );
+        }
+        obs.plan.members = Some(members);
+        obs
+    }
+
+    fn cluster(
+        schedule: Option<&str>,
+        threshold: Option<i64>,
+        done: &[(&str, &str)],
+    ) -> EtcdCluster {
+        let mut c = EtcdCluster::new(
+            "c",
+            EtcdClusterSpec {
+                size: 2,
+                maintenance: Some(Maintenance {
+                    defrag: Some(Defrag {
+                        schedule: schedule.map(String::from),
+                        threshold,
+                    }),
+                    ..Maintenance::default()
+                }),
+                ..EtcdClusterSpec::default()
+            },
+        );
+        c.status = Some(EtcdClusterStatus {
+            defragmentations: done
+                .iter()
+                .map(|(member, at)| DefragmentationRecord {
+                    member: member.to_string(),
+                    at: at.to_string(),
+                    ..DefragmentationRecord::default()
+                })
+                .collect(),
+            ..EtcdClusterStatus::default()
+        });
+        c
+    }
+
+    fn at(t: &str) -> Timestamp {
+        t.parse().unwrap()
+    }
+
+    #[test]
+    fn a_schedule_makes_each_voter_due_once_per_tick_and_never_for_a_tick_before_it_was_armed() {
+        let obs = observed();
+        let mut armed = Armed::default();
+        let daily = cluster(Some("0 3 * * *"), None, &[]);
+        // Armed at 10:00: the 03:00 tick that day passed before; nothing is due until 03:00
+        // the next day.
+        assert!(due(&daily, &obs, &mut armed, at("2026-11-26T10:00:00Z")).is_empty());
+        assert!(due(&daily, &obs, &mut armed, at("2026-11-27T02:59:00Z")).is_empty());
+        let both: BTreeSet<String> = ["m1".into(), "m2".into()].into();
+        assert_eq!(
+            due(&daily, &obs, &mut armed, at("2026-11-27T03:00:30Z")),
+            both
+        );
+        // m2 done at 03:01: only m1 is left of this tick.
+        let one_done = cluster(Some("0 3 * * *"), None, &[("m2", "2026-11-27T03:01:00Z")]);
+        assert_eq!(
+            due(&one_done, &obs, &mut armed, at("2026-11-27T03:02:00Z")),
+            ["m1".to_string()].into()
+        );
+        // A threshold above the free space (90 MiB): nobody.
+        let high = cluster(Some("0 3 * * *"), Some(200 << 20), &[]);
+        assert!(due(&high, &obs, &mut armed, at("2026-11-27T03:02:00Z")).is_empty());
+        // A new schedule is armed afresh.
+        let hourly = cluster(Some("0 * * * *"), None, &[]);
+        assert!(due(&hourly, &obs, &mut armed, at("2026-11-27T03:30:00Z")).is_empty());
+        assert_eq!(
+            due(&hourly, &obs, &mut armed, at("2026-11-27T04:00:01Z")),
+            both
+        );
+    }
+
+    #[test]
+    fn a_threshold_alone_is_checked_at_every_look_with_a_spacing() {
+        let obs = observed();
+        let mut armed = Armed::default();
+        let now = at("2026-11-27T03:00:00Z");
+        let over = cluster(None, Some(50 << 20), &[("m1", "2026-11-27T02:55:00Z")]);
+        assert_eq!(due(&over, &obs, &mut armed, now), ["m2".to_string()].into());
+        let under = cluster(None, Some(95 << 20), &[]);
+        assert!(due(&under, &obs, &mut armed, now).is_empty());
+    }
+
+    #[test]
+    fn records_keep_members_of_the_cluster_and_the_newest_of_each() {
+        let c = cluster(None, Some(1), &[("m1", "a"), ("gone", "b")]);
+        let status = EtcdClusterStatus {
+            member_statuses: vec![
+                crate::api::MemberStatus {
+                    name: "m1".into(),
+                    ..Default::default()
+                },
+                crate::api::MemberStatus {
+                    name: "m2".into(),
+                    ..Default::default()
+                },
+            ],
+            ..EtcdClusterStatus::default()
+        };
+        let made = DefragmentationRecord {
+            member: "m2".into(),
+            at: "c".into(),
+            ..DefragmentationRecord::default()
+        };
+        let r = records(&c, &status, Some(made));
+        let names: Vec<(&str, &str)> = r
+            .iter()
+            .map(|d| (d.member.as_str(), d.at.as_str()))
+            .collect();
+        assert_eq!(names, [("m1", "a"), ("m2", "c")]);
+    }
 
     #[test]
     fn a_tick_is_found_before_now_in_utc() {

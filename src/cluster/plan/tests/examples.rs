@@ -965,3 +965,40 @@ fn nospace_is_reclaimed_before_anything_else_and_never_without_quorum() {
     obs.nospace.clear();
     assert_eq!(plan(&obs, &target(3)), Action::Steady);
 }
+
+#[test]
+fn scheduled_defragmentation_takes_followers_first_the_leader_last_and_only_a_whole_cluster() {
+    let t = target(3);
+    let mut obs = steady(3);
+    obs.defrag_due = ["m1".to_string(), "m3".to_string()].into();
+    assert_eq!(
+        plan(&obs, &t),
+        Action::Defragment {
+            name: "m3".into(),
+            id: 3
+        }
+    );
+    obs.defrag_due = ["m1".to_string()].into();
+    assert_eq!(
+        plan(&obs, &t),
+        Action::Defragment {
+            name: "m1".into(),
+            id: 1
+        }
+    );
+    // A member down: it is healed first, and nothing is defragmented meanwhile.
+    let mut sick = cluster()
+        .voter("m1")
+        .voter("m2")
+        .voter("m3")
+        .unhealthy()
+        .led_by("m1")
+        .build();
+    sick.defrag_due = ["m2".to_string()].into();
+    assert!(!matches!(plan(&sick, &t), Action::Defragment { .. }));
+    // A roll first.
+    let mut rolling = steady(3);
+    rolling.pods[1].current = false;
+    rolling.defrag_due = ["m1".to_string()].into();
+    assert!(!matches!(plan(&rolling, &t), Action::Defragment { .. }));
+}
