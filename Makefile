@@ -73,6 +73,7 @@ image:
 ## their etcd-gate from it. `BENCH_ONLY=upgrade make bench` runs the upgrade rows alone;
 ## `BENCH_ONLY=speed` the speed rows (3 and 5 members to Available, failover; three runs each).
 ## `BENCH_ONLY=node-faults` the node-fault rows (a member's node stopped hard, a drain; 3+ nodes).
+## `BENCH_ONLY=space` NOSPACE reclaimed; `BENCH_ONLY=recovery` lost quorum recovered (ForceNewCluster).
 bench:
 	hack/deps.sh
 	$(CARGO) build --release --bin etcd-operator

@@ -109,6 +109,81 @@ fn space_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
     )]
 }
 
+/// Lost quorum recovered without a human: a 3-member etcd 3.6 cluster with
+/// `recovery: {quorumLoss: ForceNewCluster, after: 0s}` under the chart-installed operator
+/// (its seed fetches the survivor's snapshot from the operator's pod), two member pods deleted
+/// at once; from the deletion to the first write served again (a refused one seen first), and
+/// to healthy at full size. Three clusters, the median with every run beside it.
+fn recovery_rows(k: &Kubectl) -> Vec<(String, String, &'static str)> {
+    let namespace = k.namespace("bench-recovery");
+    let ns = namespace.name.as_str();
+    let _operator = e2e::Operator::install(k, ns, &[]);
+    let (mut served, mut whole) = (Vec::new(), Vec::new());
+    for i in 0..3u64 {
+        let name = format!("recover-{i}");
+        let c = json!({"apiVersion": "etcd.database.coreos.com/v1beta2",
+            "kind": "EtcdCluster", "metadata": {"name": name},
+            "spec": {"size": 3, "version": "3.6.16",
+                     "recovery": {"quorumLoss": "ForceNewCluster", "after": "0s"}}});
+        k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
+        until(&format!("{name} healthy"), 600, || {
+            healthy_at_size(k, ns, &name, 3)
+        });
+        let endpoint = client_endpoint(k, ns, &name);
+        for key in 0..50 {
+            write_once(&endpoint, key).unwrap();
+        }
+        // Settled, as users' clusters are.
+        std::thread::sleep(Duration::from_secs(5));
+        let pods = pod_names(k, ns, &name);
+        let mut args = vec![
+            "delete",
+            "pod",
+            "-n",
+            ns,
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+        ];
+        args.extend(pods[1..].iter().map(String::as_str));
+        let lost = Instant::now();
+        k.ok(&args, None);
+        let mut key = 1_000_000 * (i + 1);
+        until("a write refused", 60, || {
+            key += 1;
+            write_once(&endpoint, key).is_err()
+        });
+        until("writes served again", 300, || {
+            key += 1;
+            write_once(&endpoint, key).is_ok()
+        });
+        served.push(lost.elapsed());
+        until(&format!("{name} back at 3"), 600, || {
+            healthy_at_size(k, ns, &name, 3)
+        });
+        whole.push(lost.elapsed());
+    }
+    let show = |runs: &[Duration]| {
+        let all: Vec<String> = runs
+            .iter()
+            .map(|d| format!("{:.1}", d.as_secs_f64()))
+            .collect();
+        format!("{} ({})", secs(median(runs.to_vec())), all.join(", "))
+    };
+    vec![
+        (
+            "quorum lost (2 of 3 pods gone), ForceNewCluster after 0s → writes served again".into(),
+            show(&served),
+            "< 15 s",
+        ),
+        (
+            "quorum lost (2 of 3 pods gone) → back at full size and healthy".into(),
+            show(&whole),
+            "< 25 s",
+        ),
+    ]
+}
+
 /// Apply to Available for 3 and 5 members on etcd 3.6, and a member pod deleted to healthy at
 /// full size: three runs each, the median with every run beside it.
 fn speed_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
@@ -555,6 +630,11 @@ fn main() {
     // `BENCH_ONLY=space`: NOSPACE reclaimed (issue 27's target).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("space") {
         print_table(space_rows(&k, ns), floor, vec![]);
+        return;
+    }
+    // `BENCH_ONLY=recovery`: lost quorum recovered (issue 27's targets).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("recovery") {
+        print_table(recovery_rows(&k), floor, vec![]);
         return;
     }
     // `BENCH_ONLY=tls`: apply to Available with automatic TLS beside plain.
