@@ -6,7 +6,7 @@
 //! `FAILPOINTS='after-member-add=20%return;after-member-remove=20%return'`.
 
 /// Every crash point, by name.
-pub const POINTS: [&str; 6] = [
+pub const POINTS: [&str; 8] = [
     // etcd accepted a new member; its pod does not exist yet, or waits at its gate.
     "after-member-add",
     // A member's pod was created; it is not Ready yet.
@@ -20,6 +20,10 @@ pub const POINTS: [&str; 6] = [
     "after-restore-seed",
     // NOSPACE: the history was compacted; no member is defragmented and the alarm is armed.
     "after-compact",
+    // Lost quorum: the recovery's restore was handed over; no seed exists yet.
+    "after-recovery-handoff",
+    // Scheduled upkeep: a member was defragmented; the status does not say so yet.
+    "after-defragment",
 ];
 
 /// Exits here when crash point `name` is armed and fires: its name goes to the container's

@@ -437,3 +437,28 @@ pub fn assert_acked_present(endpoint: &str, acked: &[u64]) {
         .collect();
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }
+
+/// One put of `key` through `endpoint` (`http://IP:2379`) with etcd's own client, on a
+/// connection of its own, given up after `within`: the ID of the cluster that served it. A
+/// write served by a rebuilt cluster is told from one the old cluster still took by it.
+pub fn put_cluster_id(endpoint: &str, key: &str, within: Duration) -> Result<u64, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let put = async {
+            let options = etcd_client::ConnectOptions::new().with_connect_timeout(within);
+            let mut c = etcd_client::Client::connect([endpoint], Some(options))
+                .await
+                .map_err(|e| e.to_string())?;
+            let r = c.put(key, "x", None).await.map_err(|e| e.to_string())?;
+            r.header()
+                .map(|h| h.cluster_id())
+                .ok_or_else(|| "no header".to_string())
+        };
+        tokio::time::timeout(within, put)
+            .await
+            .map_err(|_| format!("no answer within {within:?}"))?
+    })
+}

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use e2e::{
     Keys, Kubectl, Operator, Writer, assert_acked_present, client_endpoint, condition,
-    delete_under, event_count, events, get, healthy_at_size, put_value, until, write_once,
+    delete_under, event_count, events, get, healthy_at_size, pod_names, put_value, until,
+    write_once,
 };
 use serde_json::json;
 
@@ -181,7 +182,7 @@ fn scheduled_defragmentation_reclaims_space_member_by_member_and_says_what_it_co
     until("3 healthy members", 300, || {
         healthy_at_size(&k, ns, "example", 3)
     });
-    let pod = &get(&k, ns, "pods")["items"][0];
+    let pod = get(&k, ns, &format!("pod/{}", pod_names(&k, ns, "example")[0]));
     let args = pod["spec"]["containers"][0]["args"].to_string();
     assert!(
         args.contains("--auto-compaction-mode=periodic")

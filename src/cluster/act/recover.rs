@@ -36,6 +36,7 @@ pub(super) async fn recover_from_member(
     };
     let value = serde_json::to_string(&handoff).unwrap_or_default();
     annotate(pass.handles, cluster, Some(value)).await?;
+    crate::crash::point("after-recovery-handoff");
     Ok(Outcome::Done(Some(format!(
         "quorum is lost: rebuilding the cluster from member {name}, whose snapshot a new seed \
          restores (revision raised by {}); {name} is kept until the seed serves",

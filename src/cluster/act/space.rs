@@ -115,6 +115,7 @@ pub(super) async fn defragment_member(
     }
     let started = std::time::Instant::now();
     let (before, after) = defragment(obs, name).await?;
+    crate::crash::point("after-defragment");
     let took = started.elapsed();
     let record = DefragmentationRecord {
         member: name.to_string(),
