@@ -182,6 +182,80 @@ fn recovery_rows(k: &Kubectl) -> Vec<(String, String, &'static str)> {
     ]
 }
 
+/// Scheduled defragmentation of a 3-member etcd 3.6 cluster whose members hold 1 GiB files
+/// (1,024 keys of 1 MiB, a quarter deleted and compacted away): a schedule of every minute, a
+/// client writing through the Service throughout; its longest write stall beside the longest
+/// member's defragmentation as etcd took it (the floor: a stall shorter than it means the
+/// leader was not the one defragmenting).
+fn defrag_rows(k: &Kubectl) -> Vec<Row> {
+    let namespace = k.namespace("bench-defrag");
+    let ns = namespace.name.as_str();
+    let _operator = e2e::Operator::install(k, ns, &[]);
+    apply_cluster(k, ns, "defrag", 3);
+    until("defrag healthy", 600, || {
+        healthy_at_size(k, ns, "defrag", 3)
+    });
+    let endpoint = client_endpoint(k, ns, "defrag");
+    fill(&endpoint, 1024);
+    for i in (0..1024).step_by(4) {
+        e2e::delete_under(&endpoint, &format!("bench/{i:05}")).unwrap();
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([endpoint.as_str()], None)
+            .await
+            .unwrap();
+        let revision = c.get("x", None).await.unwrap().header().unwrap().revision();
+        c.compact(
+            revision,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+    });
+    let writer = Writer::start(&endpoint, Duration::from_secs(600));
+    k.ok(
+        &[
+            "patch",
+            "-n",
+            ns,
+            "etcdcluster/defrag",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"maintenance":{"defrag":{"schedule":"* * * * *"}}}}"#,
+        ],
+        None,
+    );
+    let records = || get(k, ns, "etcdcluster/defrag")["status"]["defragmentations"].clone();
+    until("every member defragmented", 600, || {
+        records().as_array().is_some_and(|r| r.len() == 3)
+    });
+    let tally = writer.report();
+    let done = records();
+    let (mut longest, mut before, mut after) = (0, 0, 0);
+    for d in done.as_array().unwrap() {
+        longest = longest.max(d["milliseconds"].as_i64().unwrap());
+        before = before.max(d["sizeBefore"].as_i64().unwrap());
+        after = after.max(d["sizeAfter"].as_i64().unwrap());
+    }
+    vec![(
+        format!(
+            "scheduled defragmentation, 3 members of {} MiB ({} MiB after): longest client \
+             write stall",
+            before >> 20,
+            after >> 20
+        ),
+        format!(
+            "{} ms ({} writes, {} failed)",
+            tally.longest_stall.as_millis(),
+            tally.writes,
+            tally.errors
+        ),
+        format!("{longest} ms (the longest member's defragmentation, as etcd took it)"),
+        "printed".into(),
+    )]
+}
+
 /// Apply to Available for 3 and 5 members on etcd 3.6, and a member pod deleted to healthy at
 /// full size: three runs each, the median with every run beside it.
 fn speed_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
@@ -633,6 +707,11 @@ fn main() {
     // `BENCH_ONLY=recovery`: lost quorum recovered (issue 27's targets).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("recovery") {
         print_table(recovery_rows(&k), floor, vec![]);
+        return;
+    }
+    // `BENCH_ONLY=defrag`: scheduled defragmentation of 1 GiB members (issue 27's row).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("defrag") {
+        print_table(vec![], floor, defrag_rows(&k));
         return;
     }
     // `BENCH_ONLY=tls`: apply to Available with automatic TLS beside plain.
