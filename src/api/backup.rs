@@ -100,6 +100,37 @@ pub struct BackupPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_backups: Option<i64>,
+    /// Tiered retention of periodic snapshots (an extension of this operator): the newest
+    /// `last`, and the newest of each of the newest `hourly` hours, `daily` days, `weekly` ISO
+    /// weeks and `monthly` months that have one (UTC). Replaces `maxBackups` when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<TieredRetention>,
+}
+
+/// Grandfather-father-son retention counts; each 0 or unset keeps none by that tier.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TieredRetention {
+    /// The newest this many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub last: Option<i64>,
+    /// One per hour, for this many hours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub hourly: Option<i64>,
+    /// One per day, for this many days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub daily: Option<i64>,
+    /// One per ISO week, for this many weeks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub weekly: Option<i64>,
+    /// One per month, for this many months.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub monthly: Option<i64>,
 }
 
 /// Progress of a backup.

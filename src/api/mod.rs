@@ -13,7 +13,7 @@ pub mod validation;
 
 pub use backup::{
     BackupPhase, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus,
-    SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION,
+    SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION, TieredRetention,
 };
 pub use cluster::{
     AutoCompaction, AutoCompactionMode, AutoTls, ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, Defrag,

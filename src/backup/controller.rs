@@ -122,17 +122,11 @@ async fn endpoint_of(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<End
 /// Prunes what the backup's retention no longer keeps: `maxBackups` of a periodic backup, and
 /// a schedule's `--keep-snapshots`.
 async fn retain(backup: &EtcdBackup, target: &Target) {
-    if let Some(keep) = backup
-        .spec
-        .backup_policy
-        .as_ref()
-        .and_then(|p| p.max_backups)
-        .filter(|k| *k > 0 && interval_of(backup).is_some())
-    {
+    if let Some(retention) = periodic_retention(backup) {
         prune(
             target.store.as_ref(),
             target.location.as_ref(),
-            usize::try_from(keep).unwrap_or(usize::MAX),
+            retention,
             naming::parse,
         )
         .await;
@@ -141,7 +135,7 @@ async fn retain(backup: &EtcdBackup, target: &Target) {
         prune(
             target.store.as_ref(),
             &prefix,
-            keep,
+            naming::Retention::newest(keep),
             naming::parse_scheduled,
         )
         .await;
@@ -202,6 +196,25 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
 /// For a backup made by a schedule (`etcd-operator backup create --keep-snapshots M`): the key
 /// prefix of the schedule's objects (without the bucket) and how many of them to keep. Only
 /// when this backup's own path is one of them.
+/// A periodic backup's retention: its tiers, else its `maxBackups`; `None` when it keeps
+/// everything or is not periodic.
+fn periodic_retention(backup: &EtcdBackup) -> Option<naming::Retention> {
+    interval_of(backup)?;
+    let policy = backup.spec.backup_policy.as_ref()?;
+    let count = |n: Option<i64>| n.and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+    let retention = match &policy.retention {
+        Some(t) => naming::Retention {
+            last: count(t.last),
+            hourly: count(t.hourly),
+            daily: count(t.daily),
+            weekly: count(t.weekly),
+            monthly: count(t.monthly),
+        },
+        None => naming::Retention::newest(count(policy.max_backups)),
+    };
+    (retention != naming::Retention::default()).then_some(retention)
+}
+
 fn scheduled_retention(backup: &EtcdBackup) -> Option<(String, usize)> {
     let annotations = backup.metadata.annotations.as_ref()?;
     let keep: usize = annotations.get(SCHEDULE_KEEP_ANNOTATION)?.parse().ok()?;
@@ -217,12 +230,12 @@ fn scheduled_retention(backup: &EtcdBackup) -> Option<(String, usize)> {
     (keep > 0).then(|| (key.to_string(), keep))
 }
 
-/// Deletes this backup's oldest periodic objects beyond `keep`. A failure is only logged: the
+/// Deletes this backup's periodic objects that `keep` does not keep. A failure is only logged: the
 /// snapshot itself succeeded, and the next success tries again.
 async fn prune(
     store: &dyn ObjectStore,
     key: &str,
-    keep: usize,
+    keep: naming::Retention,
     parse: fn(&str, &str) -> Option<(k8s_openapi::jiff::civil::DateTime, i64)>,
 ) {
     let prefix = key.rsplit_once('/').map(|(dir, _)| Path::from(dir));
@@ -239,7 +252,7 @@ async fn prune(
     }
     for name in naming::to_delete_by(parse, key, &names, keep) {
         match store.delete(&Path::from(name)).await {
-            Ok(()) => info!(name, "deleted an old backup (maxBackups {keep})"),
+            Ok(()) => info!(name, "deleted an old backup (retention {keep:?})"),
             Err(e) => warn!(name, "deleting an old backup: {e}"),
         }
     }
@@ -474,6 +487,30 @@ mod tests {
         b.metadata.generation = Some(1);
         b.status = Some(status);
         b
+    }
+
+    #[test]
+    fn periodic_backups_are_kept_by_their_tiers_else_by_max_backups() {
+        let mut b = backup(3600, Default::default());
+        assert_eq!(periodic_retention(&b), None, "keeps everything");
+        let policy = b.spec.backup_policy.as_mut().unwrap();
+        policy.max_backups = Some(5);
+        assert_eq!(periodic_retention(&b), Some(naming::Retention::newest(5)));
+        b.spec.backup_policy.as_mut().unwrap().retention = Some(crate::api::TieredRetention {
+            last: Some(2),
+            daily: Some(7),
+            ..Default::default()
+        });
+        assert_eq!(
+            periodic_retention(&b),
+            Some(naming::Retention {
+                last: 2,
+                daily: 7,
+                ..Default::default()
+            })
+        );
+        // A one-shot backup has no periodic objects to prune.
+        assert_eq!(periodic_retention(&backup(0, Default::default())), None);
     }
 
     #[test]

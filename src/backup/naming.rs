@@ -66,21 +66,52 @@ pub fn parse_scheduled(prefix: &str, name: &str) -> Option<(DateTime, i64)> {
     Some((DateTime::strptime(TIME_FORMAT, time).ok()?, 0))
 }
 
+/// Which backups retention keeps: the newest `last`, and besides them the newest backup of
+/// each of the newest `hourly` hours, `daily` days, `weekly` ISO weeks and `monthly` months
+/// that have one (grandfather-father-son), all in UTC. All zero keeps everything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// The newest this many, whatever their times.
+    pub last: usize,
+    /// One per hour, for this many hours that have backups.
+    pub hourly: usize,
+    /// One per day.
+    pub daily: usize,
+    /// One per ISO week.
+    pub weekly: usize,
+    /// One per month.
+    pub monthly: usize,
+}
+
+impl Retention {
+    /// The newest `keep` (coreos's `maxBackups`).
+    pub fn newest(keep: usize) -> Self {
+        Retention {
+            last: keep,
+            ..Retention::default()
+        }
+    }
+
+    fn keeps_everything(&self) -> bool {
+        *self == Retention::default()
+    }
+}
+
 /// Of `names` (every object under the backup's prefix), the periodic backups of `path` to
 /// delete so that the newest `keep` remain, newest by time and then revision. `keep` 0 keeps
 /// everything.
 pub fn to_delete<'a>(path: &str, names: &'a [String], keep: usize) -> Vec<&'a str> {
-    to_delete_by(parse, path, names, keep)
+    to_delete_by(parse, path, names, Retention::newest(keep))
 }
 
-/// As [`to_delete`], for the names that `parse` reads as `path`'s.
+/// As [`to_delete`], for the names that `parse` reads as `path`'s, kept by `retention`.
 pub fn to_delete_by<'a>(
     parse: fn(&str, &str) -> Option<(DateTime, i64)>,
     path: &str,
     names: &'a [String],
-    keep: usize,
+    retention: Retention,
 ) -> Vec<&'a str> {
-    if keep == 0 {
+    if retention.keeps_everything() {
         return Vec::new();
     }
     let mut ours: Vec<((DateTime, i64), &str)> = names
@@ -88,7 +119,46 @@ pub fn to_delete_by<'a>(
         .filter_map(|n| parse(path, n).map(|k| (k, n.as_str())))
         .collect();
     ours.sort_by_key(|o| std::cmp::Reverse(o.0));
-    ours.into_iter().skip(keep).map(|(_, n)| n).collect()
+    let mut keep = vec![false; ours.len()];
+    for k in keep.iter_mut().take(retention.last) {
+        *k = true;
+    }
+    let tiers: [(usize, fn(DateTime) -> (i32, i32, i32)); 4] = [
+        (retention.hourly, |t| {
+            (
+                i32::from(t.year()),
+                i32::from(t.day_of_year()),
+                i32::from(t.hour()),
+            )
+        }),
+        (retention.daily, |t| {
+            (i32::from(t.year()), i32::from(t.day_of_year()), 0)
+        }),
+        (retention.weekly, |t| {
+            let week = t.date().iso_week_date();
+            (i32::from(week.year()), i32::from(week.week()), 0)
+        }),
+        (retention.monthly, |t| {
+            (i32::from(t.year()), i32::from(t.month()), 0)
+        }),
+    ];
+    for (count, period) in tiers {
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, ((at, _), _)) in ours.iter().enumerate() {
+            if seen.len() == count {
+                break;
+            }
+            // The newest of each period (the list runs newest first).
+            if seen.insert(period(*at)) {
+                keep[i] = true;
+            }
+        }
+    }
+    ours.into_iter()
+        .zip(keep)
+        .filter(|(_, k)| !k)
+        .map(|((_, n), _)| n)
+        .collect()
 }
 
 /// How long until the next periodic backup is due: at once without a recorded success, else one
@@ -105,6 +175,62 @@ pub fn next_due(last_success: Option<Timestamp>, interval: Duration, now: Timest
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A year of hourly ticks through the retention, pruning after each as the controller
+    /// does: what is left is exactly the tiers' worth, each the newest of its period, and
+    /// nothing kept is ever deleted later by a tier that should have kept it.
+    #[test]
+    fn a_year_of_hourly_backups_keeps_the_grandfather_father_son_tiers() {
+        let path = "bucket/etcd/prod";
+        let retention = Retention {
+            last: 3,
+            hourly: 24,
+            daily: 7,
+            weekly: 4,
+            monthly: 12,
+        };
+        let start: Timestamp = "2026-01-01T00:30:00Z".parse().unwrap();
+        let mut names: Vec<String> = Vec::new();
+        for hour in 0..(365 * 24) {
+            let at = start + Duration::from_secs(3600 * hour);
+            names.push(periodic_name(path, 1000 + hour as i64, at));
+            let gone: Vec<String> = to_delete_by(parse, path, &names, retention)
+                .into_iter()
+                .map(String::from)
+                .collect();
+            names.retain(|n| !gone.contains(n));
+        }
+        let kept: Vec<(DateTime, i64)> = names.iter().filter_map(|n| parse(path, n)).collect();
+        let newest = kept.iter().max().unwrap().0;
+        assert_eq!(newest.to_string(), "2026-12-31T23:30:00");
+        // The last 24 hours, one per day for the last 7 days, per week for 4, per month for
+        // 12: overlapping, so fewer than their sum.
+        let days: std::collections::BTreeSet<_> = kept.iter().map(|(t, _)| t.date()).collect();
+        let months: std::collections::BTreeSet<_> =
+            kept.iter().map(|(t, _)| (t.year(), t.month())).collect();
+        assert_eq!(months.len(), 12, "{kept:?}");
+        assert!(days.len() >= 7, "{days:?}");
+        let last_day = kept
+            .iter()
+            .filter(|(t, _)| *t > newest - k8s_openapi::jiff::Span::new().hours(24))
+            .count();
+        assert_eq!(last_day, 24);
+        assert!(kept.len() <= 3 + 24 + 7 + 4 + 12, "{}", kept.len());
+        // Each month's survivor is its newest backup: the last hour of the month.
+        for (t, _) in &kept {
+            if t.day() == 1 && t.hour() == 0 {
+                panic!("a month kept by its oldest backup: {t}");
+            }
+        }
+        // Another's names are never touched.
+        let mut with_foreign = names.clone();
+        with_foreign.push("bucket/etcd/other_v1_2025-01-01-00:00:00".into());
+        assert!(
+            to_delete_by(parse, path, &with_foreign, retention)
+                .iter()
+                .all(|n| n.starts_with(path))
+        );
+    }
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -160,7 +286,7 @@ mod tests {
         .map(String::from)
         .into();
         assert_eq!(
-            to_delete_by(parse_scheduled, "p", &names, 2),
+            to_delete_by(parse_scheduled, "p", &names, Retention::newest(2)),
             ["p_2025-12-31-03:00:00"]
         );
     }
