@@ -66,6 +66,9 @@ pub fn parse_scheduled(prefix: &str, name: &str) -> Option<(DateTime, i64)> {
     Some((DateTime::strptime(TIME_FORMAT, time).ok()?, 0))
 }
 
+/// The period a backup falls in, for one tier: (year, number in the year, hour).
+type Period = fn(DateTime) -> (i32, i32, i32);
+
 /// Which backups retention keeps: the newest `last`, and besides them the newest backup of
 /// each of the newest `hourly` hours, `daily` days, `weekly` ISO weeks and `monthly` months
 /// that have one (grandfather-father-son), all in UTC. All zero keeps everything.
@@ -123,7 +126,7 @@ pub fn to_delete_by<'a>(
     for k in keep.iter_mut().take(retention.last) {
         *k = true;
     }
-    let tiers: [(usize, fn(DateTime) -> (i32, i32, i32)); 4] = [
+    let tiers: [(usize, Period); 4] = [
         (retention.hourly, |t| {
             (
                 i32::from(t.year()),
@@ -191,9 +194,9 @@ mod tests {
         };
         let start: Timestamp = "2026-01-01T00:30:00Z".parse().unwrap();
         let mut names: Vec<String> = Vec::new();
-        for hour in 0..(365 * 24) {
-            let at = start + Duration::from_secs(3600 * hour);
-            names.push(periodic_name(path, 1000 + hour as i64, at));
+        for hour in 0..(365 * 24_i64) {
+            let at = start + Duration::from_secs(3600 * hour.unsigned_abs());
+            names.push(periodic_name(path, 1000 + hour, at));
             let gone: Vec<String> = to_delete_by(parse, path, &names, retention)
                 .into_iter()
                 .map(String::from)
