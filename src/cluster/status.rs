@@ -1,6 +1,7 @@
 //! Status as a function of what was observed and what the planner decided. Pure.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -388,11 +389,13 @@ fn roster(obs: &Observed, previous: &EtcdClusterStatus) -> Roster {
         .filter(|m| m.healthy && obs.plan.pod_alive(&m.name))
         .map(|m| m.name.as_str())
         .collect();
+    let now = Timestamp::now();
     let stray = obs
         .serving
         .published
         .iter()
         .filter(|p| obs.plan.members.is_some() && !serving.contains(p.as_str()))
+        .filter(|p| !leaving_moments_ago(obs, p, now))
         .cloned()
         .collect();
     Roster {
@@ -405,6 +408,28 @@ fn roster(obs: &Observed, previous: &EtcdClusterStatus) -> Roster {
         ready,
         healthy_voters,
     }
+}
+
+/// How long an endpoint of a pod being deleted may linger in the client Service before it
+/// counts against Available: the endpoint controller marks a terminating pod's endpoint not
+/// ready within a second or so, and a roll's removal (its pod deleted by the operator) must not
+/// read as an outage. A deleted pod's endpoint still listed after this is one.
+const LEAVING_GRACE: Duration = Duration::from_secs(5);
+
+/// Whether pod `name`'s deletion was asked for less than [`LEAVING_GRACE`] ago.
+fn leaving_moments_ago(obs: &Observed, name: &str, now: Timestamp) -> bool {
+    let Some(meta) = obs.pods.get(name).map(|p| &p.metadata) else {
+        return false;
+    };
+    let Some(at) = &meta.deletion_timestamp else {
+        return false;
+    };
+    // The deletion timestamp is when the grace period ends: the request came that long before.
+    let grace = Duration::from_secs(
+        u64::try_from(meta.deletion_grace_period_seconds.unwrap_or(0)).unwrap_or(0),
+    );
+    let asked = at.0 - grace;
+    Duration::try_from(now.duration_since(asked)).is_ok_and(|d| d < LEAVING_GRACE)
 }
 
 /// The phase and its reason.
@@ -607,6 +632,35 @@ mod tests {
         obs.serving.published.remove("m3");
         let status = compute(&cluster, &obs, &Action::Steady);
         assert_eq!(available(&status), ("True".into(), "QuorumHealthy".into()));
+    }
+
+    #[test]
+    fn a_removed_member_whose_pod_was_just_deleted_is_no_outage_for_the_endpoint_controllers_lag() {
+        // A roll removed m3 and deleted its pod a moment ago; the endpoint controller has not
+        // taken it out of the Service yet.
+        let cluster = three();
+        let mut obs = observed([PodState::Running, PodState::Running, PodState::Terminating]);
+        if let Some(members) = obs.plan.members.as_mut() {
+            members.pop();
+        }
+        let deleted = |ago: u64| {
+            let mut pod = k8s_openapi::api::core::v1::Pod::default();
+            pod.metadata.deletion_grace_period_seconds = Some(30);
+            let at = Timestamp::now() + Duration::from_secs(30) - Duration::from_secs(ago);
+            pod.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at));
+            pod
+        };
+        obs.pods.insert("m3".into(), deleted(1));
+        let status = compute(&cluster, &obs, &Action::Steady);
+        assert_eq!(available(&status).0, "True");
+        // Still listed long after: clients sent there fail.
+        obs.pods.insert("m3".into(), deleted(20));
+        let status = compute(&cluster, &obs, &Action::Steady);
+        assert_eq!(
+            available(&status),
+            ("False".into(), "UnhealthyEndpoints".into())
+        );
     }
 
     #[test]
