@@ -147,6 +147,46 @@ async fn scenario(minor: &str) {
     );
     assert_eq!(streamed.len() % 512, 32);
 
+    // Stored compressed: the object is a zstd frame, smaller, hashed as stored; decompressed
+    // it is a snapshot etcd's own tool restores, and its hash is the snapshot's.
+    let mut etcd = etcd_operator::etcd::Etcd::connect_streaming(&m.endpoint(), CONNECT)
+        .await
+        .unwrap();
+    let zst = snapshot::upload_compressed(
+        etcd.snapshot().await.unwrap(),
+        &store,
+        &Path::from("zst/one.db.zst"),
+        PutMultipartOptions::default(),
+        TIMEOUT,
+        Some(3),
+    )
+    .await
+    .unwrap();
+    let stored = std::fs::read(root.join("zst/one.db.zst")).unwrap();
+    assert_eq!(stored[..4], etcd_operator::backup::compress::ZSTD_MAGIC);
+    assert_eq!(zst.size, stored.len() as u64);
+    assert_eq!(
+        zst.sha256,
+        hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &stored).as_ref())
+    );
+    let mut unpack = etcd_operator::backup::compress::Unpack::default();
+    let mut unpacked = unpack.push(&stored).unwrap();
+    unpacked.extend(unpack.finish().unwrap());
+    assert_eq!(zst.snapshot_size, unpacked.len() as u64);
+    assert_eq!(
+        zst.snapshot_sha256,
+        hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &unpacked).as_ref())
+    );
+    eprintln!(
+        "etcd {minor}: a {} byte snapshot stored as {} bytes with zstd level 3",
+        unpacked.len(),
+        stored.len()
+    );
+    assert!(stored.len() < unpacked.len());
+    let unpacked_file = root.join("zst/unpacked.db");
+    std::fs::write(&unpacked_file, &unpacked).unwrap();
+    restore(minor, &unpacked_file, &root.join("restored-from-zst"));
+
     // etcd's own tool reads it and sees every key.
     let status = snapshot_status(minor, &file);
     assert!(

@@ -3,7 +3,8 @@
 //! the cluster untouched; a good one replaces the cluster's data, with the operator killed once
 //! in the middle, keeps a pre-restore snapshot of what was there, and never lets the revision
 //! go back; a second restore meanwhile is refused; the EtcdCluster's spec is never changed.
-//! The manifests are coreos-style.
+//! The manifests are coreos-style. The Azure Blob backup is stored compressed (zstd), and its
+//! restore decompresses it on the way to the seed.
 
 // The e2e crate is test code against a real cluster: a failing unwrap fails the test or
 // the benchmark with the error in its message.
@@ -252,10 +253,17 @@ fn a_restore_from_azure_blob() {
         &manifest(
             "EtcdBackup",
             "to-abs",
-            json!({"clusterName": "example", "storageType": "ABS", "abs": abs}),
+            json!({"clusterName": "example", "storageType": "ABS", "abs": abs,
+                   "compression": {"algorithm": "zstd", "level": 3}}),
         ),
     );
     until_status(&k, ns, "etcdbackup/to-abs", 120, |s| s["succeeded"] == true);
+    // Stored compressed: the object is smaller than the snapshot it holds.
+    let stored = status(&k, ns, "etcdbackup/to-abs");
+    assert!(
+        stored["size"].as_i64().unwrap() < stored["snapshotSize"].as_i64().unwrap(),
+        "{stored}"
+    );
     put(&endpoint(&k, ns, "example"), "later", 50);
 
     // Bad input first, each answered by name, the cluster untouched: a snapshot that does not

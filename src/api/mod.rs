@@ -12,8 +12,9 @@ pub mod restore;
 pub mod validation;
 
 pub use backup::{
-    BackupPhase, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus,
-    SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION, TieredRetention,
+    BackupCompression, BackupPhase, BackupPolicy, CompressionAlgorithm, EtcdBackup, EtcdBackupSpec,
+    EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION,
+    TieredRetention,
 };
 pub use cluster::{
     AutoCompaction, AutoCompactionMode, AutoTls, ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, Defrag,

@@ -163,12 +163,14 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         .await
         .map_err(snapshot::Error::Etcd)?;
     let stream = etcd.snapshot().await.map_err(snapshot::Error::Etcd)?;
-    let verified = snapshot::upload(
+    let level = spec.compression.as_ref().map(|c| c.level());
+    let verified = snapshot::upload_compressed(
         stream,
         target.store.as_ref(),
         &location,
         PutMultipartOptions::default(),
         timeout_of(backup),
+        level,
     )
     .await?;
     let revision = status.revision.to_string();
@@ -193,9 +195,6 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
     })
 }
 
-/// For a backup made by a schedule (`etcd-operator backup create --keep-snapshots M`): the key
-/// prefix of the schedule's objects (without the bucket) and how many of them to keep. Only
-/// when this backup's own path is one of them.
 /// A periodic backup's retention: its tiers, else its `maxBackups`; `None` when it keeps
 /// everything or is not periodic.
 fn periodic_retention(backup: &EtcdBackup) -> Option<naming::Retention> {
@@ -215,6 +214,9 @@ fn periodic_retention(backup: &EtcdBackup) -> Option<naming::Retention> {
     (retention != naming::Retention::default()).then_some(retention)
 }
 
+/// For a backup made by a schedule (`etcd-operator backup create --keep-snapshots M`): the key
+/// prefix of the schedule's objects (without the bucket) and how many of them to keep. Only
+/// when this backup's own path is one of them.
 fn scheduled_retention(backup: &EtcdBackup) -> Option<(String, usize)> {
     let annotations = backup.metadata.annotations.as_ref()?;
     let keep: usize = annotations.get(SCHEDULE_KEEP_ANNOTATION)?.parse().ok()?;
@@ -396,6 +398,8 @@ async fn record_success(
         )],
         observed_generation: generation,
         size: Some(i64::try_from(taken.verified.size).unwrap_or(i64::MAX)),
+        snapshot_size: (taken.verified.snapshot_size != taken.verified.size)
+            .then(|| i64::try_from(taken.verified.snapshot_size).unwrap_or(i64::MAX)),
         sha256: taken.verified.sha256.clone(),
         path: taken.path.clone(),
     };
@@ -482,6 +486,7 @@ mod tests {
                 gcs: None,
                 oss: None,
                 client_tls_secret: None,
+                compression: None,
             },
         );
         b.metadata.generation = Some(1);

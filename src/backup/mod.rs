@@ -11,6 +11,7 @@
 //!   on status;
 //! - [`schedule`]: one run of a CronJob schedule (`etcd-operator backup create`).
 
+pub mod compress;
 pub mod controller;
 pub mod endpoint;
 pub mod error;

@@ -123,6 +123,7 @@ pub fn backup(req: &Request, name: &str, tick: Timestamp) -> Result<EtcdBackup, 
         gcs: None,
         oss: None,
         client_tls_secret: None,
+        compression: None,
     };
     match req.storage_type {
         StorageType::S3 => {

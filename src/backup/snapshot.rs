@@ -17,6 +17,7 @@ use object_store::path::Path;
 use object_store::signer::{SignedUrlOptions, Signer};
 use object_store::{ObjectStore, PutMultipartOptions, WriteMultipart};
 
+use super::compress::Compressor;
 use super::storage::Metadata;
 use crate::etcd::Etcd;
 
@@ -57,6 +58,9 @@ pub enum Error {
     /// The snapshot took longer than allowed.
     #[error("the snapshot took longer than {0:?}")]
     Timeout(Duration),
+    /// Compressing or decompressing it failed.
+    #[error("zstd: {0}")]
+    Compress(String),
 }
 
 impl Error {
@@ -68,6 +72,7 @@ impl Error {
             Error::HashMismatch { .. } => "snapshot_hash_mismatch",
             Error::Store { .. } => "snapshot_store",
             Error::Timeout(_) => "snapshot_timeout",
+            Error::Compress(_) => "snapshot_compress",
         }
     }
 }
@@ -95,6 +100,23 @@ pub struct Verified {
     pub sha256: String,
     /// The hash etcd appended (of the database before it), in hex.
     pub etcd_sha256: String,
+    /// The snapshot itself, when the object is it compressed: its size and sha256 (what a
+    /// restore's seed is sent and checks); the object's otherwise.
+    pub snapshot_size: u64,
+    /// See [`Verified::snapshot_size`].
+    pub snapshot_sha256: String,
+}
+
+impl Verified {
+    /// The figures of a snapshot that was stored compressed: `stored_size` bytes hashing to
+    /// `stored_sha256`.
+    pub fn stored_as(self, stored_size: u64, stored_sha256: String) -> Self {
+        Verified {
+            size: stored_size,
+            sha256: stored_sha256,
+            ..self
+        }
+    }
 }
 
 impl Default for Verifier {
@@ -140,10 +162,13 @@ impl Verifier {
                 computed: hex(computed.as_ref()),
             });
         }
+        let sha256 = hex(self.whole.finish().as_ref());
         Ok(Verified {
             size: self.size,
-            sha256: hex(self.whole.finish().as_ref()),
+            sha256: sha256.clone(),
             etcd_sha256: hex(&self.held),
+            snapshot_size: self.size,
+            snapshot_sha256: sha256,
         })
     }
 }
@@ -161,6 +186,22 @@ pub async fn upload<S>(
 where
     S: Stream<Item = Result<Vec<u8>, crate::etcd::Error>> + Unpin,
 {
+    upload_compressed(stream, store, location, options, timeout, None).await
+}
+
+/// As [`upload`], the object compressed with zstd at `level` when one is given: etcd's hash
+/// is checked on the snapshot as it comes, the object's own sha256 on what is stored.
+pub async fn upload_compressed<S>(
+    stream: S,
+    store: &dyn ObjectStore,
+    location: &Path,
+    options: PutMultipartOptions,
+    timeout: Duration,
+    level: Option<i32>,
+) -> Result<Verified, Error>
+where
+    S: Stream<Item = Result<Vec<u8>, crate::etcd::Error>> + Unpin,
+{
     let store_err = |source| Error::Store {
         path: location.to_string(),
         source,
@@ -170,9 +211,12 @@ where
         .await
         .map_err(store_err)?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-    let copied = tokio::time::timeout(timeout, copy(stream, &mut writer, location)).await;
+    let copied = tokio::time::timeout(timeout, copy(stream, &mut writer, location, level)).await;
     let verified = match copied {
-        Ok(Ok(verifier)) => verifier.finish(),
+        Ok(Ok((verifier, None))) => verifier.finish(),
+        Ok(Ok((verifier, Some((size, sha256))))) => {
+            verifier.finish().map(|v| v.stored_as(size, sha256))
+        }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::Timeout(timeout)),
     };
@@ -192,28 +236,62 @@ where
     }
 }
 
+/// The stream into the upload, verified; compressed at `level` if one is given, in which case
+/// the size and sha256 of what was stored come back too.
 async fn copy<S>(
     mut stream: S,
     writer: &mut WriteMultipart,
     location: &Path,
-) -> Result<Verifier, Error>
+    level: Option<i32>,
+) -> Result<(Verifier, Option<(u64, String)>), Error>
 where
     S: Stream<Item = Result<Vec<u8>, crate::etcd::Error>> + Unpin,
 {
+    let compress_err = |e: std::io::Error| Error::Compress(e.to_string());
+    let mut compressor = level
+        .map(Compressor::new)
+        .transpose()
+        .map_err(compress_err)?;
+    let mut stored = (0u64, Context::new(&SHA256));
     let mut verifier = Verifier::default();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(Error::Etcd)?;
         verifier.update(&chunk);
-        writer
-            .wait_for_capacity(PARTS_IN_FLIGHT)
-            .await
-            .map_err(|source| Error::Store {
-                path: location.to_string(),
-                source,
-            })?;
-        writer.write(&chunk);
+        let out = match &mut compressor {
+            Some(c) => c.push(&chunk).map_err(compress_err)?,
+            None => chunk,
+        };
+        put(writer, location, &out, &mut stored).await?;
     }
-    Ok(verifier)
+    if let Some(c) = compressor {
+        let tail = c.finish().map_err(compress_err)?;
+        put(writer, location, &tail, &mut stored).await?;
+        return Ok((verifier, Some((stored.0, hex(stored.1.finish().as_ref())))));
+    }
+    Ok((verifier, None))
+}
+
+/// Writes `bytes` to the upload once it has room, counting and hashing them into `stored`.
+async fn put(
+    writer: &mut WriteMultipart,
+    location: &Path,
+    bytes: &[u8],
+    stored: &mut (u64, Context),
+) -> Result<(), Error> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    stored.0 += bytes.len() as u64;
+    stored.1.update(bytes);
+    writer
+        .wait_for_capacity(PARTS_IN_FLIGHT)
+        .await
+        .map_err(|source| Error::Store {
+            path: location.to_string(),
+            source,
+        })?;
+    writer.write(bytes);
+    Ok(())
 }
 
 /// S3 copies an object in place in one request only up to this size.

@@ -41,6 +41,7 @@ use crate::api::{
     Condition, EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RESTORE_ANNOTATION,
     RestoreHandoff, RestorePhase, common::find_condition,
 };
+use crate::backup::compress::Unpack;
 use crate::backup::endpoint::cluster_endpoint;
 use crate::backup::error::Error as BackupError;
 use crate::backup::location::{Storage, target};
@@ -284,17 +285,34 @@ async fn verify(
     };
     let mut stream = got.into_stream();
     let mut verifier = Verifier::default();
+    // What was stored is hashed as it is; the snapshot (decompressed, if it was stored with
+    // zstd) is checked against etcd's own hash.
+    let mut stored = (
+        0u64,
+        aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256),
+    );
+    let mut unpack = Unpack::default();
+    let corrupt = |e: std::io::Error| Error::Corrupt {
+        url: url.clone(),
+        source: snapshot::Error::Compress(e.to_string()),
+    };
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|source| Error::Read {
             url: url.clone(),
             source,
         })?;
-        verifier.update(&chunk);
+        stored.0 += chunk.len() as u64;
+        stored.1.update(&chunk);
+        verifier.update(&unpack.push(&chunk).map_err(corrupt)?);
     }
-    let verified = verifier.finish().map_err(|source| Error::Corrupt {
-        url: url.clone(),
-        source,
-    })?;
+    verifier.update(&unpack.finish().map_err(corrupt)?);
+    let verified = verifier
+        .finish()
+        .map_err(|source| Error::Corrupt {
+            url: url.clone(),
+            source,
+        })?
+        .stored_as(stored.0, snapshot::hex(stored.1.finish().as_ref()));
     if let Some((known, known_from)) =
         known_sha256(client, ns, target.store.as_ref(), &target.location, path).await?
         && known != verified.sha256
@@ -536,7 +554,8 @@ async fn start(
         name: restore.name_any(),
         uid: uid.clone(),
         token: uuid::Uuid::new_v4().simple().to_string(),
-        sha256: verified.sha256.clone(),
+        // What the seed receives: the snapshot itself (the operator decompresses it on the way).
+        sha256: verified.snapshot_sha256.clone(),
         bump_revision: bump_for(safety.as_ref().map(|(_, r)| *r)),
         pre_restore_path: safety.as_ref().map(|(p, _)| p.clone()).unwrap_or_default(),
         member: String::new(),

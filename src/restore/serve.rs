@@ -22,6 +22,7 @@ use kube::{Api, Client};
 use object_store::ObjectStoreExt;
 
 use crate::api::{EtcdCluster, EtcdRestore};
+use crate::backup::compress::{Unpack, ZSTD_MAGIC};
 use crate::backup::location::{Storage, target};
 use crate::cluster::handles::Sources;
 use crate::etcd::{Endpoint, Etcd};
@@ -39,8 +40,8 @@ pub struct Snapshots {
 
 /// An open snapshot: its size and its bytes.
 pub struct Opened {
-    /// Bytes in all.
-    pub size: u64,
+    /// Bytes in all, when known before they are sent (not for a snapshot stored compressed).
+    pub size: Option<u64>,
     /// The bytes, as storage sends them.
     pub body: BoxStream<'static, Result<Bytes, std::io::Error>>,
 }
@@ -115,13 +116,9 @@ impl Snapshots {
             .get(&store.location)
             .await
             .map_err(|e| internal(format!("reading {}: {e}", store.url)))?;
-        Ok(Opened {
-            size: got.meta.size,
-            body: got
-                .into_stream()
-                .map(|r| r.map_err(std::io::Error::other))
-                .boxed(),
-        })
+        unpacked(got.meta.size, got.into_stream())
+            .await
+            .map_err(|e| internal(format!("reading {}: {e}", store.url)))
     }
 }
 
@@ -132,16 +129,90 @@ async fn from_member(ep: &Endpoint) -> Result<Opened, crate::etcd::Error> {
     let mut etcd = Etcd::connect_streaming(ep, MEMBER_TIMEOUT).await?;
     let (size, body) = etcd.snapshot_sized().await?;
     Ok(Opened {
-        size,
+        size: Some(size),
         body: body
             .map(|r| r.map(Bytes::from).map_err(std::io::Error::other))
             .boxed(),
     })
 }
 
+/// A stored snapshot as the seed must receive it: decompressed on the way if it was stored
+/// with zstd (its size then unknown until the end), passed through as it comes otherwise.
+async fn unpacked(
+    size: u64,
+    mut stream: BoxStream<'static, object_store::Result<Bytes>>,
+) -> Result<Opened, String> {
+    let mut head = Vec::new();
+    while head.len() < ZSTD_MAGIC.len() {
+        match stream.next().await {
+            Some(Ok(chunk)) => head.extend_from_slice(&chunk),
+            Some(Err(e)) => return Err(e.to_string()),
+            None => break,
+        }
+    }
+    let mut unpack = Unpack::default();
+    let first = unpack.push(&head).map_err(|e| e.to_string())?;
+    let first = futures::stream::once(async move { Ok(Bytes::from(first)) });
+    if !unpack.compressed() {
+        let rest = stream.map(|r| r.map_err(std::io::Error::other));
+        return Ok(Opened {
+            size: Some(size),
+            body: first.chain(rest).boxed(),
+        });
+    }
+    let rest = futures::stream::unfold(Some((stream, unpack)), |state| async move {
+        let (mut stream, mut unpack) = state?;
+        match stream.next().await {
+            Some(Ok(chunk)) => {
+                let out = unpack.push(&chunk).map(Bytes::from);
+                Some((out, Some((stream, unpack))))
+            }
+            Some(Err(e)) => Some((Err(std::io::Error::other(e)), None)),
+            None => Some((unpack.finish().map(Bytes::from), None)),
+        }
+    });
+    Ok(Opened {
+        size: None,
+        body: first.chain(rest).boxed(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backup::compress::Compressor;
+
+    async fn served(stored: Vec<u8>, chunk: usize) -> (Option<u64>, Vec<u8>) {
+        let size = stored.len() as u64;
+        let chunks: Vec<object_store::Result<Bytes>> = stored
+            .chunks(chunk)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let opened = unpacked(size, futures::stream::iter(chunks).boxed())
+            .await
+            .unwrap();
+        let body: Vec<Bytes> = opened.body.map(|c| c.unwrap()).collect().await;
+        (opened.size, body.concat())
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_stored_compressed_is_served_decompressed_and_a_plain_one_as_it_is() {
+        let raw: Vec<u8> = (0..100_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        assert_eq!(
+            served(raw.clone(), 3).await,
+            (Some(raw.len() as u64), raw.clone())
+        );
+        let mut c = Compressor::new(3).unwrap();
+        let mut stored = c.push(&raw).unwrap();
+        stored.extend(c.finish().unwrap());
+        for chunk in [2, 4096, 1 << 20] {
+            let (size, body) = served(stored.clone(), chunk).await;
+            assert_eq!(size, None, "the length is not known up front");
+            assert!(body == raw, "chunks of {chunk}");
+        }
+    }
 
     #[test]
     fn only_a_restore_path_is_served() {
