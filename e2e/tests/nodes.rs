@@ -64,12 +64,17 @@ fn three_members_with<'k>(k: &'k Kubectl, ns: &str, values: &[&str]) -> (Operato
     (op, node)
 }
 
-/// The node of the operator's (only) replica.
+/// The node of the operator's (only) replica: the pod that is not on its way out (right after
+/// a reinstall, the previous replica's pod may still be listed, terminating, on another node;
+/// taking its node for the spare once made the test partition the operator's own node).
 fn operator_node(op: &Operator) -> String {
-    op.pods()[0]["spec"]["nodeName"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    let pods = op.pods();
+    let live: Vec<&serde_json::Value> = pods
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect();
+    assert_eq!(live.len(), 1, "one operator replica: {pods:?}");
+    live[0]["spec"]["nodeName"].as_str().unwrap().to_string()
 }
 
 /// The ClusterRole that `readNodes` made outlives the namespace.
@@ -200,10 +205,7 @@ fn a_lost_zone_holding_two_of_five_members_costs_no_quorum_and_both_are_replaced
     let ns = k.namespace("zone-loss");
     let ns = ns.name.as_str();
     let op = Operator::install(&k, ns, &["readNodes=true"]);
-    let spare = op.pods()[0]["spec"]["nodeName"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let spare = operator_node(&op);
     apply_cluster(&k, ns, 5);
     until("5 healthy members", 300, || {
         healthy_at_size(&k, ns, "example", 5)
