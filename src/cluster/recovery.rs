@@ -11,8 +11,8 @@ use super::observe::Observed;
 use super::plan::{self, Action, Approval, Recover, RecoveryPolicy, Target, quorum};
 use super::status;
 use crate::api::{
-    EtcdBackup, EtcdCluster, EtcdClusterStatus, QuorumLossPolicy, RECOVER_ANNOTATION,
-    RecoveryRecord,
+    EtcdBackup, EtcdCluster, EtcdClusterStatus, EtcdRestore, QuorumLossPolicy, RECOVER_ANNOTATION,
+    RecoveryRecord, RestorePhase,
 };
 
 /// The cluster's recovery policy and the approval on it; an approval that cannot be read is
@@ -77,14 +77,22 @@ pub async fn consider(
             uid,
             revision_before: revision_seen,
         },
-        Recover::FromBackup { approved } => match newest_backup(handles, cluster).await? {
-            Some(b) => Action::RecoverFromBackup {
+        Recover::FromBackup { approved } => match (
+            restoring(handles, cluster).await?,
+            newest_backup(handles, cluster).await?,
+        ) {
+            // Made on an earlier pass and not over, or failed: one recovery at a time, and
+            // a failed one is not made again and again.
+            (Some(why), _) => Action::QuorumLost {
+                reason: format!("{reason}; {why}"),
+            },
+            (None, Some(b)) => Action::RecoverFromBackup {
                 revision: b.status.as_ref().and_then(|s| s.etcd_revision),
                 backup: b.name_any(),
                 approved,
                 uid,
             },
-            None => Action::QuorumLost {
+            (None, None) => Action::QuorumLost {
                 reason: format!(
                     "{reason}; no succeeded EtcdBackup with spec.clusterName {} to restore",
                     cluster.name_any()
@@ -98,6 +106,47 @@ pub async fn consider(
             },
         },
     })
+}
+
+/// Why no EtcdRestore of a backup is made now, if one a recovery of this cluster made has not
+/// ended (neither Completed nor Failed) or failed: one at a time, and a failed one is left for
+/// a user to read and delete.
+async fn restoring(handles: &Handles, cluster: &EtcdCluster) -> Result<Option<String>, act::Error> {
+    let selector = format!("{}={}", act::RECOVERY_LABEL, cluster.name_any());
+    let list = handles
+        .restores
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| act::Error::Recover {
+            what: "the list of EtcdRestores".into(),
+            source,
+        })?;
+    let phase = |r: &EtcdRestore| r.status.as_ref().and_then(|s| s.phase);
+    if let Some(r) = list.items.iter().find(|r| {
+        !matches!(
+            phase(r),
+            Some(RestorePhase::Completed | RestorePhase::Failed)
+        )
+    }) {
+        return Ok(Some(format!(
+            "EtcdRestore {} restores the newest backup",
+            r.name_any()
+        )));
+    }
+    Ok(list
+        .items
+        .iter()
+        .find(|r| phase(r) == Some(RestorePhase::Failed))
+        .map(|r| {
+            format!(
+                "EtcdRestore {} of the newest backup failed ({}); delete it to try again",
+                r.name_any(),
+                r.status
+                    .as_ref()
+                    .map(|s| s.reason.as_str())
+                    .unwrap_or_default()
+            )
+        }))
 }
 
 /// Whether a quorum of the voters is healthy.
