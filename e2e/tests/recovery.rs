@@ -289,6 +289,12 @@ fn restore_latest_backup_brings_back_a_cluster_whose_every_member_is_gone() {
     until_status(&k, ns, &format!("etcdrestore/{restore}"), 60, |s| {
         s["succeeded"] == true
     });
+    // One recovery, one EtcdRestore.
+    let made = get(&k, ns, "etcdrestores")["items"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or_default();
+    assert_eq!(made, 1, "EtcdRestores made by the recovery");
     assert_acked_present(&endpoint, &acked);
     let after = revision(&endpoint);
     assert!(
