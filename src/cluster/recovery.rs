@@ -282,11 +282,16 @@ pub fn report(
     started: bool,
     new_status: &mut EtcdClusterStatus,
     revision_seen: Option<i64>,
+    early: Option<RecoveryRecord>,
 ) -> Option<RecoveryRecord> {
     let last = cluster.status.as_ref().and_then(|s| s.recovery.clone());
     new_status.recovery = match action {
         Action::RecoverFromMember { .. } | Action::RecoverFromBackup { .. } if !started => {
             last.clone()
+        }
+        // The record the status got before the hand-off (see the task's early status).
+        Action::RecoverFromMember { .. } | Action::RecoverFromBackup { .. } if early.is_some() => {
+            early
         }
         _ => record(action, obs, cluster, new_status, revision_seen),
     };

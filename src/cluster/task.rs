@@ -187,6 +187,8 @@ struct Memory {
     revision_seen: Option<i64>,
     /// The defragmentation schedule armed, and when.
     armed: upkeep::Armed,
+    /// The record of the recovery this pass starts, written before its hand-off.
+    recovering: Option<crate::api::RecoveryRecord>,
     /// The defragmentation the last act made, for the report.
     defragmented: Option<crate::api::DefragmentationRecord>,
 }
@@ -386,12 +388,7 @@ async fn reconcile(
         tls::rotation_due(&material, cluster, time::OffsetDateTime::now_utc());
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref(), memory).await?;
-    if action == Action::ReclaimSpace {
-        // It takes a defragmentation per voter, seconds to minutes: the status says why
-        // writes are refused meanwhile, not what it said before the alarm.
-        let early = status::compute(cluster, &obs, &action);
-        write_status_if_due(ctx, cluster, &early, memory).await?;
-    }
+    early_status(ctx, cluster, &obs, &action, memory).await?;
     let outcome = act::act(&pass, &effective, &obs, &action).await;
     after_act(&pass, &action, &outcome, space, memory);
     let new_status = report(
@@ -429,6 +426,33 @@ async fn pending_restore(
         }
         None => Ok(None),
     }
+}
+
+/// What the status must say before the act: why writes are refused, before a NOSPACE reclaim
+/// (a defragmentation per voter, seconds to minutes); what a recovery chose, before its
+/// hand-off (an operator that stops right after the hand-off would otherwise never record it,
+/// and its successor only carries the recovery on).
+async fn early_status(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+    memory: &mut Memory,
+) -> Result<(), Error> {
+    let recovering = matches!(
+        action,
+        Action::RecoverFromMember { .. } | Action::RecoverFromBackup { .. }
+    );
+    if *action != Action::ReclaimSpace && !recovering {
+        return Ok(());
+    }
+    let mut early = status::compute(cluster, obs, action);
+    if recovering {
+        let seen = memory.revision_seen;
+        recovery::report(cluster, obs, action, true, &mut early, seen, None);
+        memory.recovering = early.recovery.clone();
+    }
+    write_status_if_due(ctx, cluster, &early, memory).await
 }
 
 /// What the act stage leaves for the next passes: the writes to expect in the caches, what a
@@ -579,16 +603,9 @@ async fn report(
     }
     let started = matches!(outcome, Ok(Outcome::Done(_)));
     let seen = memory.revision_seen;
-    let recovered = recovery::report(cluster, obs, action, started, &mut new_status, seen);
-    let made = memory.defragmented.take();
-    if let Some(d) = &made {
-        let ns = cluster.namespace().unwrap_or_default();
-        let seconds = d.milliseconds as f64 / 1000.0;
-        let reclaimed = d.size_before - d.size_after;
-        ctx.metrics
-            .defragmented(&ns, &cluster.name_any(), seconds, reclaimed);
-    }
-    new_status.defragmentations = upkeep::records(cluster, &new_status, made);
+    let early = memory.recovering.take();
+    let recovered = recovery::report(cluster, obs, action, started, &mut new_status, seen, early);
+    new_status.defragmentations = defragmentations(ctx, cluster, &new_status, memory);
     // A schedule croner cannot read (the schema checks only its shape): no defragmentation,
     // everything else goes on.
     let bad_schedule = upkeep::schedule(cluster).err();
@@ -641,6 +658,25 @@ async fn report(
             .await;
     }
     Ok(new_status)
+}
+
+/// The status's defragmentation records, with the one this pass made (also counted in the
+/// metrics).
+fn defragmentations(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    status: &EtcdClusterStatus,
+    memory: &mut Memory,
+) -> Vec<crate::api::DefragmentationRecord> {
+    let made = memory.defragmented.take();
+    if let Some(d) = &made {
+        let ns = cluster.namespace().unwrap_or_default();
+        let seconds = d.milliseconds as f64 / 1000.0;
+        let reclaimed = d.size_before - d.size_after;
+        ctx.metrics
+            .defragmented(&ns, &cluster.name_any(), seconds, reclaimed);
+    }
+    upkeep::records(cluster, status, made)
 }
 
 /// The record of the restore under way, if one is.
