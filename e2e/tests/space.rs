@@ -238,6 +238,14 @@ fn scheduled_defragmentation_reclaims_space_member_by_member_and_says_what_it_co
         tally.errors
     );
     assert!(event_count(&k, ns, "example", "Defragmented") >= 3);
-    assert_eq!(tally.errors, 0, "writes failed: {}", tally.last_error);
+    // Leadership moves once (before the leader is defragmented): a write in flight at that
+    // moment may be dropped by the old leader and time out at the client, as etcd documents
+    // for a leader change. Anything more is a fault of the defragmentation.
+    assert!(
+        tally.errors <= 1,
+        "{} writes failed, the last: {}",
+        tally.errors,
+        tally.last_error
+    );
     assert_acked_present(&endpoint, &tally.acked);
 }
