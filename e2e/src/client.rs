@@ -462,3 +462,38 @@ pub fn put_cluster_id(endpoint: &str, key: &str, within: Duration) -> Result<u64
             .map_err(|_| format!("no answer within {within:?}"))?
     })
 }
+
+/// The revision of the cluster behind `endpoint` (`http://IP:2379`), read linearizably with
+/// etcd's own client.
+pub fn revision(endpoint: &str) -> i64 {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([endpoint], None)
+            .await
+            .expect("connecting");
+        c.get("revision-probe", None)
+            .await
+            .expect("a read")
+            .header()
+            .expect("a header")
+            .revision()
+    })
+}
+
+/// A physical compaction of the cluster behind `endpoint` to its current revision; returns it.
+pub fn compact(endpoint: &str) -> i64 {
+    let revision = revision(endpoint);
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([endpoint], None)
+            .await
+            .expect("connecting");
+        c.compact(
+            revision,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .expect("a compaction");
+    });
+    revision
+}

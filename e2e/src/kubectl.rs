@@ -262,6 +262,22 @@ pub fn patch_spec(k: &Kubectl, ns: &str, cluster: &str, spec: Value) {
     );
 }
 
+/// Deletes `pods` at once, without grace and without waiting: a crash of their nodes' view,
+/// their data (without volumes) gone with them.
+pub fn force_delete_pods(k: &Kubectl, ns: &str, pods: &[String]) {
+    let mut args = vec![
+        "delete",
+        "pod",
+        "-n",
+        ns,
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ];
+    args.extend(pods.iter().map(String::as_str));
+    k.ok(&args, None);
+}
+
 /// `http://<ClusterIP of <cluster>-client>:2379`: the route clients of the cluster take.
 pub fn client_endpoint(k: &Kubectl, ns: &str, cluster: &str) -> String {
     let svc = get(k, ns, &format!("service/{cluster}-client"));

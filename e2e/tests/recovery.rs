@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use e2e::backups::{manifest, s3_spec, setup, until_status};
 use e2e::{
     Keys, Kubectl, Operator, Writer, assert_acked_present, client_endpoint, condition, event_count,
-    events, get, healthy_at_size, pod_names, put_cluster_id, until, write_once,
+    events, force_delete_pods, get, healthy_at_size, patch_spec, pod_names, put_cluster_id,
+    revision, until, write_once,
 };
 use serde_json::{Value, json};
 
@@ -50,17 +51,7 @@ fn three_with_data(k: &Kubectl, ns: &str, recovery: Value) -> (String, Vec<u64>)
 fn lose_two(k: &Kubectl, ns: &str) -> String {
     let pods = pod_names(k, ns, "example");
     assert_eq!(pods.len(), 3, "{pods:?}");
-    let mut args = vec![
-        "delete",
-        "pod",
-        "-n",
-        ns,
-        "--grace-period=0",
-        "--force",
-        "--wait=false",
-    ];
-    args.extend(pods[1..].iter().map(String::as_str));
-    k.ok(&args, None);
+    force_delete_pods(k, ns, &pods[1..]);
     pods[0].clone()
 }
 
@@ -204,38 +195,16 @@ fn force_new_cluster_recovers_without_a_human_and_never_while_a_majority_remains
     assert!(event_count(&k, ns, "example", "ForceNewCluster") >= 1);
 }
 
-/// The revision `endpoint`'s cluster is at (a linearizable read).
-fn revision(endpoint: &str) -> i64 {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let mut c = etcd_client::Client::connect([endpoint], None)
-            .await
-            .unwrap();
-        c.get("recovery-probe", None)
-            .await
-            .unwrap()
-            .header()
-            .unwrap()
-            .revision()
-    })
-}
-
 #[test]
 fn restore_latest_backup_brings_back_a_cluster_whose_every_member_is_gone() {
     let k = Kubectl::from_env();
     let (moto, namespace, _operator) = setup(&k, "recover-backup", BUCKET, 3);
     let ns = namespace.name.as_str();
-    k.ok(
-        &[
-            "patch",
-            "-n",
-            ns,
-            "etcdcluster/example",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"recovery":{"quorumLoss":"RestoreLatestBackup","after":"0s"}}}"#,
-        ],
-        None,
+    patch_spec(
+        &k,
+        ns,
+        "example",
+        json!({"recovery": {"quorumLoss": "RestoreLatestBackup", "after": "0s"}}),
     );
     let endpoint = client_endpoint(&k, ns, "example");
     let writer = Writer::start_with(&endpoint, Duration::from_secs(3), Keys::Unique);
@@ -256,17 +225,7 @@ fn restore_latest_backup_brings_back_a_cluster_whose_every_member_is_gone() {
 
     // Every member pod gone at once, their data with them.
     let pods = pod_names(&k, ns, "example");
-    let mut args = vec![
-        "delete",
-        "pod",
-        "-n",
-        ns,
-        "--grace-period=0",
-        "--force",
-        "--wait=false",
-    ];
-    args.extend(pods.iter().map(String::as_str));
-    k.ok(&args, None);
+    force_delete_pods(&k, ns, &pods);
     let lost = Instant::now();
     until("writes served again", 240, || {
         write_once(&endpoint, 2_000_000).is_ok()

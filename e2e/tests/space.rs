@@ -14,9 +14,9 @@
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Keys, Kubectl, Operator, Writer, assert_acked_present, client_endpoint, condition,
-    delete_under, event_count, events, get, healthy_at_size, pod_names, put_value, until,
-    write_once,
+    Keys, Kubectl, Operator, Writer, assert_acked_present, client_endpoint, compact, condition,
+    delete_under, event_count, events, get, healthy_at_size, patch_spec, pod_names, put_value,
+    until, write_once,
 };
 use serde_json::json;
 
@@ -149,24 +149,6 @@ fn nospace_is_reclaimed_without_a_human_and_a_quota_too_small_is_said_so() {
     assert_acked_present(&endpoint, &acked);
 }
 
-/// The cluster's revision, and a physical compaction to it, through `endpoint`.
-fn compact(endpoint: &str) -> i64 {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let mut c = etcd_client::Client::connect([endpoint], None)
-            .await
-            .unwrap();
-        let revision = c.get("x", None).await.unwrap().header().unwrap().revision();
-        c.compact(
-            revision,
-            Some(etcd_client::CompactionOptions::new().with_physical()),
-        )
-        .await
-        .unwrap();
-        revision
-    })
-}
-
 #[test]
 fn scheduled_defragmentation_reclaims_space_member_by_member_and_says_what_it_cost() {
     let k = Kubectl::from_env();
@@ -199,17 +181,11 @@ fn scheduled_defragmentation_reclaims_space_member_by_member_and_says_what_it_co
 
     // Every minute; a client writes throughout, and its longest wait is the cost.
     let writer = Writer::start_with(&endpoint, Duration::from_secs(300), Keys::Unique);
-    k.ok(
-        &[
-            "patch",
-            "-n",
-            ns,
-            "etcdcluster/example",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"maintenance":{"defrag":{"schedule":"* * * * *","threshold":1048576}}}}"#,
-        ],
-        None,
+    patch_spec(
+        &k,
+        ns,
+        "example",
+        json!({"maintenance": {"defrag": {"schedule": "* * * * *", "threshold": 1048576}}}),
     );
     let records = || get(&k, ns, "etcdcluster/example")["status"]["defragmentations"].clone();
     until("every member defragmented", 180, || {

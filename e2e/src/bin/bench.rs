@@ -137,18 +137,8 @@ fn recovery_rows(k: &Kubectl) -> Vec<(String, String, &'static str)> {
         std::thread::sleep(Duration::from_secs(5));
         let before = e2e::put_cluster_id(&endpoint, "probe", Duration::from_secs(5)).unwrap();
         let pods = pod_names(k, ns, &name);
-        let mut args = vec![
-            "delete",
-            "pod",
-            "-n",
-            ns,
-            "--grace-period=0",
-            "--force",
-            "--wait=false",
-        ];
-        args.extend(pods[1..].iter().map(String::as_str));
         let lost = Instant::now();
-        k.ok(&args, None);
+        e2e::force_delete_pods(k, ns, &pods[1..]);
         // Served again: by the rebuilt cluster (another cluster ID); the deleted pods'
         // containers may still take writes for the old one for a moment.
         until("writes served by the rebuilt cluster", 300, || {
@@ -200,31 +190,13 @@ fn defrag_rows(k: &Kubectl) -> Vec<Row> {
     for i in (0..1024).step_by(4) {
         e2e::delete_under(&endpoint, &format!("bench/{i:05}")).unwrap();
     }
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let mut c = etcd_client::Client::connect([endpoint.as_str()], None)
-            .await
-            .unwrap();
-        let revision = c.get("x", None).await.unwrap().header().unwrap().revision();
-        c.compact(
-            revision,
-            Some(etcd_client::CompactionOptions::new().with_physical()),
-        )
-        .await
-        .unwrap();
-    });
+    e2e::compact(&endpoint);
     let writer = Writer::start(&endpoint, Duration::from_secs(600));
-    k.ok(
-        &[
-            "patch",
-            "-n",
-            ns,
-            "etcdcluster/defrag",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"maintenance":{"defrag":{"schedule":"* * * * *"}}}}"#,
-        ],
-        None,
+    e2e::patch_spec(
+        k,
+        ns,
+        "defrag",
+        json!({"maintenance": {"defrag": {"schedule": "* * * * *"}}}),
     );
     let records = || get(k, ns, "etcdcluster/defrag")["status"]["defragmentations"].clone();
     until("every member defragmented", 600, || {
