@@ -103,6 +103,26 @@ fn gate(m: &EtcdProcess, url: &str, sha256: &str, bump: u64) -> Vec<String> {
     args
 }
 
+/// Puts [`KEYS`] keys `key-NNNN` through `url`; returns the revision they reached.
+async fn put_keys(url: &str) -> i64 {
+    let mut c = etcd_client::Client::connect([url], None).await.unwrap();
+    for i in 0..KEYS {
+        c.put(format!("key-{i:04}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+    revision_and_keys(url).await.0
+}
+
+/// A new one-member cluster `name` whose etcd starts behind `etcd-gate restore`, fetching from
+/// `url` the snapshot with `sha256` (empty: etcd's own hash only).
+fn spawn_restored(name: &str, binary: &Path, url: &str, sha256: &str, bump: u64) -> EtcdProcess {
+    let mut m = EtcdProcess::plan(name);
+    let ic = m.initial_cluster_entry();
+    m.spawn(&gate(&m, url, sha256, bump), binary, &ic, "new", "restored");
+    m
+}
+
 async fn revision_and_keys(url: &str) -> (i64, usize) {
     let mut c = etcd_client::Client::connect([url], None).await.unwrap();
     let all = c
@@ -125,15 +145,7 @@ async fn restore_on(minor: &str, bump: u64) {
     let mut source = EtcdProcess::plan("source");
     let ic = source.initial_cluster_entry();
     source.start(&binary, &ic, "new", &format!("src-{minor}"));
-    let mut c = etcd_client::Client::connect([source.client_url.as_str()], None)
-        .await
-        .unwrap();
-    for i in 0..KEYS {
-        c.put(format!("key-{i:04}"), format!("value-{i}"), None)
-            .await
-            .unwrap();
-    }
-    let (revision, _) = revision_and_keys(&source.client_url).await;
+    let revision = put_keys(&source.client_url).await;
     let dir = std::env::temp_dir().join(format!("restore-real-{minor}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let local = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
@@ -151,15 +163,7 @@ async fn restore_on(minor: &str, bump: u64) {
     let server = Server::start(&dir.join("snap.db"));
 
     // A wrong hash: fetched, refused, never restored; the gate keeps trying.
-    let mut wrong = EtcdProcess::plan("wrong");
-    let ic = wrong.initial_cluster_entry();
-    wrong.spawn(
-        &gate(&wrong, &server.url, &"0".repeat(64), bump),
-        &binary,
-        &ic,
-        "new",
-        "restored",
-    );
+    let mut wrong = spawn_restored("wrong", &binary, &server.url, &"0".repeat(64), bump);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !wrong.log().contains("it is not used") {
         assert!(Instant::now() < deadline, "no refusal: {}", wrong.log());
@@ -169,15 +173,14 @@ async fn restore_on(minor: &str, bump: u64) {
     drop(wrong);
 
     // The right one: restored, and etcd runs on it.
-    let mut m = EtcdProcess::plan("restored");
-    let ic = m.initial_cluster_entry();
-    m.spawn(
-        &gate(&m, &server.url, &saved.verified.sha256, bump),
-        &binary,
-        &ic,
-        "new",
+    let mut m = spawn_restored(
         "restored",
+        &binary,
+        &server.url,
+        &saved.verified.sha256,
+        bump,
     );
+    let ic = m.initial_cluster_entry();
     m.wait_listening(Duration::from_secs(60));
     let (restored, keys) = revision_and_keys(&m.client_url).await;
     eprintln!("etcd {minor}: revision {revision} restored as {restored}, {keys} keys");
@@ -242,15 +245,7 @@ async fn recover_on(minor: &str, bump: u64) {
     for m in &members {
         m.wait_listening(Duration::from_secs(30));
     }
-    let mut c = etcd_client::Client::connect([members[0].client_url.as_str()], None)
-        .await
-        .unwrap();
-    for i in 0..KEYS {
-        c.put(format!("key-{i:04}"), format!("value-{i}"), None)
-            .await
-            .unwrap();
-    }
-    let (revision, _) = revision_and_keys(&members[0].client_url).await;
+    let revision = put_keys(&members[0].client_url).await;
     std::thread::sleep(Duration::from_secs(1));
     members[1].stop();
     members[2].stop();
@@ -285,15 +280,7 @@ async fn recover_on(minor: &str, bump: u64) {
     std::fs::write(dir.join("snap.db"), &bytes).unwrap();
     let server = Server::start(&dir.join("snap.db"));
 
-    let mut seed = EtcdProcess::plan(&format!("seed-{minor}"));
-    let ic = seed.initial_cluster_entry();
-    seed.spawn(
-        &gate(&seed, &server.url, "", bump),
-        &binary,
-        &ic,
-        "new",
-        "restored",
-    );
+    let seed = spawn_restored(&format!("seed-{minor}"), &binary, &server.url, "", bump);
     seed.wait_listening(Duration::from_secs(60));
     let (restored, keys) = revision_and_keys(&seed.client_url).await;
     eprintln!(
@@ -309,15 +296,7 @@ async fn recover_on(minor: &str, bump: u64) {
     bad[4096] ^= 0xff;
     std::fs::write(dir.join("bad.db"), &bad).unwrap();
     let bad_server = Server::start(&dir.join("bad.db"));
-    let mut refused = EtcdProcess::plan(&format!("bad-{minor}"));
-    let ic = refused.initial_cluster_entry();
-    refused.spawn(
-        &gate(&refused, &bad_server.url, "", bump),
-        &binary,
-        &ic,
-        "new",
-        "restored",
-    );
+    let refused = spawn_restored(&format!("bad-{minor}"), &binary, &bad_server.url, "", bump);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !refused.log().contains("snapshot restore") {
         assert!(Instant::now() < deadline, "no refusal: {}", refused.log());
