@@ -19,19 +19,32 @@ fn policy(automatic: Option<Approval>, approved: Option<Approval>) -> RecoveryPo
     }
 }
 
-/// m1 answers without a leader at applied index 100; m2 and m3 have no pods (deleted for good,
-/// their data with them).
-fn two_of_three_gone() -> Observation {
+/// m1 answers without a leader at applied index 100; m2 has no pod (deleted for good, its data
+/// with it); m3 is added next by the caller.
+fn survivor_and_one_gone() -> Fixture {
     cluster()
         .voter("m1")
         .answers(100)
         .voter("m2")
         .unhealthy()
         .no_pod()
+}
+
+/// [`survivor_and_one_gone`], and m3's pod gone too.
+fn two_of_three_gone() -> Observation {
+    survivor_and_one_gone()
         .voter("m3")
         .unhealthy()
         .no_pod()
         .build()
+}
+
+/// [`survivor_and_one_gone`], and m3 silent for a minute while its pod runs.
+fn m3_silent_a_minute() -> Fixture {
+    survivor_and_one_gone()
+        .voter("m3")
+        .unhealthy()
+        .silent_for(MINUTE)
 }
 
 #[test]
@@ -72,16 +85,7 @@ fn a_policy_acts_on_members_whose_pods_are_gone_at_once_and_on_silent_ones_after
         }
     ));
     // m3's pod runs and it has been silent for a minute: m1 and m3 may still make a majority.
-    let waiting = cluster()
-        .voter("m1")
-        .answers(100)
-        .voter("m2")
-        .unhealthy()
-        .no_pod()
-        .voter("m3")
-        .unhealthy()
-        .silent_for(MINUTE)
-        .build();
+    let waiting = m3_silent_a_minute().build();
     assert!(matches!(plan(&waiting, &t), Action::QuorumLost { .. }));
     match recover(&waiting, &t, &auto) {
         Recover::Hold { reason } => assert!(reason.contains("m1, m3"), "{reason}"),
@@ -108,17 +112,7 @@ fn a_policy_acts_on_members_whose_pods_are_gone_at_once_and_on_silent_ones_after
         recover(&waiting, &t, &after),
         Recover::FromMember { .. }
     ));
-    let node_gone = cluster()
-        .voter("m1")
-        .answers(100)
-        .voter("m2")
-        .unhealthy()
-        .no_pod()
-        .voter("m3")
-        .unhealthy()
-        .silent_for(MINUTE)
-        .node_lost(MINUTE)
-        .build();
+    let node_gone = m3_silent_a_minute().node_lost(MINUTE).build();
     assert!(matches!(
         recover(&node_gone, &t, &auto),
         Recover::FromMember { .. }
