@@ -440,6 +440,8 @@ fn stop(ctx: &Context, tasks: &mut BTreeMap<Key, Handle>, k: &Key) {
         drop(h);
         ctx.tasks.store(tasks.len(), Ordering::Relaxed);
         ctx.metrics.forget_cluster(&k.0, &k.1);
+        // A recovery's source is served only while its cluster's task runs.
+        ctx.sources.set(&k.0, &k.1, None);
     }
 }
 

@@ -93,15 +93,14 @@ fn restore_of(backup: &EtcdBackup, cluster: &str, name: &str) -> Option<EtcdRest
         .map(|s| s.path.clone())
         .filter(|p| !p.is_empty())?;
     let spec = &backup.spec;
-    let at = |mut source: crate::api::S3Source| {
-        source.path = path.clone();
-        source
-    };
     let mut restore = EtcdRestore::new(
         name,
         EtcdRestoreSpec {
             backup_storage_type: spec.storage_type,
-            s3: spec.s3.clone().map(at),
+            s3: spec.s3.clone().map(|mut s| {
+                s.path = path.clone();
+                s
+            }),
             abs: spec.abs.clone().map(|mut a| {
                 a.path = path.clone();
                 a
