@@ -1,6 +1,8 @@
 # Everything a fresh Debian machine needs is installed by the targets themselves (hack/deps.sh).
 SHELL := /bin/bash
 CARGO ?= cargo
+# A clean build's incremental caches cost GB of disk and save nothing on a build made once.
+export CARGO_INCREMENTAL ?= 0
 # The chaos run's operator image: a debug build with crash points (src/crash.rs).
 CHAOS_IMAGE ?= quay.io/etcd-operator/etcd-operator:failpoints
 

@@ -429,10 +429,14 @@ resolvConf: $state/resolv.conf
 failSwapOn: false
 # This VM runs cgroup v1; 1.34 still accepts it, and saying so keeps it working past 1.35.
 failCgroupV1: false
-# Images are imported, never pulled: never garbage-collect them, never evict for disk.
+# Images are imported, never pulled: never garbage-collect them, never evict for disk. The
+# nodes share the host's disk with the builds (a clean clone's cargo builds take tens of GB):
+# a disk threshold met would mark every node DiskPressure, tainted NoSchedule, and no pod
+# would be scheduled (a CI run's first e2e test once waited 180 s for a seed pod that never
+# got an address). "0%" disables a signal (the kubelet ignores 0% and 100%).
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+evictionHard: {memory.available: 100Mi, nodefs.available: "0%", imagefs.available: "0%", nodefs.inodesFree: "0%", imagefs.inodesFree: "0%"}
 serializeImagePulls: false
 maxPods: $max_pods
 nodeStatusUpdateFrequency: 4s

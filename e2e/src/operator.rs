@@ -189,57 +189,80 @@ impl<'a> Operator<'a> {
     }
 }
 
-impl Operator<'_> {
-    /// For a failed test: the pods and clusters of the namespace, and the end of every etcd
-    /// member's log (etcd says there why it refused a request).
-    fn members(&self) -> String {
-        let o = self.kubectl.run(
-            &["get", "pods,etcdclusters", "-n", &self.ns, "-o", "wide"],
-            None,
-        );
-        let mut out = String::from_utf8_lossy(&o.stdout).into_owned();
-        out.push_str(&String::from_utf8_lossy(&o.stderr));
-        // Every member's whole log, once: its end (etcd says there why it refused a request),
-        // and what its transport and membership did over the whole test (a refusal such as
-        // "unhealthy cluster" is explained by which peer became inactive when, which the end
-        // of the log no longer shows).
-        let all = self.kubectl.run(
-            &[
-                "logs",
-                "-n",
-                &self.ns,
-                "-l",
-                "etcd_cluster",
-                "--prefix",
-                "--all-containers",
-                "--max-log-requests=20",
-            ],
-            None,
-        );
-        let text = String::from_utf8_lossy(&all.stdout);
-        out.push_str(&String::from_utf8_lossy(&all.stderr));
-        let mut by_pod: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-        for line in text.lines() {
-            let pod = line.split(']').next().unwrap_or_default();
-            by_pod.entry(pod).or_default().push(line);
-        }
-        for lines in by_pod.values() {
-            for line in &lines[lines.len().saturating_sub(40)..] {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-        let notable: Vec<&str> = text
-            .lines()
-            .filter(|l| NOTABLE.iter().any(|n| l.contains(n)))
-            .collect();
-        out.push_str("--- membership and transport, every member ---\n");
-        for line in &notable[notable.len().saturating_sub(80)..] {
+/// For a failed test: the namespace's pods, clusters and events, the nodes, and the end of
+/// every etcd member's log (etcd says there why it refused a request; the events say why a
+/// pod never ran).
+pub fn namespace_report(kubectl: &Kubectl, ns: &str) -> String {
+    let text_of = |o: std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let mut out = text_of(kubectl.run(
+        &["get", "pods,etcdclusters", "-n", ns, "-o", "wide"],
+        None,
+    ));
+    out.push_str("--- events ---\n");
+    let events = text_of(kubectl.run(
+        &["get", "events", "-n", ns, "--sort-by=.lastTimestamp"],
+        None,
+    ));
+    let lines: Vec<&str> = events.lines().collect();
+    out.push_str(&lines[lines.len().saturating_sub(60)..].join("\n"));
+    out.push_str("\n--- nodes ---\n");
+    out.push_str(&text_of(kubectl.run(&["get", "nodes", "-o", "wide"], None)));
+    // A taint (DiskPressure, NotReady) is why a pod stays unscheduled.
+    out.push_str(&text_of(kubectl.run(
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "custom-columns=NODE:.metadata.name,TAINTS:.spec.taints[*].key",
+        ],
+        None,
+    )));
+    // Every member's whole log, once: its end (etcd says there why it refused a request),
+    // and what its transport and membership did over the whole test (a refusal such as
+    // "unhealthy cluster" is explained by which peer became inactive when, which the end
+    // of the log no longer shows).
+    let all = kubectl.run(
+        &[
+            "logs",
+            "-n",
+            ns,
+            "-l",
+            "etcd_cluster",
+            "--prefix",
+            "--all-containers",
+            "--max-log-requests=20",
+        ],
+        None,
+    );
+    let text = String::from_utf8_lossy(&all.stdout);
+    out.push_str(&String::from_utf8_lossy(&all.stderr));
+    let mut by_pod: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for line in text.lines() {
+        let pod = line.split(']').next().unwrap_or_default();
+        by_pod.entry(pod).or_default().push(line);
+    }
+    for lines in by_pod.values() {
+        for line in &lines[lines.len().saturating_sub(40)..] {
             out.push_str(line);
             out.push('\n');
         }
-        out
     }
+    let notable: Vec<&str> = text
+        .lines()
+        .filter(|l| NOTABLE.iter().any(|n| l.contains(n)))
+        .collect();
+    out.push_str("--- membership and transport, every member ---\n");
+    for line in &notable[notable.len().saturating_sub(80)..] {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// etcd log messages that tell how members saw each other.
@@ -257,7 +280,11 @@ impl Drop for Operator<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("--- operator logs ({}) ---\n{}", self.ns, self.logs());
-            eprintln!("--- members ({}) ---\n{}", self.ns, self.members());
+            eprintln!(
+                "--- the namespace ({}) ---\n{}",
+                self.ns,
+                namespace_report(self.kubectl, &self.ns)
+            );
         }
     }
 }
@@ -274,6 +301,7 @@ pub struct OperatorProcess {
     /// Where `/metrics` answers, as `host:port`.
     metrics: String,
     log: PathBuf,
+    ns: String,
 }
 
 /// The series of reconcile passes of the EtcdCluster controller, as exposed.
@@ -328,6 +356,7 @@ impl OperatorProcess {
             child,
             metrics: connect_address(&bind),
             log: log_path,
+            ns: ns.to_string(),
         }
     }
 
@@ -393,6 +422,11 @@ impl Drop for OperatorProcess {
                 "--- operator log ({}, last 200 lines) ---\n{}",
                 self.log.display(),
                 self.log_tail(200)
+            );
+            eprintln!(
+                "--- the namespace ({}) ---\n{}",
+                self.ns,
+                namespace_report(&Kubectl::from_env(), &self.ns)
             );
         }
     }
