@@ -6,6 +6,9 @@
 #   helm                helm                     (helm.sh/helm/v4/cmd/helm)
 #   pause               pause                    (the pause.c of the pinned k8s.io/kubernetes)
 #   local-path          local-path-provisioner   (github.com/rancher/local-path-provisioner)
+#   s3s-fs              s3s-fs                   (crates.io s3s-fs, a fast S3 server on a directory,
+#                                                 for the backup benchmark; 0.14.1 is the newest
+#                                                 that builds with rustc 1.95)
 # Usage: hack/build-tools.sh TOOL   prints the directory holding the tool's binaries.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +27,7 @@ gobuild() {
   mv "$out/$name.tmp" "$out/$name"
 }
 
-tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|local-path|pause}
+tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|local-path|pause|s3s-fs}
 case "$tool" in
   etcd-3.5|etcd-3.6)
     dir=$here/etcd/v${tool#etcd-}
@@ -53,6 +56,16 @@ case "$tool" in
       mkdir -p "$out"
       gcc -Os -static -Wall -DVERSION="$v" -o "$out/pause" "$src"
       strip "$out/pause"
+    fi ;;
+  s3s-fs)
+    v=0.14.1
+    out=$cache/s3s-fs/$v/bin
+    if [ ! -x "$out/s3s-fs" ]; then
+      echo "building s3s-fs $v" >&2
+      # Its own target directory, so the workspace's is neither used nor locked meanwhile.
+      CARGO_TARGET_DIR=$cache/s3s-fs/target cargo install --quiet "s3s-fs@$v" --features binary \
+        --root "$cache/s3s-fs/$v"
+      rm -rf "$cache/s3s-fs/target"
     fi ;;
   *) echo "unknown tool $tool" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use etcd_operator::api::{AbsSource, S3Source};
+use etcd_operator::api::{AbsSource, S3Encryption, S3EncryptionMode, S3Source};
 use etcd_operator::backup::snapshot::{self, Error, hex};
 use etcd_operator::backup::storage;
 use futures::StreamExt;
@@ -111,6 +111,7 @@ async fn a_snapshot_streams_into_s3_in_parts_and_a_refused_one_leaves_nothing() 
         aws_secret: Some("aws".into()),
         endpoint: Some(moto.url.clone()),
         force_path_style: Some(true),
+        encryption: None,
     };
     let secret: storage::SecretData = [
         (
@@ -154,6 +155,70 @@ async fn a_snapshot_streams_into_s3_in_parts_and_a_refused_one_leaves_nothing() 
     let uploads = moto.curl(&[], &format!("/{BUCKET}?uploads"));
     let uploads = String::from_utf8_lossy(&uploads);
     assert!(!uploads.contains("<Upload>"), "{uploads}");
+}
+
+/// moto keeps what an object was written with (SSE-S3, SSE-KMS and its key) and reports it;
+/// it does not enforce SSE-C (an object written with a key reads back without one), so SSE-C
+/// is shown by the headers' unit tests alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_encryption_is_asked_for_and_survives_the_metadata_copy() {
+    let moto = Moto::start("127.0.0.1");
+    moto.create_bucket(BUCKET);
+    let secret: storage::SecretData = [(
+        "credentials",
+        "[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
+    )]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    let m = etcd_with_20_mib("sse").await;
+    let kms = "arn:aws:kms:us-east-1:123456789012:key/backup-key";
+    for (key, mode, kms_key_id, expected) in [
+        ("sse-s3.db", S3EncryptionMode::SseS3, None, "AES256"),
+        ("sse-kms.db", S3EncryptionMode::SseKms, Some(kms), "aws:kms"),
+    ] {
+        let source = S3Source {
+            path: format!("{BUCKET}/cluster/{key}"),
+            aws_secret: Some("aws".into()),
+            endpoint: Some(moto.url.clone()),
+            force_path_style: Some(true),
+            encryption: Some(S3Encryption {
+                mode,
+                kms_key_id: kms_key_id.map(String::from),
+                bucket_key: None,
+            }),
+        };
+        let target = storage::s3(&source, Some(&secret)).unwrap();
+        let saved = save_with_metadata(&m, &target).await;
+        let object = format!("cluster/{key}");
+        // The copy that set the metadata kept the encryption (a copy without it would have
+        // been stored under the bucket's default, AES256, and without the KMS key).
+        assert_eq!(
+            moto.metadata(BUCKET, &object, "sha256").as_deref(),
+            Some(saved.verified.sha256.as_str())
+        );
+        assert_eq!(
+            moto.header(BUCKET, &object, "x-amz-server-side-encryption")
+                .as_deref(),
+            Some(expected),
+            "{key}"
+        );
+        assert_eq!(
+            moto.header(
+                BUCKET,
+                &object,
+                "x-amz-server-side-encryption-aws-kms-key-id"
+            )
+            .as_deref(),
+            kms_key_id,
+            "{key}"
+        );
+        // Read back through the same store, whole.
+        let back = target.store.get(&target.location).await.unwrap();
+        assert_eq!(
+            back.bytes().await.unwrap().len() as u64,
+            saved.verified.size
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -200,10 +200,7 @@ pub fn namespace_report(kubectl: &Kubectl, ns: &str) -> String {
             String::from_utf8_lossy(&o.stderr)
         )
     };
-    let mut out = text_of(kubectl.run(
-        &["get", "pods,etcdclusters", "-n", ns, "-o", "wide"],
-        None,
-    ));
+    let mut out = text_of(kubectl.run(&["get", "pods,etcdclusters", "-n", ns, "-o", "wide"], None));
     out.push_str("--- events ---\n");
     let events = text_of(kubectl.run(
         &["get", "events", "-n", ns, "--sort-by=.lastTimestamp"],

@@ -39,6 +39,10 @@ impl StorageType {
 /// A snapshot location in Amazon S3 or an S3-compatible server.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.encryption) || self.encryption.mode != 'SSE-C' || has(self.awsSecret)",
+    "message": "encryption mode SSE-C reads its key from awsSecret (key sse-customer-key): set awsSecret"
+}]))]
 pub struct S3Source {
     /// Full path of the snapshot as `<bucket>/<key>`, for example `my-bucket/etcd/prod.db`.
     /// Periodic backups append `_v<revision>_<timestamp>` to the key.
@@ -56,6 +60,52 @@ pub struct S3Source {
     /// S3-compatible servers need this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force_path_style: Option<bool>,
+    /// Server-side encryption of what is written (an extension of this operator), and the key
+    /// to read it back with (SSE-C). Without it, the bucket's default encryption applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<S3Encryption>,
+}
+
+/// S3 server-side encryption.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.kmsKeyId) || self.mode == 'SSE-KMS' || self.mode == 'DSSE-KMS'",
+    "message": "kmsKeyId is for modes SSE-KMS and DSSE-KMS"
+}, {
+    "rule": "!has(self.bucketKey) || self.mode == 'SSE-KMS' || self.mode == 'DSSE-KMS'",
+    "message": "bucketKey is for modes SSE-KMS and DSSE-KMS"
+}]))]
+pub struct S3Encryption {
+    /// `SSE-S3` (keys managed by S3), `SSE-KMS` or `DSSE-KMS` (a KMS key), or `SSE-C` (a key
+    /// of yours, base64 of 32 bytes, in the awsSecret's `sse-customer-key`: without it, the
+    /// backup cannot be read back).
+    pub mode: S3EncryptionMode,
+    /// The KMS key (ID, ARN or alias); the account's default key for S3 when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub kms_key_id: Option<String>,
+    /// Use an S3 Bucket Key for SSE-KMS (fewer KMS requests); the bucket's setting when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_key: Option<bool>,
+}
+
+/// How S3 encrypts an object.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum S3EncryptionMode {
+    /// AES256 with keys S3 manages.
+    #[default]
+    #[serde(rename = "SSE-S3")]
+    SseS3,
+    /// AWS KMS.
+    #[serde(rename = "SSE-KMS")]
+    SseKms,
+    /// Dual-layer AWS KMS.
+    #[serde(rename = "DSSE-KMS")]
+    DsseKms,
+    /// A customer-provided key.
+    #[serde(rename = "SSE-C")]
+    SseC,
 }
 
 /// A snapshot location in Azure Blob Storage.

@@ -23,7 +23,10 @@ pub use cluster::{
     RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord, RestoreHandoff,
     RestoreRecord, StaticTls, TlsPolicy,
 };
-pub use common::{AbsSource, Condition, GcsSource, OssSource, S3Source, StorageType};
+pub use common::{
+    AbsSource, Condition, GcsSource, OssSource, S3Encryption, S3EncryptionMode, S3Source,
+    StorageType,
+};
 pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -132,6 +132,7 @@ pub fn backup(req: &Request, name: &str, tick: Timestamp) -> Result<EtcdBackup, 
                 aws_secret: req.secret.clone(),
                 endpoint: req.endpoint.clone(),
                 force_path_style: req.force_path_style.then_some(true),
+                encryption: None,
             })
         }
         StorageType::Abs => {

@@ -311,6 +311,27 @@ fn encode_key(key: &str) -> String {
         .collect()
 }
 
+/// `pairs` as headers named `prefix` + name.
+fn add_headers<'a>(
+    headers: &mut reqwest::header::HeaderMap,
+    prefix: &str,
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), String> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    for (name, value) in pairs {
+        headers.insert(
+            HeaderName::try_from(format!("{prefix}{name}")).map_err(|e| e.to_string())?,
+            HeaderValue::try_from(value).map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(())
+}
+
+/// Borrowed pairs of owned headers.
+fn pairs(headers: &crate::backup::storage::Headers) -> impl Iterator<Item = (&str, &str)> {
+    headers.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
 /// Attaches `metadata` (user metadata: `x-amz-meta-*` on S3, `x-ms-meta-*` on Azure) to the
 /// finished object at `location` of `size` bytes. Names must suit both: Azure takes only
 /// identifiers (`etcd_revision`, not `etcd-revision`). What the store answered, on failure.
@@ -320,33 +341,27 @@ pub async fn set_metadata(
     size: u64,
     metadata: &[(&str, &str)],
 ) -> Result<(), String> {
-    use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-    let header =
-        |prefix: &str, name: &str, value: &str| -> Result<(HeaderName, HeaderValue), String> {
-            Ok((
-                HeaderName::try_from(format!("{prefix}{name}")).map_err(|e| e.to_string())?,
-                HeaderValue::try_from(value).map_err(|e| e.to_string())?,
-            ))
-        };
+    use reqwest::header::HeaderMap;
     let mut headers = HeaderMap::new();
     let url = match how {
-        Metadata::S3 { store, bucket } => {
+        Metadata::S3 {
+            store,
+            bucket,
+            encryption,
+        } => {
             if size > S3_COPY_LIMIT {
                 return Err(format!(
                     "S3 copies objects in place only up to 5 GiB, this one has {size} bytes"
                 ));
             }
             let copy_source = format!("/{bucket}/{}", encode_key(location.as_ref()));
-            for (k, v) in [
-                header("x-amz-", "copy-source", &copy_source)?,
-                header("x-amz-", "metadata-directive", "REPLACE")?,
-            ] {
-                headers.insert(k, v);
-            }
-            for (k, v) in metadata {
-                let (k, v) = header("x-amz-meta-", k, v)?;
-                headers.insert(k, v);
-            }
+            let copy = [
+                ("copy-source", copy_source.as_str()),
+                ("metadata-directive", "REPLACE"),
+            ];
+            add_headers(&mut headers, "x-amz-", copy)?;
+            add_headers(&mut headers, "x-amz-meta-", metadata.iter().copied())?;
+            add_headers(&mut headers, "", pairs(encryption))?;
             let options = SignedUrlOptions::new();
             let options = headers.iter().fold(options, |o, (k, v)| {
                 o.with_signed_header(k.clone(), v.clone())
@@ -356,11 +371,9 @@ pub async fn set_metadata(
                 .await
                 .map_err(|e| e.to_string())?
         }
-        Metadata::Abs(store) => {
-            for (k, v) in metadata {
-                let (k, v) = header("x-ms-meta-", k, v)?;
-                headers.insert(k, v);
-            }
+        Metadata::Abs { store, encryption } => {
+            add_headers(&mut headers, "x-ms-meta-", metadata.iter().copied())?;
+            add_headers(&mut headers, "", pairs(encryption))?;
             let mut url = store
                 .signed_url(reqwest::Method::PUT, location, PRESIGNED_FOR)
                 .await

@@ -4,8 +4,11 @@
 //!
 //! - S3 (`awsSecret`): `credentials` and `config`, the AWS shared files, profile `default`
 //!   (`aws_access_key_id`, `aws_secret_access_key`, optional `aws_session_token`; `region`);
+//!   Ours, optional: `sse-customer-key`, the base64 of the 32-byte key of `encryption.mode`
+//!   SSE-C;
 //! - ABS (`absSecret`): `storage-account`, `storage-key`; ours, optional: `storage-endpoint`
-//!   for an Azure-compatible server such as Azurite;
+//!   for an Azure-compatible server such as Azurite, and `storage-encryption-key`, the base64
+//!   of a 32-byte customer-provided key (CPK) that encrypts what is written and reads it back;
 //! - GCS (`gcpSecret`): `access-token` (an OAuth2 bearer token), or `credentials.json` (a
 //!   service account key).
 //!
@@ -20,7 +23,7 @@ use object_store::azure::{MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder};
 use object_store::path::Path;
 
-use crate::api::{AbsSource, GcsSource, S3Source, StorageType};
+use crate::api::{AbsSource, GcsSource, S3Encryption, S3EncryptionMode, S3Source, StorageType};
 
 /// What is wrong with a storage section or its Secret. Every message names the field or the
 /// Secret key, so a user can fix it from the status alone.
@@ -116,11 +119,117 @@ pub enum Metadata {
         store: Arc<AmazonS3>,
         /// Its bucket (the copy source names it).
         bucket: String,
+        /// The encryption headers of the copy: a copy states its encryption again (S3 would
+        /// otherwise store it under the bucket's default, an SSE-KMS backup silently becoming
+        /// SSE-S3), and an SSE-C source is read with its key.
+        encryption: Headers,
     },
-    /// Azure's Set Blob Metadata.
-    Abs(Arc<MicrosoftAzure>),
+    /// Azure's Set Blob Metadata, with the customer-provided key's headers when one is set.
+    Abs {
+        /// The store, as a signer.
+        store: Arc<MicrosoftAzure>,
+        /// The CPK headers.
+        encryption: Headers,
+    },
     /// GCS: a token alone cannot presign, and an object's metadata is not changed here.
     Unsupported,
+}
+
+/// Request headers, name and value.
+pub type Headers = Vec<(String, String)>;
+
+/// The 32-byte key in `data[name]` as base64, checked.
+fn customer_key(data: &SecretData, secret: &str, name: &str) -> Result<String, Error> {
+    use base64::Engine;
+    let encoded = key(data, secret, name)?;
+    match base64::engine::general_purpose::STANDARD.decode(encoded) {
+        Ok(bytes) if bytes.len() == 32 => Ok(encoded.to_string()),
+        Ok(bytes) => Err(Error::Secret {
+            secret: secret.into(),
+            problem: format!(
+                "{name:?} must be the base64 of a 32-byte key, it decodes to {} bytes",
+                bytes.len()
+            ),
+        }),
+        Err(e) => Err(Error::Secret {
+            secret: secret.into(),
+            problem: format!("{name:?} is not base64: {e}"),
+        }),
+    }
+}
+
+/// The base64 of the MD5 of a base64 key, as SSE-C and CPK headers carry it.
+fn key_md5(key_base64: &str) -> String {
+    use base64::Engine;
+    use md5::Digest;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let key = engine.decode(key_base64).unwrap_or_default();
+    engine.encode(md5::Md5::digest(key))
+}
+
+/// The base64 of the SHA-256 of a base64 key, as Azure's CPK headers carry it.
+fn key_sha256(key_base64: &str) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let key = engine.decode(key_base64).unwrap_or_default();
+    engine.encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &key))
+}
+
+/// `encryption` applied to `builder`, and the headers a copy of an object in place repeats.
+/// `customer_key` is the SSE-C key (base64).
+fn s3_encryption(
+    builder: AmazonS3Builder,
+    encryption: &S3Encryption,
+    customer_key: Option<String>,
+) -> (AmazonS3Builder, Headers) {
+    use object_store::aws::AmazonS3ConfigKey;
+    let sse = "x-amz-server-side-encryption";
+    // object_store names these settings only by their keys (its enum of them is private); the
+    // moto test shows they reach the server.
+    let set = |b: AmazonS3Builder, k: &str, v: &str| match k.parse::<AmazonS3ConfigKey>() {
+        Ok(k) => b.with_config(k, v),
+        Err(_) => b,
+    };
+    let mut headers = Headers::new();
+    let builder = match (encryption.mode, customer_key) {
+        (S3EncryptionMode::SseC, Some(key)) => {
+            let md5 = key_md5(&key);
+            for prefix in ["x-amz-", "x-amz-copy-source-"] {
+                headers.push((
+                    format!("{prefix}server-side-encryption-customer-algorithm"),
+                    "AES256".into(),
+                ));
+                headers.push((
+                    format!("{prefix}server-side-encryption-customer-key"),
+                    key.clone(),
+                ));
+                headers.push((
+                    format!("{prefix}server-side-encryption-customer-key-MD5"),
+                    md5.clone(),
+                ));
+            }
+            builder.with_ssec_encryption(key)
+        }
+        (mode, _) => {
+            let value = match mode {
+                S3EncryptionMode::SseKms => "aws:kms",
+                S3EncryptionMode::DsseKms => "aws:kms:dsse",
+                _ => "AES256",
+            };
+            headers.push((sse.into(), value.into()));
+            let mut b = set(builder, "aws_server_side_encryption", value);
+            if let Some(id) = encryption.kms_key_id.as_deref() {
+                headers.push((format!("{sse}-aws-kms-key-id"), id.into()));
+                b = set(b, "aws_sse_kms_key_id", id);
+            }
+            if let Some(on) = encryption.bucket_key {
+                headers.push((format!("{sse}-bucket-key-enabled"), on.to_string()));
+                b = b.with_bucket_key(on);
+            }
+            b
+        }
+    };
+    (builder, headers)
 }
 
 /// The store for an S3 section; `data` is the Secret's data when `awsSecret` is set.
@@ -160,6 +269,23 @@ pub fn s3(source: &S3Source, data: Option<&SecretData>) -> Result<Target, Error>
     }
     // coreos's forcePathStyle: bucket in the path, as S3-compatible servers need.
     builder = builder.with_virtual_hosted_style_request(!source.force_path_style.unwrap_or(false));
+    let mut encryption = Headers::new();
+    if let Some(how) = &source.encryption {
+        let customer = match (how.mode, data, source.aws_secret.as_deref()) {
+            (S3EncryptionMode::SseC, Some(data), Some(secret)) => {
+                Some(customer_key(data, secret, "sse-customer-key")?)
+            }
+            (S3EncryptionMode::SseC, _, _) => {
+                return Err(Error::Spec(
+                    "s3.encryption.mode SSE-C reads its key from s3.awsSecret (key \
+                     sse-customer-key): set awsSecret"
+                        .into(),
+                ));
+            }
+            _ => None,
+        };
+        (builder, encryption) = s3_encryption(builder, how, customer);
+    }
     let store = Arc::new(
         builder
             .build()
@@ -170,6 +296,7 @@ pub fn s3(source: &S3Source, data: Option<&SecretData>) -> Result<Target, Error>
         metadata: Metadata::S3 {
             store: store.clone(),
             bucket: bucket.to_string(),
+            encryption,
         },
         store,
         location,
@@ -194,13 +321,26 @@ pub fn abs(source: &AbsSource, data: &SecretData) -> Result<Target, Error> {
             .with_endpoint(endpoint.to_string())
             .with_allow_http(endpoint.starts_with("http://"));
     }
+    let mut encryption = Headers::new();
+    if data.contains_key("storage-encryption-key") {
+        let key = customer_key(data, secret, "storage-encryption-key")?;
+        encryption = vec![
+            ("x-ms-encryption-key".into(), key.clone()),
+            ("x-ms-encryption-key-sha256".into(), key_sha256(&key)),
+            ("x-ms-encryption-algorithm".into(), "AES256".into()),
+        ];
+        builder = builder.with_encryption_key(key);
+    }
     let store = Arc::new(builder.build().map_err(|source| Error::Build {
         kind: "ABS",
         source,
     })?);
     Ok(Target {
         url: format!("abs://{container}/{location}"),
-        metadata: Metadata::Abs(store.clone()),
+        metadata: Metadata::Abs {
+            store: store.clone(),
+            encryption,
+        },
         store,
         location,
     })
@@ -311,6 +451,7 @@ aws_access_key_id = NOT-THIS
             aws_secret: Some("aws".into()),
             endpoint: Some("http://10.0.0.1:9000".into()),
             force_path_style: Some(true),
+            encryption: None,
         };
         let target = s3(
             &source,
@@ -365,6 +506,101 @@ aws_access_key_id = NOT-THIS
         assert!(
             err.contains("neither \"access-token\" nor \"credentials.json\""),
             "{err}"
+        );
+    }
+
+    /// 32 zero bytes, base64; its MD5 and SHA-256, base64, as Python's hashlib gives them.
+    const ZERO_KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+    const ZERO_KEY_MD5: &str = "cLyPS3KoaSFGi/joRB3OUQ==";
+    const ZERO_KEY_SHA256: &str = "Zmh6rfhivXdsj8GLjp+OIAiXFIVu4jOzkCpZHQ1fKSU=";
+
+    fn encrypted(mode: S3EncryptionMode, kms: Option<&str>) -> S3Source {
+        S3Source {
+            path: "bucket/etcd.db".into(),
+            aws_secret: Some("aws".into()),
+            encryption: Some(S3Encryption {
+                mode,
+                kms_key_id: kms.map(String::from),
+                bucket_key: kms.map(|_| true),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn copy_headers(target: &Target) -> Headers {
+        match &target.metadata {
+            Metadata::S3 { encryption, .. } | Metadata::Abs { encryption, .. } => {
+                encryption.clone()
+            }
+            Metadata::Unsupported => vec![],
+        }
+    }
+
+    #[test]
+    fn an_encrypted_object_is_copied_with_its_encryption_and_a_bad_key_is_named() {
+        let owned = |h: &[(&str, &str)]| -> Headers {
+            h.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let creds = [("credentials", CREDENTIALS)];
+        let kms = s3(
+            &encrypted(S3EncryptionMode::SseKms, Some("alias/etcd")),
+            Some(&data(&creds)),
+        );
+        assert_eq!(
+            copy_headers(&kms.unwrap()),
+            owned(&[
+                ("x-amz-server-side-encryption", "aws:kms"),
+                ("x-amz-server-side-encryption-aws-kms-key-id", "alias/etcd"),
+                ("x-amz-server-side-encryption-bucket-key-enabled", "true"),
+            ])
+        );
+        let with_key = data(&[("credentials", CREDENTIALS), ("sse-customer-key", ZERO_KEY)]);
+        let ssec = s3(&encrypted(S3EncryptionMode::SseC, None), Some(&with_key)).unwrap();
+        let headers = copy_headers(&ssec);
+        for prefix in ["x-amz-", "x-amz-copy-source-"] {
+            for (name, value) in [
+                ("algorithm", "AES256"),
+                ("key", ZERO_KEY),
+                ("key-MD5", ZERO_KEY_MD5),
+            ] {
+                let name = format!("{prefix}server-side-encryption-customer-{name}");
+                assert!(
+                    headers.contains(&(name.clone(), value.into())),
+                    "{name}: {headers:?}"
+                );
+            }
+        }
+        for name in ["aws_server_side_encryption", "aws_sse_kms_key_id"] {
+            let parsed = name.parse::<object_store::aws::AmazonS3ConfigKey>();
+            assert!(parsed.is_ok(), "{name}");
+        }
+        // No key, or not 32 bytes: refused, naming the Secret's key.
+        let err = s3(
+            &encrypted(S3EncryptionMode::SseC, None),
+            Some(&data(&creds)),
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("sse-customer-key"), "{err}");
+        let short = data(&[("credentials", CREDENTIALS), ("sse-customer-key", "AAAA")]);
+        let err = s3(&encrypted(S3EncryptionMode::SseC, None), Some(&short))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("decodes to 3 bytes"), "{err}");
+        let abs_secret = data(&[
+            ("storage-account", "account"),
+            ("storage-key", "a2V5"),
+            ("storage-encryption-key", ZERO_KEY),
+        ]);
+        let source = AbsSource {
+            path: "container/etcd.db".into(),
+            abs_secret: "abs".into(),
+        };
+        assert!(
+            copy_headers(&abs(&source, &abs_secret).unwrap())
+                .contains(&("x-ms-encryption-key-sha256".into(), ZERO_KEY_SHA256.into()))
         );
     }
 }

@@ -106,11 +106,16 @@ impl Moto {
 
     /// The `x-amz-meta-<name>` of an object.
     pub fn metadata(&self, bucket: &str, key: &str, name: &str) -> Option<String> {
+        self.header(bucket, key, &format!("x-amz-meta-{name}"))
+    }
+
+    /// A header of an object's HEAD response.
+    pub fn header(&self, bucket: &str, key: &str, name: &str) -> Option<String> {
         let headers = self.curl(&["-I"], &format!("/{bucket}/{key}"));
         String::from_utf8_lossy(&headers).lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
             k.trim()
-                .eq_ignore_ascii_case(&format!("x-amz-meta-{name}"))
+                .eq_ignore_ascii_case(name)
                 .then(|| v.trim().to_string())
         })
     }
