@@ -155,6 +155,24 @@ fn a_restore_replaces_the_data_keeps_what_was_there_and_survives_an_operator_res
         assert_ne!(s["phase"], "Failed", "{s}");
         s["phase"] == "Restoring"
     });
+    // The token that fetches the snapshot is in a Secret: the hand-off names its sha256 alone.
+    let annotation = get(&k, ns, "etcdcluster/example")["metadata"]["annotations"]
+        ["etcd.database.coreos.com/restore"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let handoff: Value = serde_json::from_str(&annotation).unwrap();
+    assert!(handoff.get("token").is_none(), "{handoff}");
+    assert_eq!(
+        handoff["tokenSha256"].as_str().map(str::len),
+        Some(64),
+        "{handoff}"
+    );
+    assert!(
+        k.run(&["get", "secret/example-restore-token", "-n", ns], None)
+            .status
+            .success()
+    );
     operator.kill();
     // A second restore of the same cluster meanwhile is refused, naming the first.
     apply(
@@ -180,6 +198,14 @@ fn a_restore_replaces_the_data_keeps_what_was_there_and_survives_an_operator_res
     let s = status(&k, ns, "etcdrestore/example");
     assert_eq!(s["succeeded"], true, "{s}");
     assert!(healthy_at_size(&k, ns, "example", 3));
+    // The seed serves: its token is gone, and no pod's spec ever held it.
+    assert!(
+        !k.run(&["get", "secret/example-restore-token", "-n", ns], None)
+            .status
+            .success()
+    );
+    let pods = get(&k, ns, "pods").to_string();
+    assert!(!pods.contains("--token="), "a pod's spec holds a token");
     let ep = endpoint(&k, ns, "example");
     let (keys, revision_after) = count(&ep, "key");
     assert_eq!(keys, 10_000, "exactly the backed-up keys");
@@ -316,17 +342,37 @@ fn a_restore_from_azure_blob() {
         ns,
         &manifest("EtcdRestore", "example", restore_spec("ABS", abs)),
     );
+    // Deleted once it is handed to the cluster: its finalizer keeps it (the seed reads the
+    // snapshot's location from it) until the cluster runs from the snapshot, then it goes.
     until_status(&k, ns, "etcdrestore/example", 300, |s| {
         assert_ne!(s["phase"], "Failed", "{s}");
-        s["phase"] == "Completed"
+        s["phase"] == "Restoring"
     });
+    let s = status(&k, ns, "etcdrestore/example");
+    k.ok(
+        &["delete", "etcdrestore/example", "-n", ns, "--wait=false"],
+        None,
+    );
+    until(
+        "the deleted EtcdRestore gone once its restore completed",
+        300,
+        || {
+            !k.run(&["get", "etcdrestore/example", "-n", ns], None)
+                .status
+                .success()
+        },
+    );
+    let completed = events(&k, ns, "EtcdCluster", "example");
+    assert!(
+        completed.iter().any(|e| e == "RestoreCompleted"),
+        "{completed:?}"
+    );
     until("healthy at size 1", 60, || {
         healthy_at_size(&k, ns, "example", 1)
     });
     let ep = endpoint(&k, ns, "example");
     assert_eq!(count(&ep, "key").0, 300);
     assert_eq!(count(&ep, "later").0, 0);
-    let s = status(&k, ns, "etcdrestore/example");
     assert!(
         s["preRestorePath"]
             .as_str()

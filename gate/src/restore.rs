@@ -19,10 +19,12 @@ use sha2::{Digest, Sha256};
 use super::{endpoint, exit_on_termination, log};
 
 pub const USAGE: &str = "\
-etcd-gate restore --url http://IP:port/PATH --token T --sha256 [HEX] --data-dir DIR --name NAME
+etcd-gate restore --url http://IP:port/PATH (--token T | --token-file F) --sha256 [HEX]
+        --data-dir DIR --name NAME
         --initial-cluster NAME=URL --initial-advertise-peer-urls URL --initial-cluster-token T
         [--bump-revision N] -- PROGRAM [ARG...]
-    fetch the snapshot at URL (Authorization: Bearer T), check its sha256 (if given: etcd's own
+    fetch the snapshot at URL (Authorization: Bearer T, or the token in file F, read when it
+    is needed: a restarted seed that holds its data needs none), check its sha256 (if given: etcd's own
     trailing hash is checked by the restore tool either way), restore it into DIR
     with the etcdutl (or etcdctl) beside PROGRAM, then run PROGRAM; at once if DIR holds data";
 
@@ -37,7 +39,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Restore {
     addr: SocketAddr,
     path: String,
-    token: String,
+    token: Token,
     sha256: String,
     data_dir: PathBuf,
     name: String,
@@ -47,6 +49,25 @@ pub struct Restore {
     bump_revision: u64,
     program: String,
     program_args: Vec<String>,
+}
+
+/// The bearer token: given, or in a file (a Secret mounted into the seed, so that it is not in
+/// the pod's spec for whoever may read pods).
+#[derive(Debug, PartialEq)]
+enum Token {
+    Value(String),
+    File(PathBuf),
+}
+
+impl Token {
+    fn read(&self) -> Result<String, String> {
+        match self {
+            Token::Value(v) => Ok(v.clone()),
+            Token::File(f) => std::fs::read_to_string(f)
+                .map(|t| t.trim().to_string())
+                .map_err(|e| format!("reading the token from {}: {e}", f.display())),
+        }
+    }
 }
 
 pub fn parse(args: &[String]) -> Result<Restore, String> {
@@ -66,9 +87,10 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
                     .clone(),
             ),
         };
-        const KNOWN: [&str; 10] = [
+        const KNOWN: [&str; 11] = [
             "--url",
             "--token",
+            "--token-file",
             "--sha256",
             "--data-dir",
             "--name",
@@ -103,6 +125,11 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
             .map_err(|_| format!("--bump-revision {v}: not a number"))?,
         None => 0,
     };
+    let token = match (values.remove("--token"), values.remove("--token-file")) {
+        (Some(v), None) => Token::Value(v),
+        (None, Some(f)) => Token::File(PathBuf::from(f)),
+        _ => return Err("give one of --token and --token-file".into()),
+    };
     let mut take = |k: &str| values.remove(k).ok_or_else(|| format!("{k} is required"));
     let (program, program_args) = command.split_first().ok_or("nothing to run after `--`")?;
     Ok(Restore {
@@ -112,7 +139,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
         } else {
             path.into()
         },
-        token: take("--token")?,
+        token,
         sha256,
         data_dir: PathBuf::from(take("--data-dir")?),
         name: take("--name")?,
@@ -182,11 +209,12 @@ impl Restore {
     /// One attempt: the answer's body into `part`, hashed on the way. Returns its size.
     fn fetch_once(&self, part: &Path) -> Result<u64, String> {
         let err = |e: std::io::Error| e.to_string();
+        let token = self.token.read()?;
         let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).map_err(err)?;
         conn.set_read_timeout(Some(READ_TIMEOUT)).map_err(err)?;
         let request = format!(
             "GET {} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
-            self.path, self.addr, self.token
+            self.path, self.addr, token
         );
         (&conn).write_all(request.as_bytes()).map_err(err)?;
         let mut reader = BufReader::with_capacity(1 << 16, conn);
@@ -340,7 +368,21 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(from_member.sha256, "");
+        // The token in a file (a mounted Secret), read when the snapshot is fetched.
+        let dir = std::env::temp_dir().join(format!("gate-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        let from_file = parse(&args(&format!(
+            "--url=http://10.0.0.9:8080/x --token-file={} --sha256= --data-dir=d --name=n              --initial-cluster=n=u --initial-advertise-peer-urls=u --initial-cluster-token=k              -- etcd",
+            file.display()
+        )))
+        .unwrap();
+        assert!(from_file.token.read().is_err(), "no file yet");
+        std::fs::write(&file, "s3cr3t\n").unwrap();
+        assert_eq!(from_file.token.read().unwrap(), "s3cr3t");
+        let _ = std::fs::remove_dir_all(&dir);
         for bad in [
+            "--url=http://10.0.0.9:8080/x --token t --token-file f --sha256= --data-dir=d              --name=n --initial-cluster=i --initial-advertise-peer-urls=p              --initial-cluster-token=t -- etcd",
             "--url=http://10.0.0.9:8080/x -- etcd",
             &format!("--url=https://h/x --token t --sha256={sha} -- etcd"),
             "--url=http://10.0.0.9:8080/x --token t --sha256=abc --data-dir=d --name=n \

@@ -609,9 +609,15 @@ pub struct RestoreHandoff {
     pub name: String,
     /// Its UID.
     pub uid: String,
-    /// The bearer token with which the seed fetches the snapshot from the operator (it keeps
-    /// the snapshot from anyone who cannot read this EtcdCluster).
+    /// The bearer token itself, in hand-offs made before the token moved into a Secret;
+    /// empty now.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub token: String,
+    /// The sha256 (hex) of the bearer token with which the seed fetches the snapshot from the
+    /// operator. The token is in the Secret `<cluster>-restore-token`, mounted into the seed
+    /// alone: neither this annotation nor the seed's pod spec lets a reader fetch the data.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token_sha256: String,
     /// sha256 of the snapshot object, verified by the restore controller, checked again by the
     /// seed before it uses a byte of it.
     pub sha256: String,

@@ -27,7 +27,9 @@ pub use common::{
     AbsSource, Condition, GcsSource, OssSource, S3Encryption, S3EncryptionMode, S3Source,
     StorageType,
 };
-pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase};
+pub use restore::{
+    EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase, VerifiedObject,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -118,4 +118,24 @@ pub struct EtcdRestoreStatus {
     /// The seed member, bootstrapped from the snapshot.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub seed: String,
+    /// The object as it was read through and verified, so that a pass retried before the
+    /// hand-off (a safety snapshot that failed) does not read it again while it is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<VerifiedObject>,
+}
+
+/// A snapshot object that was read through and found whole.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifiedObject {
+    /// The metadata.generation of the restore it was verified for.
+    pub generation: i64,
+    /// The object's entity tag, or its last-modified time where the store gives no tag.
+    pub version: String,
+    /// Its size in bytes.
+    pub size: i64,
+    /// Its sha256, hex.
+    pub sha256: String,
+    /// The sha256 of the snapshot inside it (differs when it is stored compressed), hex.
+    pub snapshot_sha256: String,
 }

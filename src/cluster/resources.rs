@@ -321,7 +321,7 @@ pub struct SeedRestore {
     /// Where the operator serves the snapshot.
     pub url: String,
     /// Bearer token for it.
-    pub token: String,
+    pub token: SeedToken,
     /// sha256 the fetched file must have.
     pub sha256: String,
     /// The seed's member name.
@@ -333,6 +333,20 @@ pub struct SeedRestore {
     /// `--bump-revision` (with `--mark-compacted`); 0 for none (etcdutl before 3.5.10).
     pub bump_revision: u64,
 }
+
+/// How the seed gets its bearer token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SeedToken {
+    /// From this Secret (key [`crate::kube::restore_token::KEY`]), mounted into the etcd
+    /// container alone: the pod's spec does not hold it.
+    Secret(String),
+    /// In the command line: only for a hand-off made before tokens moved into Secrets.
+    Value(String),
+}
+
+/// Where the restore token's Secret is mounted in a seed's etcd container.
+const TOKEN_DIR: &str = "/etc/etcd-restore";
+const TOKEN_VOLUME: &str = "restore-token";
 
 /// Where the gate's volume is mounted, in both containers.
 const GATE_DIR: &str = "/gate";
@@ -356,7 +370,13 @@ fn gated_command(gate: &Gate) -> Vec<String> {
             format!("{GATE_DIR}/etcd-gate"),
             "restore".into(),
             format!("--url={}", r.url),
-            format!("--token={}", r.token),
+            match &r.token {
+                SeedToken::Secret(_) => format!(
+                    "--token-file={TOKEN_DIR}/{}",
+                    crate::kube::restore_token::KEY
+                ),
+                SeedToken::Value(v) => format!("--token={v}"),
+            },
             format!("--sha256={}", r.sha256),
             format!("--data-dir={DATA_DIR}"),
             format!("--name={}", r.name),
@@ -453,7 +473,7 @@ pub fn member_pod(
     let name = cluster.name_any();
     let spec = &cluster.spec;
     let policy = spec.pod.clone().unwrap_or_default();
-    let (volumes, mounts) = member_volumes(cluster, member, &policy, gate.is_some());
+    let (volumes, mounts) = member_volumes(cluster, member, &policy, gate);
     let etcd = etcd_container(cluster, &policy, args, gate, mounts);
     Pod {
         metadata: member_metadata(cluster, member, &policy, gate, tls_revision),
@@ -525,8 +545,9 @@ fn member_volumes(
     cluster: &EtcdCluster,
     member: &str,
     policy: &PodPolicy,
-    gated: bool,
+    gate: Option<&Gate>,
 ) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let gated = gate.is_some();
     let data = match &policy.persistent_volume_claim_spec {
         Some(_) => Volume {
             name: "etcd-data".into(),
@@ -581,7 +602,35 @@ fn member_volumes(
         });
         mounts.push(gate_mount(true));
     }
+    if let Some(SeedToken::Secret(secret)) = gate.and_then(|g| g.restore.as_ref()).map(|r| &r.token)
+    {
+        let (volume, mount) = token_volume(secret);
+        volumes.push(volume);
+        mounts.push(mount);
+    }
     (volumes, mounts)
+}
+
+/// A restore seed's token Secret, mounted. Optional: the Secret goes once the seed serves, and
+/// a restarted seed, which holds its data by then, needs no token.
+fn token_volume(secret: &str) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: TOKEN_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.into()),
+                optional: Some(true),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: TOKEN_VOLUME.into(),
+            mount_path: TOKEN_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    )
 }
 
 /// The etcd container: the cluster's image, behind the gate when there is one, with its
@@ -910,7 +959,7 @@ mod tests {
             restore: Some(SeedRestore {
                 uid: "uid-1".into(),
                 url: "http://10.0.0.9:8080/restores/ns/example/snapshot".into(),
-                token: "t0k".into(),
+                token: SeedToken::Secret("example-restore-token".into()),
                 sha256: "ab".repeat(32),
                 name: "example-s".into(),
                 initial_cluster: "example-s=http://example-s.example.ns.svc:2380".into(),
@@ -936,7 +985,7 @@ mod tests {
         let command = etcd.command.as_deref().unwrap();
         assert_eq!(&command[..2], ["/gate/etcd-gate", "restore"]);
         for flag in [
-            "--token=t0k",
+            "--token-file=/etc/etcd-restore/token",
             "--data-dir=/var/etcd/data",
             "--initial-cluster-token=uid-1",
             "--initial-advertise-peer-urls=http://example-s.example.ns.svc:2380",
@@ -945,6 +994,25 @@ mod tests {
             assert!(command.iter().any(|c| c == flag), "{flag} in {command:?}");
         }
         assert_eq!(&command[command.len() - 2..], ["--", "/usr/local/bin/etcd"]);
+        // The token is read from its Secret, mounted into etcd's container alone (optional:
+        // it goes once the seed serves); the spec does not hold it.
+        let spec = pod.spec.as_ref().unwrap();
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "restore-token")
+            .unwrap();
+        let secret = volume.secret.as_ref().unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("example-restore-token"));
+        assert_eq!(secret.optional, Some(true));
+        assert!(
+            etcd.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "restore-token" && m.mount_path == "/etc/etcd-restore")
+        );
+        assert!(!command.iter().any(|c| c.starts_with("--token=")));
         // 3.6: every member takes the same learner limit.
         assert_eq!(
             etcd.args.as_deref().unwrap(),

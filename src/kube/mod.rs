@@ -12,6 +12,7 @@
 pub mod cache;
 pub mod invalid;
 pub mod names;
+pub mod restore_token;
 
 use std::time::Duration;
 

@@ -39,7 +39,7 @@ use tracing::{info, warn};
 
 use crate::api::{
     Condition, EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RESTORE_ANNOTATION,
-    RestoreHandoff, RestorePhase, common::find_condition,
+    RestoreHandoff, RestorePhase, VerifiedObject, common::find_condition,
 };
 use crate::backup::compress::Unpack;
 use crate::backup::endpoint::cluster_endpoint;
@@ -49,10 +49,16 @@ use crate::backup::naming;
 use crate::backup::snapshot::{self, Verifier};
 use crate::backup::storage;
 use crate::cluster::act::bump_for;
+use crate::kube::restore_token;
 use crate::report::Reporter;
 
 /// The field manager of restore status writes.
 const MANAGER: &str = "etcd-operator-restore";
+/// Keeps an EtcdRestore from going while its cluster is being rebuilt from it: the seed reads
+/// the snapshot's location from it, and a restore deleted half-way would strand the seed.
+/// Set just before the hand-off, removed once the hand-off is off the cluster (completed, or
+/// the cluster gone). Deleting the restore meanwhile lets it finish, then it goes.
+pub const FINALIZER: &str = "etcd.database.coreos.com/restore";
 /// Bounds each connection to etcd.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bounds the safety snapshot.
@@ -327,6 +333,70 @@ async fn verify(
     Ok(verified)
 }
 
+/// What a pass may take from an earlier one: the object verified for this generation, if the
+/// object is still the one that was read (same version and size).
+fn still_verified(
+    earlier: Option<&VerifiedObject>,
+    generation: i64,
+    version: &str,
+    size: u64,
+) -> Option<VerifiedObject> {
+    earlier
+        .filter(|v| {
+            v.generation == generation
+                && v.version == version
+                && u64::try_from(v.size).ok() == Some(size)
+        })
+        .cloned()
+}
+
+/// The snapshot verified: read through once per generation and object version, the result kept
+/// in the status, so a pass retried before the hand-off (a safety snapshot that failed) does
+/// not read a large object again.
+async fn verified_object(
+    ctx: &Context,
+    restore: &EtcdRestore,
+    target: &storage::Target,
+    path: &str,
+) -> Result<VerifiedObject, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let url = target.url.clone();
+    let head = match target.store.head(&target.location).await {
+        Ok(head) => head,
+        Err(object_store::Error::NotFound { .. }) => return Err(Error::Missing(url)),
+        Err(source) => return Err(Error::Read { url, source }),
+    };
+    let version = head
+        .e_tag
+        .clone()
+        .unwrap_or_else(|| head.last_modified.to_rfc3339());
+    let generation = restore.metadata.generation.unwrap_or_default();
+    let current = restore.status.clone().unwrap_or_default();
+    if let Some(v) = still_verified(current.verified.as_ref(), generation, &version, head.size) {
+        return Ok(v);
+    }
+    let reading = "reading the snapshot through and checking its hashes";
+    let mut status = with_phase(
+        restore,
+        RestorePhase::Verifying,
+        "Verifying",
+        reading.into(),
+    );
+    write_status(ctx, restore, &status).await?;
+    let verified = verify(&ctx.client, &ns, target, path).await?;
+    let object = VerifiedObject {
+        generation,
+        version,
+        size: i64::try_from(verified.size).unwrap_or(i64::MAX),
+        sha256: verified.sha256,
+        snapshot_sha256: verified.snapshot_sha256,
+    };
+    status.verified = Some(object.clone());
+    status.conditions[0].message = "verified; keeping the cluster as it is".into();
+    write_status(ctx, restore, &status).await?;
+    Ok(object)
+}
+
 /// A snapshot of the cluster being replaced, beside the one restored; `None` when the cluster
 /// does not answer (then there is nothing to keep). Returns its coreos-style path and the
 /// revision it holds.
@@ -386,6 +456,40 @@ async fn patch_annotation(
             what: format!("annotating EtcdCluster {cluster}"),
             source,
         })
+}
+
+/// Adds (`hold`) or removes this operator's finalizer on `restore`, if that changes anything.
+async fn set_finalizer(ctx: &Context, restore: &EtcdRestore, hold: bool) -> Result<(), Error> {
+    let mut finalizers = restore.finalizers().to_vec();
+    let held = finalizers.iter().any(|f| f == FINALIZER);
+    if held == hold {
+        return Ok(());
+    }
+    if hold {
+        finalizers.push(FINALIZER.into());
+    } else {
+        finalizers.retain(|f| f != FINALIZER);
+    }
+    let api: Api<EtcdRestore> =
+        Api::namespaced(ctx.client.clone(), &restore.namespace().unwrap_or_default());
+    // The whole list, without a resourceVersion precondition: the object read at the start of
+    // the pass is older than its own status writes, and nothing else puts finalizers on an
+    // EtcdRestore.
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+    api.patch(
+        &restore.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| Error::Kube {
+        what: format!(
+            "setting the finalizers of EtcdRestore {}",
+            restore.name_any()
+        ),
+        source,
+    })
 }
 
 /// The revision the cluster serves now, if a member answers.
@@ -461,6 +565,7 @@ async fn follow(
     done.restored_revision = revision;
     write_status(ctx, restore, &done).await?;
     patch_annotation(ctx, &ns, &cluster.name_any(), None).await?;
+    set_finalizer(ctx, restore, false).await?;
     info!(restore = restore.name_any(), "{message}");
     ctx.events
         .publish(
@@ -481,19 +586,31 @@ async fn reconcile_inner(restore: &EtcdRestore, ctx: &Context) -> Result<Action,
     let uid = restore.metadata.uid.clone().unwrap_or_default();
     let current = restore.status.clone().unwrap_or_default();
     let this_generation = current.observed_generation == restore.metadata.generation;
+    let deleting = restore.metadata.deletion_timestamp.is_some();
     if current.phase == Some(RestorePhase::Completed) && this_generation {
+        set_finalizer(ctx, restore, false).await?;
         return Ok(Action::await_change());
     }
     let cluster_name = restore.spec.etcd_cluster.name.clone();
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(cluster) = clusters
+    let cluster = clusters
         .get_opt(&cluster_name)
         .await
         .map_err(|source| Error::Kube {
             what: format!("reading EtcdCluster {cluster_name}"),
             source,
-        })?
-    else {
+        })?;
+    // Deleted: it goes at once unless its hand-off is still on the cluster; then it is
+    // followed to the end, and goes then.
+    let handed_off = cluster
+        .as_ref()
+        .and_then(handoff_of)
+        .is_some_and(|h| h.uid == uid);
+    if deleting && !handed_off {
+        set_finalizer(ctx, restore, false).await?;
+        return Ok(Action::await_change());
+    }
+    let Some(cluster) = cluster else {
         let message = format!(
             "spec.etcdCluster.name: EtcdCluster {cluster_name} does not exist; waiting for it"
         );
@@ -536,24 +653,23 @@ async fn start(
 ) -> Result<Action, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
-    write_status(
-        ctx,
-        restore,
-        &with_phase(
-            restore,
-            RestorePhase::Verifying,
-            "Verifying",
-            "reading the snapshot through and checking its hashes".into(),
-        ),
-    )
-    .await?;
     let (target, path) = target(&ctx.client, &ns, Storage::from(&restore.spec)).await?;
-    let verified = verify(&ctx.client, &ns, &target, &path).await?;
+    let verified = verified_object(ctx, restore, &target, &path).await?;
     let safety = safety_snapshot(&ctx.client, &ns, &cluster_name, &target, &path).await?;
+    let token_sha256 = restore_token::issue(&ctx.client, cluster)
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!(
+                "writing Secret {}",
+                restore_token::secret_name(&cluster_name)
+            ),
+            source,
+        })?;
     let handoff = RestoreHandoff {
         name: restore.name_any(),
         uid: uid.clone(),
-        token: uuid::Uuid::new_v4().simple().to_string(),
+        token: String::new(),
+        token_sha256,
         // What the seed receives: the snapshot itself (the operator decompresses it on the way).
         sha256: verified.snapshot_sha256.clone(),
         bump_revision: bump_for(safety.as_ref().map(|(_, r)| *r)),
@@ -561,6 +677,7 @@ async fn start(
         member: String::new(),
     };
     let value = serde_json::to_string(&handoff).unwrap_or_default();
+    set_finalizer(ctx, restore, true).await?;
     patch_annotation(ctx, &ns, &cluster_name, Some(value)).await?;
     let note = format!(
         "verified {} ({} bytes, sha256 {}); {}; the cluster's members are being replaced",
@@ -573,8 +690,9 @@ async fn start(
         }
     );
     let mut next = with_phase(restore, RestorePhase::Restoring, "Restoring", note.clone());
-    next.sha256 = verified.sha256;
-    next.size = Some(i64::try_from(verified.size).unwrap_or(i64::MAX));
+    next.sha256 = verified.sha256.clone();
+    next.size = Some(verified.size);
+    next.verified = Some(verified);
     next.pre_restore_path = handoff.pre_restore_path;
     write_status(ctx, restore, &next).await?;
     info!(restore = restore.name_any(), "{note}");
@@ -596,6 +714,13 @@ async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Actio
     match reconcile_inner(&restore, &ctx).await {
         Ok(action) => Ok(action),
         Err(e) => {
+            // As it is now: this pass may have written its status (the verified object, kept).
+            let api: Api<EtcdRestore> =
+                Api::namespaced(ctx.client.clone(), &restore.namespace().unwrap_or_default());
+            let restore = match api.get_opt(&restore.name_any()).await {
+                Ok(Some(now)) if now.metadata.uid == restore.metadata.uid => Arc::new(now),
+                _ => restore,
+            };
             let message = e.to_string();
             let reported = restore.status.as_ref().is_some_and(|s| s.reason == message);
             // A final failure is marked so: it is not tried again for this generation.
@@ -650,6 +775,31 @@ mod tests {
     fn the_restored_revision_is_raised_past_the_replaced_clusters() {
         assert_eq!(bump_for(Some(12_345)), 12_345 + BUMP_MARGIN);
         assert_eq!(bump_for(None), UNKNOWN_BUMP);
+    }
+
+    #[test]
+    fn a_verified_object_is_read_again_only_when_it_or_the_restore_changed() {
+        let v = VerifiedObject {
+            generation: 2,
+            version: "\"etag-1\"".into(),
+            size: 1 << 30,
+            sha256: "ab".into(),
+            snapshot_sha256: "cd".into(),
+        };
+        let etag = v.version.clone();
+        assert_eq!(still_verified(Some(&v), 2, &etag, 1 << 30), Some(v.clone()));
+        assert_eq!(
+            still_verified(Some(&v), 3, &etag, 1 << 30),
+            None,
+            "spec changed"
+        );
+        assert_eq!(
+            still_verified(Some(&v), 2, "\"etag-2\"", 1 << 30),
+            None,
+            "rewritten"
+        );
+        assert_eq!(still_verified(Some(&v), 2, &etag, 5), None, "other size");
+        assert_eq!(still_verified(None, 2, &etag, 1 << 30), None);
     }
 
     #[test]

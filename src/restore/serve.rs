@@ -26,6 +26,7 @@ use crate::backup::compress::{Unpack, ZSTD_MAGIC};
 use crate::backup::location::{Storage, target};
 use crate::cluster::handles::Sources;
 use crate::etcd::{Endpoint, Etcd};
+use crate::kube::restore_token;
 
 /// How long connecting to a surviving member may take.
 const MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -79,7 +80,13 @@ impl Snapshots {
             Some(Ok(h)) => h,
             _ => return Err(not_found()),
         };
-        if bearer != Some(handoff.token.as_str()) {
+        let allowed = if handoff.token_sha256.is_empty() {
+            // A hand-off made before the token moved into a Secret.
+            !handoff.token.is_empty() && bearer == Some(handoff.token.as_str())
+        } else {
+            restore_token::matches(bearer, &handoff.token_sha256)
+        };
+        if !allowed {
             return Err((StatusCode::FORBIDDEN, "wrong or missing token".into()));
         }
         if !handoff.member.is_empty() {

@@ -44,6 +44,8 @@ The rights the controllers use, and nothing else. Where each comes from:
                                       cluster/recovery.rs lists them for the newest)
   etcdrestores          create        cluster/act/recover.rs (a recovery from lost quorum
                                       restores the newest backup through an EtcdRestore)
+  etcdrestores          patch         restore/controller.rs (its finalizer, held while the
+                                      cluster is rebuilt from it)
   etcdclusters          patch         restore/controller.rs (the restore handoff annotation);
                                       cluster/act/recover.rs (a recovery's handoff, and the
                                       approval annotation removed)
@@ -66,7 +68,10 @@ The rights the controllers use, and nothing else. Where each comes from:
                                       cluster/tls.rs (checks TLS Secrets, reads the client
                                       certificate); backup/controller.rs (storage credentials)
                         create, patch, cluster/tls.rs (TLS.auto: the CA Secret is created once,
-                        update        certificate Secrets applied, the CA replaced on rotation)
+                        update        certificate Secrets applied, the CA replaced on rotation);
+                                      kube/restore_token.rs (a restore's token, applied)
+                        delete        cluster/act/restore.rs (the restore token, once the seed
+                                      serves)
   events                create, patch kube's event Recorder (events.k8s.io/v1)
 */}}
 {{- define "etcd-operator.rules" -}}
@@ -86,7 +91,8 @@ The rights the controllers use, and nothing else. Where each comes from:
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdrestores]
   # create: a recovery from lost quorum restores the newest backup through an EtcdRestore.
-  verbs: [get, list, watch, create]
+  # patch: the finalizer that keeps a restore until its cluster no longer needs it.
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdrestores/status]
   verbs: [patch]
@@ -111,7 +117,7 @@ The rights the controllers use, and nothing else. Where each comes from:
   resources: [secrets]
   # list, watch: of metadata only (a cache of resourceVersions tells when a Secret's contents
   # must be read again); get reads the contents of the Secrets a cluster names.
-  verbs: [get, list, watch, create, patch, update]
+  verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]

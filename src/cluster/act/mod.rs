@@ -14,7 +14,7 @@ use super::handles::{Handles, Pass};
 use super::members::{self, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::{Action, DeleteReason, MoveReason, RemoveReason};
-use super::resources::{self, Gate, SeedRestore};
+use super::resources::{self, Gate, SeedRestore, SeedToken};
 use super::version::Version;
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
@@ -34,8 +34,8 @@ use membership::*;
 use pods::*;
 pub use recover::{RECOVERY_LABEL, recovery_name, withdraw_approval};
 use recover::{recover_from_backup, recover_from_member};
-use restore::restore_seed;
 pub use restore::{BUMP_MARGIN, UNKNOWN_BUMP, bump_for, bumps_revision};
+use restore::{restore_done, restore_seed};
 pub use services::{ensure_services, holds};
 use space::{defragment_member, reclaim_space};
 
@@ -209,9 +209,7 @@ pub async fn act(
         Action::RecoverFromBackup { backup, uid, .. } => {
             recover_from_backup(pass, cluster, backup, uid).await
         }
-        Action::RestoreDone { seed } => Ok(Outcome::Done(Some(format!(
-            "seed member {seed} serves the restored data; the cluster grows back to its size"
-        )))),
+        Action::RestoreDone { seed } => restore_done(pass, cluster, seed).await,
         Action::Wait { .. }
         | Action::RollStalled { .. }
         | Action::Restoring { .. }

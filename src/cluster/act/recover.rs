@@ -25,10 +25,18 @@ pub(super) async fn recover_from_member(
     uid: &str,
     revision_before: Option<i64>,
 ) -> Result<Outcome, Error> {
+    let client = pass.handles.clusters.clone().into_client();
+    let token_sha256 = crate::kube::restore_token::issue(&client, cluster)
+        .await
+        .map_err(|source| Error::Recover {
+            what: "the restore token's Secret".into(),
+            source,
+        })?;
     let handoff = RestoreHandoff {
         name: recovery_name(&cluster.name_any(), uid),
         uid: uid.to_string(),
-        token: uuid::Uuid::new_v4().simple().to_string(),
+        token: String::new(),
+        token_sha256,
         sha256: String::new(),
         bump_revision: bump_for(revision_before),
         pre_restore_path: String::new(),

@@ -53,6 +53,7 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
             token: cluster_token.clone(),
         },
     );
+    let token_secret = crate::kube::restore_token::secret_name(&cluster.name_any());
     let gate = Gate {
         image: image.clone(),
         endpoints: vec![],
@@ -62,7 +63,11 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
         restore: Some(SeedRestore {
             uid: handoff.uid.clone(),
             url,
-            token: handoff.token.clone(),
+            token: if handoff.token_sha256.is_empty() {
+                SeedToken::Value(handoff.token.clone())
+            } else {
+                SeedToken::Secret(token_secret)
+            },
             sha256: handoff.sha256.clone(),
             name: name.clone(),
             initial_cluster: ic,
@@ -83,5 +88,23 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
     };
     Ok(Outcome::Done(Some(format!(
         "created seed member {name}, which restores {from}"
+    ))))
+}
+
+/// The seed serves: the token it fetched the snapshot with is no longer needed, and goes (the
+/// snapshot is served only while the restore is pending, so a token left by a failed delete
+/// opens nothing; the Secret also goes with the cluster).
+pub(super) async fn restore_done(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    seed: &str,
+) -> Result<Outcome, Error> {
+    let client = pass.handles.clusters.clone().into_client();
+    let ns = cluster.namespace().unwrap_or_default();
+    if let Err(e) = crate::kube::restore_token::revoke(&client, &ns, &cluster.name_any()).await {
+        tracing::warn!("deleting the restore token's Secret: {e}");
+    }
+    Ok(Outcome::Done(Some(format!(
+        "seed member {seed} serves the restored data; the cluster grows back to its size"
     ))))
 }

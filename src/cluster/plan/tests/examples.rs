@@ -52,6 +52,33 @@ fn a_restore_replaces_every_member_by_one_seed_and_ends_when_it_serves() {
 }
 
 #[test]
+fn a_restore_of_a_persistent_cluster_deletes_the_replaced_members_claims() {
+    // The seed serves the snapshot's data and the cluster grows back with new members; the
+    // replaced members' claims (o1..o3) hold data nobody will use again (the safety snapshot
+    // kept it), so they are deleted, not left until the EtcdCluster goes.
+    let persistent = target_of(1, true);
+    let mut obs = steady(1);
+    for old in ["o1", "o2", "o3"] {
+        obs.claims.insert(old.into());
+    }
+    let mut deleted = vec![];
+    for _ in 0..3 {
+        match plan(&obs, &persistent) {
+            Action::DeleteClaim { name } => {
+                obs.claims.remove(&name);
+                deleted.push(name);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(deleted, ["o1", "o2", "o3"]);
+    assert!(matches!(
+        plan(&obs, &persistent),
+        Action::Wait { .. } | Action::Steady
+    ));
+}
+
+#[test]
 fn a_seed_that_ended_or_fetches_from_a_former_leader_is_made_again() {
     let t = target(3);
     let r = restore_target(Some("http://new-leader/s"));
