@@ -49,6 +49,20 @@ fn log_file(name: &str, port: u16) -> (PathBuf, Stdio, Stdio) {
     (path, Stdio::from(file), Stdio::from(err))
 }
 
+/// `curl` signed with `test`/`test` for the S3 server at `base`, with extra `args`; the
+/// response body.
+pub fn s3_curl(base: &str, args: &[&str], path: &str) -> Vec<u8> {
+    let out = Command::new("curl")
+        .args(["-sf", "-H", "Expect:"])
+        .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "test:test"])
+        .args(args)
+        .arg(format!("{base}{path}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "curl {args:?} {path}: {out:?}");
+    out.stdout
+}
+
 /// moto's S3 server. It takes any key; the tests sign with `test`/`test`.
 pub struct Moto {
     child: Child,
@@ -79,15 +93,7 @@ impl Moto {
 
     /// `curl` signed for moto, with extra `args`; the response body.
     pub fn curl(&self, args: &[&str], path: &str) -> Vec<u8> {
-        let out = Command::new("curl")
-            .args(["-sf", "-H", "Expect:"])
-            .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "test:test"])
-            .args(args)
-            .arg(format!("{}{path}", self.url))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "curl {args:?} {path}: {out:?}");
-        out.stdout
+        s3_curl(&self.url, args, path)
     }
 
     pub fn create_bucket(&self, bucket: &str) {
@@ -126,6 +132,70 @@ impl Drop for Moto {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// s3s-fs: an S3 server on a directory (crates.io `s3s-fs`, built by `hack/build-tools.sh
+/// s3s-fs`), several times faster than moto at taking uploads; the backup benchmark's store.
+/// Signed with `test`/`test`, like moto.
+pub struct S3sFs {
+    child: Child,
+    log: PathBuf,
+    root: PathBuf,
+    /// `http://host:port`.
+    pub url: String,
+}
+
+impl S3sFs {
+    pub fn start(host: &str) -> Self {
+        // Included by the root crate's tests and by e2e's: the repository is the manifest's
+        // directory or its parent.
+        let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let repo = if manifest.join("hack/build-tools.sh").exists() {
+            manifest
+        } else {
+            manifest.join("..")
+        };
+        let out = Command::new(repo.join("hack/build-tools.sh"))
+            .arg("s3s-fs")
+            .output()
+            .expect("hack/build-tools.sh s3s-fs");
+        assert!(out.status.success(), "building s3s-fs: {out:?}");
+        let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("s3s-fs");
+        let port = free_port(host);
+        let root = std::env::temp_dir().join(format!("s3s-fs-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let (log, out, err) = log_file("s3s-fs", port);
+        let child = Command::new(&bin)
+            .args(["--host", host, "--port", &port.to_string()])
+            .args(["--access-key", "test", "--secret-key", "test"])
+            .arg(&root)
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+        let mut server = S3sFs {
+            child,
+            log,
+            root,
+            url: format!("http://{host}:{port}"),
+        };
+        wait_for("s3s-fs", &mut server.child, &server.log, host, port);
+        server
+    }
+
+    /// A bucket is a directory of the root.
+    pub fn create_bucket(&self, bucket: &str) {
+        std::fs::create_dir_all(self.root.join(bucket)).unwrap();
+    }
+}
+
+impl Drop for S3sFs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

@@ -405,45 +405,159 @@ fn mib_per_s(bytes: u64, took: Duration) -> f64 {
     bytes as f64 / (1 << 20) as f64 / took.as_secs_f64()
 }
 
-/// A backup of a 1 GiB database from its one member: the operator's EtcdBackup into moto's S3
-/// (streamed and verified, from apply to Succeeded) beside the floor, `etcdctl snapshot save`
-/// of the same member to a local file. Best of two each. Rows: measure, value, floor, target.
+/// The etcd 3.6 tools' directory (etcd, etcdctl, etcdutl).
+fn etcd_tools() -> String {
+    String::from_utf8_lossy(
+        &std::process::Command::new(e2e::repo_root().join("hack/build-tools.sh"))
+            .arg("etcd-3.6")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .to_string()
+}
+
+/// `etcdctl snapshot save` of the member at `endpoint` into a file, best of two: the floor of
+/// a backup. Returns the time and the file (kept for the intake and restore floors).
+fn etcdctl_floor(endpoint: &str, file: &std::path::Path) -> Duration {
+    let mut floor = Duration::MAX;
+    for _ in 0..2 {
+        let _ = std::fs::remove_file(file);
+        let start = Instant::now();
+        let out = std::process::Command::new(format!("{}/etcdctl", etcd_tools()))
+            .args(["--endpoints", endpoint, "snapshot", "save"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "etcdctl snapshot save: {out:?}");
+        floor = floor.min(start.elapsed());
+    }
+    floor
+}
+
+/// The S3 store at `url`, bucket `bench`, signed with `test`/`test`.
+fn bench_s3(url: &str) -> object_store::aws::AmazonS3 {
+    object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name("bench")
+        .with_endpoint(url)
+        .with_allow_http(true)
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_region("us-east-1")
+        .build()
+        .unwrap()
+}
+
+/// The store's own multipart intake of `file` through the operator's upload code (the same
+/// client and part sizes, no etcd): the ceiling of a backup into it. Best of two.
+fn intake(url: &str, file: &std::path::Path) -> Duration {
+    use etcd_operator::backup::snapshot;
+    use object_store::PutMultipartOptions;
+    use object_store::path::Path;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let s3 = bench_s3(url);
+        let mut best = Duration::MAX;
+        for i in 0..2 {
+            let f = tokio::fs::File::open(file).await.unwrap();
+            let chunks = tokio_util::io::ReaderStream::with_capacity(f, 64 << 10)
+                .map(|c| Ok(c.unwrap().to_vec()));
+            let start = Instant::now();
+            snapshot::upload(
+                Box::pin(chunks),
+                &s3,
+                &Path::from(format!("intake-{i}.db")),
+                PutMultipartOptions::default(),
+                Duration::from_secs(600),
+            )
+            .await
+            .unwrap();
+            best = best.min(start.elapsed());
+        }
+        best
+    })
+}
+
+/// The operator's snapshot code alone (etcd stream, both hashes, multipart writer) into a
+/// local file store, best of two.
+fn pipeline(endpoint: &str) -> Duration {
+    use etcd_operator::backup::snapshot;
+    use object_store::PutMultipartOptions;
+    use object_store::path::Path;
+    let dir = std::env::temp_dir().join(format!("bench-pipeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let best = rt.block_on(async {
+        let local = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
+        let mut best = Duration::MAX;
+        for _ in 0..2 {
+            let start = Instant::now();
+            snapshot::save(
+                &etcd_operator::etcd::Endpoint::plain(endpoint),
+                &local,
+                &Path::from("pipeline.db"),
+                PutMultipartOptions::default(),
+                Duration::from_secs(600),
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+            best = best.min(start.elapsed());
+        }
+        best
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    best
+}
+
+/// One EtcdBackup of `cluster` to `url` (`bench/<name>.db`), waited out; the status.
+fn backup_once(
+    k: &Kubectl,
+    ns: &str,
+    cluster: &str,
+    name: &str,
+    url: &str,
+    extra: serde_json::Value,
+) -> (Duration, serde_json::Value) {
+    let mut spec = json!({"clusterName": cluster, "storageType": "S3",
+        "backupPolicy": {"timeoutInSecond": 600},
+        "s3": {"path": format!("bench/{name}.db"), "awsSecret": "bench-aws",
+               "endpoint": url, "forcePathStyle": true}});
+    if let Some(extra) = extra.as_object() {
+        for (key, value) in extra {
+            spec[key] = value.clone();
+        }
+    }
+    let backup = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": name}, "spec": spec});
+    let start = Instant::now();
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&backup.to_string()));
+    let mut status = json!(null);
+    until(&format!("EtcdBackup {name}"), 600, || {
+        let s = e2e::get(k, ns, &format!("etcdbackup/{name}"))["status"].clone();
+        assert_ne!(s["phase"], "Failed", "{s}");
+        let done = s["succeeded"] == true;
+        status = s;
+        done
+    });
+    (start.elapsed(), status)
+}
+
+/// Backups of a 1 GiB database from its one member, into the fast S3 server (s3s-fs) and into
+/// moto, beside the floors: `etcdctl snapshot save` to a local file, and each store's own
+/// intake of that file by the same client. Then a zstd backup of Kubernetes-like objects, and
+/// the restore of the 1 GiB backup beside `etcdutl snapshot restore` plus one etcd start.
 fn backup_rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
     const MIB: usize = 1024;
     apply_cluster(k, ns, "big", 1);
     until("big Available", 600, || healthy_at_size(k, ns, "big", 1));
     let endpoint = format!("http://{}:2379", e2e::member_ip(k, ns, "big"));
     fill(&endpoint, MIB);
-
-    let etcdctl = format!(
-        "{}/etcdctl",
-        String::from_utf8_lossy(
-            &std::process::Command::new(e2e::repo_root().join("hack/build-tools.sh"))
-                .arg("etcd-3.6")
-                .output()
-                .unwrap()
-                .stdout
-        )
-        .trim()
-    );
     let file = std::env::temp_dir().join(format!("bench-{ns}.db"));
-    let mut floor = Duration::MAX;
-    let mut size = 0;
-    for _ in 0..2 {
-        let start = Instant::now();
-        let out = std::process::Command::new(&etcdctl)
-            .args(["--endpoints", &endpoint, "snapshot", "save"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "etcdctl snapshot save: {out:?}");
-        floor = floor.min(start.elapsed());
-        size = std::fs::metadata(&file).unwrap().len();
-        let _ = std::fs::remove_file(&file);
-    }
-
-    let moto = Moto::start("127.0.0.1");
-    moto.create_bucket("bench");
+    let floor = etcdctl_floor(&endpoint, &file);
+    let size = std::fs::metadata(&file).unwrap().len();
+    let floor_rate = mib_per_s(size, floor);
     k.ok(
         &[
             "create",
@@ -457,132 +571,198 @@ fn backup_rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
         None,
     );
     let idle = rss_kib(operator.pid());
-    let mut best = Duration::MAX;
     let mut peak = 0;
-    let mut saved = 0;
-    for i in 0..2 {
-        let name = format!("big-{i}");
-        let backup = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
-            "metadata": {"name": name}, "spec": {"clusterName": "big", "storageType": "S3",
-            "backupPolicy": {"timeoutInSecond": 600},
-            "s3": {"path": format!("bench/{name}.db"), "awsSecret": "bench-aws",
-                   "endpoint": moto.url, "forcePathStyle": true}}});
-        let start = Instant::now();
-        let mut took = Duration::ZERO;
-        peak = peak.max(peak_rss_kib(operator.pid(), || {
-            k.ok(&["apply", "-n", ns, "-f", "-"], Some(&backup.to_string()));
-            until(&format!("EtcdBackup {name}"), 600, || {
-                let s = e2e::get(k, ns, &format!("etcdbackup/{name}"))["status"].clone();
-                assert_ne!(s["phase"], "Failed", "{s}");
-                if s["succeeded"] == true {
-                    saved = s["size"].as_u64().unwrap();
-                    return true;
-                }
-                false
-            });
-            took = start.elapsed();
-        }));
-        best = best.min(took);
-    }
-    let (floor_rate, rate) = (mib_per_s(size, floor), mib_per_s(saved, best));
-    let (pipeline, intake) = pipeline_and_store(&endpoint, &moto.url);
-    vec![
-        (
+    let mut rows = vec![];
+    let fast = e2e::stores::S3sFs::start("127.0.0.1");
+    fast.create_bucket("bench");
+    let moto = Moto::start("127.0.0.1");
+    moto.create_bucket("bench");
+    for (store, url) in [("s3s-fs", fast.url.as_str()), ("moto", moto.url.as_str())] {
+        let store_rate = mib_per_s(size, intake(url, &file));
+        let mut best = Duration::MAX;
+        let mut saved = 0;
+        for i in 0..2 {
+            peak = peak.max(peak_rss_kib(operator.pid(), || {
+                let (took, s) = backup_once(k, ns, "big", &format!("{store}-{i}"), url, json!({}));
+                best = best.min(took);
+                saved = s["size"].as_u64().unwrap();
+            }));
+        }
+        let rate = mib_per_s(saved, best);
+        let ceiling = floor_rate.min(store_rate);
+        rows.push((
             format!(
-                "backup of a {:.2} GiB database to S3 (moto), throughput",
+                "backup of a {:.2} GiB database to S3 ({store}), ratio to min(etcdctl, the store's intake)",
                 saved as f64 / (1u64 << 30) as f64
             ),
-            format!("{rate:.0} MiB/s ({})", secs(best)),
+            format!("{rate:.0} MiB/s ({}), ratio {:.2}", secs(best), rate / ceiling),
             format!(
-                "{floor_rate:.0} MiB/s ({}; `etcdctl snapshot save` of the same member to a local file)",
+                "{ceiling:.0} MiB/s (etcdctl to a local file {floor_rate:.0} MiB/s, {}; {store}'s intake of that file by the same client {store_rate:.0} MiB/s)",
                 secs(floor)
             ),
-            format!("ratio {:.2}, target >= 0.9", rate / floor_rate),
+            ">= 0.9".into(),
+        ));
+        if store == "s3s-fs" {
+            rows.push((
+                "backup to the fast server (s3s-fs), ratio to `etcdctl snapshot save` outright"
+                    .into(),
+                format!("ratio {:.2}", rate / floor_rate),
+                format!("{floor_rate:.0} MiB/s (etcdctl, as above)"),
+                ">= 0.9".into(),
+            ));
+        }
+    }
+    let pipeline = pipeline(&endpoint);
+    rows.push((
+        "the operator's snapshot code alone (etcd stream, both hashes, multipart writer) into a \
+         local file store, same member"
+            .into(),
+        format!(
+            "{:.0} MiB/s ({})",
+            mib_per_s(size, pipeline),
+            secs(pipeline)
         ),
-        (
-            "the operator's snapshot code alone (etcd stream, both hashes, multipart writer) into a \
-             local file store, same member"
-                .into(),
-            format!("{:.0} MiB/s ({})", mib_per_s(size, pipeline), secs(pipeline)),
-            format!("{floor_rate:.0} MiB/s (etcdctl, as above)"),
-            format!("ratio {:.2}, target >= 0.9", mib_per_s(size, pipeline) / floor_rate),
-        ),
-        (
-            "moto's own multipart intake: the same snapshot file uploaded by the same client, \
-             no etcd (the ceiling of the S3 row)"
-                .into(),
-            format!("{:.0} MiB/s ({})", mib_per_s(size, intake), secs(intake)),
-            "-".into(),
-            "".into(),
-        ),
-        (
-            "operator peak RSS during the backup".into(),
-            format!("{:.1} MiB", peak as f64 / 1024.0),
-            format!("{:.1} MiB (idle, before it)", idle as f64 / 1024.0),
-            "< 64 MiB".into(),
-        ),
-    ]
+        format!("{floor_rate:.0} MiB/s (etcdctl, as above)"),
+        format!("ratio {:.2}", mib_per_s(size, pipeline) / floor_rate),
+    ));
+    rows.push((
+        "operator peak RSS during the backups".into(),
+        format!("{:.1} MiB", peak as f64 / 1024.0),
+        format!("{:.1} MiB (idle, before it)", idle as f64 / 1024.0),
+        "< 64 MiB".into(),
+    ));
+    rows.push(compression_row(k, ns, fast.url.as_str()));
+    rows.push(restore_row(k, ns, &fast, &file));
+    let _ = std::fs::remove_file(&file);
+    rows
 }
 
-/// Where the time of a backup to moto goes: the operator's own snapshot path (the same code,
-/// `snapshot::save`) into a local file store, and moto's multipart intake of the resulting
-/// file through the same client without etcd. Best of two each.
-fn pipeline_and_store(endpoint: &str, moto: &str) -> (Duration, Duration) {
-    use etcd_operator::backup::snapshot;
-    use object_store::PutMultipartOptions;
-    use object_store::path::Path;
-    let dir = std::env::temp_dir().join(format!("bench-pipeline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A cluster of Kubernetes-like objects (pods as the API server stores them: JSON with names,
+/// labels, UIDs, images, timestamps; every one different), backed up with zstd level 3: the
+/// ratio of the stored object to the snapshot, and the backup's speed.
+fn compression_row(k: &Kubectl, ns: &str, url: &str) -> Row {
+    apply_cluster(k, ns, "kube", 1);
+    until("kube Available", 600, || healthy_at_size(k, ns, "kube", 1));
+    let endpoint = format!("http://{}:2379", e2e::member_ip(k, ns, "kube"));
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pipeline, intake) = rt.block_on(async {
-        let local = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
-        let mut pipeline = Duration::MAX;
-        for _ in 0..2 {
-            let start = Instant::now();
-            snapshot::save(
-                &etcd_operator::etcd::Endpoint::plain(endpoint),
-                &local,
-                &Path::from("pipeline.db"),
-                PutMultipartOptions::default(),
-                Duration::from_secs(600),
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap();
-            pipeline = pipeline.min(start.elapsed());
-        }
-        let s3 = object_store::aws::AmazonS3Builder::new()
-            .with_bucket_name("bench")
-            .with_endpoint(moto)
-            .with_allow_http(true)
-            .with_access_key_id("test")
-            .with_secret_access_key("test")
-            .with_region("us-east-1")
-            .build()
-            .unwrap();
-        let mut intake = Duration::MAX;
-        for i in 0..2 {
-            let file = tokio::fs::File::open(dir.join("pipeline.db"))
-                .await
-                .unwrap();
-            let chunks = tokio_util::io::ReaderStream::with_capacity(file, 64 << 10)
-                .map(|c| Ok(c.unwrap().to_vec()));
-            let start = Instant::now();
-            snapshot::upload(
-                Box::pin(chunks),
-                &s3,
-                &Path::from(format!("intake-{i}.db")),
-                PutMultipartOptions::default(),
-                Duration::from_secs(600),
-            )
-            .await
-            .unwrap();
-            intake = intake.min(start.elapsed());
-        }
-        (pipeline, intake)
+    rt.block_on(async {
+        let client = etcd_client::Client::connect([endpoint.as_str()], None).await.unwrap();
+        let writers = (0..4).map(|w| {
+            let mut kv = client.kv_client();
+            async move {
+                for i in (w..40_000).step_by(4) {
+                    let uid = uuid::Uuid::new_v4();
+                    let pod = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {
+                        "name": format!("web-{i:05}-{}", &uid.simple().to_string()[..5]),
+                        "namespace": format!("team-{}", i % 37), "uid": uid.to_string(),
+                        "resourceVersion": (1_000_000 + i).to_string(),
+                        "creationTimestamp": format!("2026-11-{:02}T{:02}:{:02}:{:02}Z", 1 + i % 28, i % 24, i % 60, (i * 7) % 60),
+                        "labels": {"app": format!("web-{}", i % 113), "pod-template-hash": format!("{:x}", i * 2_654_435_761_u64 % 0xffff_ffff)},
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("web-{}", i % 113), "uid": uuid::Uuid::new_v4().to_string(), "controller": true}]},
+                      "spec": {"nodeName": format!("node-{}", i % 50), "containers": [{"name": "app", "image": format!("registry.example/team-{}/web:1.{}.{}", i % 37, i % 9, i % 31),
+                        "ports": [{"containerPort": 8080, "protocol": "TCP"}], "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]},
+                      "status": {"phase": "Running", "podIP": format!("10.{}.{}.{}", i % 250, (i / 250) % 250, i % 200 + 2), "startTime": "2026-11-20T10:00:00Z"}});
+                    kv.put(format!("/registry/pods/team-{}/web-{i:05}", i % 37), pod.to_string(), None).await.unwrap();
+                }
+            }
+        });
+        futures::future::join_all(writers).await;
     });
+    let (took, s) = backup_once(
+        k,
+        ns,
+        "kube",
+        "kube-zstd",
+        url,
+        json!({"compression": {"algorithm": "zstd", "level": 3}}),
+    );
+    let (stored, snapshot) = (
+        s["size"].as_u64().unwrap(),
+        s["snapshotSize"].as_u64().unwrap(),
+    );
+    (
+        format!(
+            "zstd level 3 backup of {:.0} MiB of Kubernetes-like objects (40,000 pods as JSON), stored / snapshot",
+            snapshot as f64 / (1 << 20) as f64
+        ),
+        format!(
+            "ratio {:.2} ({:.0} MiB stored), {:.0} MiB/s of snapshot ({})",
+            stored as f64 / snapshot as f64,
+            stored as f64 / (1 << 20) as f64,
+            mib_per_s(snapshot, took),
+            secs(took)
+        ),
+        "-".into(),
+        "".into(),
+    )
+}
+
+/// The 1 GiB backup restored into the `big` cluster (one member), from the EtcdRestore's apply
+/// to the cluster Available at its size, beside the floor: `etcdutl snapshot restore` of the
+/// same file and one etcd started on it, until it answers.
+fn restore_row(k: &Kubectl, ns: &str, fast: &e2e::stores::S3sFs, file: &std::path::Path) -> Row {
+    let tools = etcd_tools();
+    let dir = std::env::temp_dir().join(format!("bench-restore-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    (pipeline, intake)
+    let start = Instant::now();
+    let out = std::process::Command::new(format!("{tools}/etcdutl"))
+        .args(["snapshot", "restore"])
+        .arg(file)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "etcdutl snapshot restore: {out:?}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = format!("http://127.0.0.1:{port}");
+    let mut etcd = std::process::Command::new(format!("{tools}/etcd"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args([
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args(["--listen-peer-urls", "http://127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    until("the restored etcd answers", 300, || {
+        std::process::Command::new("curl")
+            .args(["-sf", &format!("{client}/health")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let floor = start.elapsed();
+    let _ = etcd.kill();
+    let _ = etcd.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let restore = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+        "metadata": {"name": "big"}, "spec": {"etcdCluster": {"name": "big"},
+        "backupStorageType": "S3", "s3": {"path": "bench/s3s-fs-0.db", "awsSecret": "bench-aws",
+        "endpoint": fast.url, "forcePathStyle": true}}});
+    let start = Instant::now();
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&restore.to_string()));
+    until("EtcdRestore big Completed", 900, || {
+        let s = e2e::get(k, ns, "etcdrestore/big")["status"].clone();
+        assert_ne!(s["phase"], "Failed", "{s}");
+        s["phase"] == "Completed"
+    });
+    let took = start.elapsed();
+    (
+        "restore of the 1 GiB backup (s3s-fs) into a 1-member cluster: EtcdRestore applied to Completed (Available at full size)".into(),
+        format!("{} , ratio {:.2}", secs(took), took.as_secs_f64() / floor.as_secs_f64()),
+        format!("{} (`etcdutl snapshot restore` of the same file and one etcd started on it, until /health)", secs(floor)),
+        "<= 1.5".into(),
+    )
 }
 
 /// A 3-member cluster upgraded 3.5 -> 3.6 while one client writes serially through the client
@@ -653,8 +833,27 @@ fn main() {
     k.apply_crds();
     let ns = k.namespace("bench");
     let ns = ns.name.as_str();
-    let operator = OperatorProcess::start(ns);
+    // Its HTTP server where pods reach the host, so that a restore's seed fetches from it.
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let operator = OperatorProcess::start_with(
+        ns,
+        &[
+            "--metrics-bind-address",
+            &format!("0.0.0.0:{port}"),
+            "--snapshot-url",
+            &format!("http://{}:{port}", e2e::backups::store_host()),
+        ],
+    );
 
+    // `BENCH_ONLY=backup`: backups and restores (issue 28's rows).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("backup") {
+        print_table(vec![], Duration::ZERO, backup_rows(&k, ns, &operator));
+        return;
+    }
     let floor = median((0..3).map(|i| e2e::etcd_pod_floor(&k, ns, i)).collect());
     // `BENCH_ONLY=upgrade`: the upgrade rows alone (a few minutes rather than the whole run).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("upgrade") {
