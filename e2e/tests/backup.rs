@@ -54,12 +54,12 @@ fn backups_to_s3_and_abs_one_shot_periodic_with_retention_and_failures_named() {
     let object = moto.curl(&[], &format!("/{BUCKET}/etcd/one-shot.db"));
     assert_eq!(s["size"], json!(object.len()));
     assert_eq!(s["sha256"], sha256_hex(&object), "{s}");
-    assert_eq!(
+    // The metadata follows the status (a copy of the object onto itself, after Succeeded).
+    until("the object's sha256 metadata", 30, || {
         moto.metadata(BUCKET, "etcd/one-shot.db", "sha256")
-            .as_deref(),
-        s["sha256"].as_str(),
-        "the object's sha256 metadata"
-    );
+            .as_deref()
+            == s["sha256"].as_str()
+    });
     let file = std::env::temp_dir().join(format!("one-shot-{ns}.db"));
     std::fs::write(&file, &object).unwrap();
     let snap = snapshot_status(&file);
@@ -85,7 +85,12 @@ fn backups_to_s3_and_abs_one_shot_periodic_with_retention_and_failures_named() {
     until_status(&k, ns, "etcdbackup/to-abs", 120, |s| s["succeeded"] == true);
     let s = status(&k, ns, "etcdbackup/to-abs");
     let file = std::env::temp_dir().join(format!("to-abs-{ns}.db"));
-    let blob = azurite.get("etcd-backups", "etcd/one-shot.db", &file);
+    // The metadata follows the status (Set Blob Metadata, after Succeeded).
+    let mut blob = serde_json::Value::Null;
+    until("the blob's sha256 metadata", 30, || {
+        blob = azurite.get("etcd-backups", "etcd/one-shot.db", &file);
+        blob["metadata"]["sha256"] == s["sha256"]
+    });
     let object = std::fs::read(&file).unwrap();
     let snap = snapshot_status(&file);
     let _ = std::fs::remove_file(&file);

@@ -9,8 +9,9 @@
 //! waits until one interval after the last success recorded in status (so a restart or a
 //! leader hand-over neither skips nor doubles a slot); otherwise a snapshot is taken from a
 //! healthy follower (the leader only when no follower is healthy), streamed and verified into
-//! the storage the spec names, recorded in status, and, for periodic backups with
-//! `maxBackups`, the oldest of this backup's own objects beyond that many are deleted. Failures
+//! the storage the spec names, recorded in status (Succeeded), then given its sha256 as
+//! metadata, and, for periodic backups with `maxBackups`, the oldest of this backup's own
+//! objects beyond that many are deleted. Failures
 //! set phase Failed, `Reason`, a Degraded condition and a Warning Event naming the cause, and
 //! are retried. Deleting an EtcdBackup never deletes stored snapshots.
 
@@ -62,9 +63,9 @@ struct Taken {
     version: String,
     /// coreos-style `<bucket>/<key>` of the object written.
     path: String,
-    /// Why the object's sha256 metadata could not be set, if it could not (the snapshot
-    /// itself is good, and status has the hash).
-    metadata_error: Option<String>,
+    /// Where it was written, for what follows the status: its metadata, then retention.
+    target: Target,
+    location: Path,
 }
 
 fn interval_of(backup: &EtcdBackup) -> Option<Duration> {
@@ -173,26 +174,51 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
         level,
     )
     .await?;
-    let revision = status.revision.to_string();
-    let metadata_error = match target.metadata {
-        Metadata::Unsupported => None,
-        ref how => snapshot::set_metadata(
-            how,
-            &location,
-            verified.size,
-            &[("sha256", &verified.sha256), ("etcd_revision", &revision)],
-        )
-        .await
-        .err(),
-    };
-    retain(backup, &target).await;
     Ok(Taken {
         verified,
         revision: status.revision,
         version: status.version,
         path,
-        metadata_error,
+        target,
+        location,
     })
+}
+
+/// After the status says Succeeded: the object's sha256 metadata (known only once the stream
+/// ended, so set by a copy of the object onto itself, which on a large object takes seconds:
+/// the status, which holds the hash, does not wait for it), then retention. A metadata that
+/// could not be set is a Warning; the backup stays good.
+async fn finish(ctx: &Context, backup: &EtcdBackup, taken: &Taken) {
+    let revision = taken.revision.to_string();
+    let metadata_error = match taken.target.metadata {
+        Metadata::Unsupported => None,
+        ref how => snapshot::set_metadata(
+            how,
+            &taken.location,
+            taken.verified.size,
+            &[
+                ("sha256", &taken.verified.sha256),
+                ("etcd_revision", &revision),
+            ],
+        )
+        .await
+        .err(),
+    };
+    if let Some(why) = metadata_error {
+        warn!(path = taken.path, "sha256 metadata not set: {why}");
+        ctx.events
+            .publish(
+                backup,
+                EventType::Warning,
+                "MetadataNotSet",
+                format!(
+                    "{} is saved and verified, but its sha256 metadata could not be set: {why}",
+                    taken.path
+                ),
+            )
+            .await;
+    }
+    retain(backup, &taken.target).await;
 }
 
 /// A periodic backup's retention: its tiers, else its `maxBackups`; `None` when it keeps
@@ -340,6 +366,7 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
     match take(ctx, backup, &ns).await {
         Ok(taken) => {
             record_success(ctx, backup, &previous, &taken).await?;
+            finish(ctx, backup, &taken).await;
             Ok(match interval_of(backup) {
                 Some(interval) => Action::requeue(interval),
                 None => Action::await_change(),
@@ -373,8 +400,7 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
     }
 }
 
-/// The status and Events of a snapshot taken: where, how big, its revision and hash, and a
-/// warning when the store did not take its sha256 metadata.
+/// The status and Event of a snapshot taken: where, how big, its revision and hash.
 async fn record_success(
     ctx: &Context,
     backup: &EtcdBackup,
@@ -420,20 +446,6 @@ async fn record_success(
             ),
         )
         .await;
-    if let Some(why) = &taken.metadata_error {
-        warn!(path = taken.path, "sha256 metadata not set: {why}");
-        ctx.events
-            .publish(
-                backup,
-                EventType::Warning,
-                "MetadataNotSet",
-                format!(
-                    "{} is saved and verified, but its sha256 metadata could not be set: {why}",
-                    taken.path
-                ),
-            )
-            .await;
-    }
     Ok(())
 }
 
