@@ -487,6 +487,7 @@ fn progressing_reason(
         Action::RestoreSeed
         | Action::RestoreDone { .. }
         | Action::Restoring { .. }
+        | Action::WithdrawRestore { .. }
         | Action::DeletePod {
             reason: DeleteReason::Restore,
             ..

@@ -935,6 +935,7 @@ fn reason_of(action: &Action) -> &'static str {
         Action::ReclaimSpace => "SpaceReclaimed",
         Action::Defragment { .. } => "Defragmented",
         Action::RestoreDone { .. } => "RestoreSeedServing",
+        Action::WithdrawRestore { .. } => "RecoveryWithdrawn",
         Action::RecoverFromMember { .. } => "ForceNewCluster",
         Action::RecoverFromBackup { .. } => "RestoringFromBackup",
         Action::RotateCa => "CertificatesRotating",

@@ -35,7 +35,7 @@ use pods::*;
 pub use recover::{RECOVERY_LABEL, recovery_name, withdraw_approval};
 use recover::{recover_from_backup, recover_from_member};
 pub use restore::{BUMP_MARGIN, UNKNOWN_BUMP, bump_for, bumps_revision};
-use restore::{restore_done, restore_seed};
+use restore::{restore_done, restore_seed, withdraw_restore};
 pub use services::{ensure_services, holds};
 use space::{defragment_member, reclaim_space};
 
@@ -210,6 +210,9 @@ pub async fn act(
             recover_from_backup(pass, cluster, backup, uid).await
         }
         Action::RestoreDone { seed } => restore_done(pass, cluster, seed).await,
+        Action::WithdrawRestore { seed, reason } => {
+            withdraw_restore(pass, cluster, seed.as_deref(), reason).await
+        }
         Action::Wait { .. }
         | Action::RollStalled { .. }
         | Action::Restoring { .. }

@@ -108,3 +108,31 @@ pub(super) async fn restore_done(
         "seed member {seed} serves the restored data; the cluster grows back to its size"
     ))))
 }
+
+/// A recovery whose source went before the seed had its data: the seed (which has nothing)
+/// goes, then the hand-off, so that the next pass decides the loss again.
+pub(super) async fn withdraw_restore(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    seed: Option<&str>,
+    reason: &str,
+) -> Result<Outcome, Error> {
+    if let Some(seed) = seed {
+        delete_pod(pass, seed, true).await?;
+    }
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {crate::api::RESTORE_ANNOTATION: null}}});
+    pass.handles
+        .clusters
+        .patch(
+            &cluster.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|source| Error::Recover {
+            what: "withdrawing the recovery's hand-off".into(),
+            source,
+        })?;
+    Ok(Outcome::Done(Some(reason.to_string())))
+}

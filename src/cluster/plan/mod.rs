@@ -303,6 +303,13 @@ pub enum Action {
     RestoreDone { seed: String },
     /// Restore: something is in flight (or missing); look again later.
     Restoring { reason: String },
+    /// A recovery's source member went before the seed had its data: the hand-off is
+    /// withdrawn (and the seed, which has nothing, deleted), so that the loss is decided again
+    /// (from another member, or a backup) rather than waited on forever.
+    WithdrawRestore {
+        seed: Option<String>,
+        reason: String,
+    },
     /// Take the next step of the automatic CA's rotation: the cluster is otherwise as asked
     /// (every pod current, every member a healthy voter), so the roll of the last step is
     /// over.

@@ -72,11 +72,11 @@ pub fn restore(obs: &Observation, target: &Target, restore: &RestoreTarget) -> A
         .as_ref()
         .filter(|n| !serving && !obs.pod_alive(n))
     {
-        return Action::Restoring {
+        return Action::WithdrawRestore {
+            seed: seed.map(|s| s.name.clone()),
             reason: format!(
-                "member {name}, whose data the cluster is rebuilt from, is gone before the \
-                 seed could restore it; delete the etcd.database.coreos.com/restore \
-                 annotation to decide again"
+                "member {name}, whose data the cluster was to be rebuilt from, went before \
+                 the seed could restore it; the recovery is withdrawn and decided again"
             ),
         };
     }

@@ -290,7 +290,8 @@ fn a_recovery_from_a_member_keeps_its_pod_until_the_seed_serves_its_data() {
             seed: "seed".into()
         }
     );
-    // Should m1 go before the seed has its data, nothing is made again from nothing.
+    // Should m1 go before the seed has its data, nothing is made again from nothing: the
+    // recovery is withdrawn, its seed (which has nothing) with it, and the loss decided again.
     let mut early = cluster()
         .voter("m1")
         .answers(100)
@@ -299,6 +300,11 @@ fn a_recovery_from_a_member_keeps_its_pod_until_the_seed_serves_its_data() {
     early.pods.push(seed(PodState::Gone, "http://op/s"));
     assert!(matches!(
         restore(&early, &t, &r),
-        Action::Restoring { reason } if reason.contains("m1")
+        Action::WithdrawRestore { seed: Some(ref s), ref reason } if s == "seed" && reason.contains("m1")
+    ));
+    early.pods.retain(|p| p.name != "seed");
+    assert!(matches!(
+        restore(&early, &t, &r),
+        Action::WithdrawRestore { seed: None, .. }
     ));
 }
