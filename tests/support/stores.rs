@@ -49,6 +49,19 @@ fn log_file(name: &str, port: u16) -> (PathBuf, Stdio, Stdio) {
     (path, Stdio::from(file), Stdio::from(err))
 }
 
+/// Runs `cmd`, a server that will listen on `host:port`, its output to a log file, and waits
+/// until it listens; `what` names it when it cannot start (and how to get it).
+fn serve(name: &str, mut cmd: Command, host: &str, port: u16, what: &str) -> (Child, PathBuf) {
+    let (log, out, err) = log_file(name, port);
+    let mut child = cmd
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    wait_for(name, &mut child, &log, host, port);
+    (child, log)
+}
+
 /// `curl` signed with `test`/`test` for the S3 server at `base`, with extra `args`; the
 /// response body.
 pub fn s3_curl(base: &str, args: &[&str], path: &str) -> Vec<u8> {
@@ -74,21 +87,16 @@ pub struct Moto {
 impl Moto {
     pub fn start(host: &str) -> Self {
         let port = free_port(host);
-        let (log, out, err) = log_file("moto", port);
         // As a module of the Python that has it, so no console-script shim needs refreshing.
-        let child = Command::new("python3")
-            .args(["-m", "moto.server", "-H", host, "-p", &port.to_string()])
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("python3 -m moto.server (PyPI moto[server]; hack/deps.sh installs it)");
-        let mut moto = Moto {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "moto.server", "-H", host, "-p", &port.to_string()]);
+        let what = "python3 -m moto.server (PyPI moto[server]; hack/deps.sh installs it)";
+        let (child, log) = serve("moto", cmd, host, port, what);
+        Moto {
             child,
             log,
             url: format!("http://{host}:{port}"),
-        };
-        wait_for("moto", &mut moto.child, &moto.log, host, port);
-        moto
+        }
     }
 
     /// `curl` signed for moto, with extra `args`; the response body.
@@ -165,23 +173,17 @@ impl S3sFs {
         let port = free_port(host);
         let root = std::env::temp_dir().join(format!("s3s-fs-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&root).unwrap();
-        let (log, out, err) = log_file("s3s-fs", port);
-        let child = Command::new(&bin)
-            .args(["--host", host, "--port", &port.to_string()])
+        let mut cmd = Command::new(&bin);
+        cmd.args(["--host", host, "--port", &port.to_string()])
             .args(["--access-key", "test", "--secret-key", "test"])
-            .arg(&root)
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
-        let mut server = S3sFs {
+            .arg(&root);
+        let (child, log) = serve("s3s-fs", cmd, host, port, &bin.display().to_string());
+        S3sFs {
             child,
             log,
             root,
             url: format!("http://{host}:{port}"),
-        };
-        wait_for("s3s-fs", &mut server.child, &server.log, host, port);
-        server
+        }
     }
 
     /// A bucket is a directory of the root.
@@ -222,25 +224,20 @@ fn azurite_modules() -> PathBuf {
 impl Azurite {
     pub fn start(host: &str) -> Self {
         let port = free_port(host);
-        let (log, out, err) = log_file("azurite", port);
         let data = std::env::temp_dir().join(format!("azurite-{}-{port}", std::process::id()));
-        let child = Command::new(azurite_modules().join(".bin/azurite-blob"))
-            .args(["--blobHost", host, "--blobPort", &port.to_string()])
+        let mut cmd = Command::new(azurite_modules().join(".bin/azurite-blob"));
+        cmd.args(["--blobHost", host, "--blobPort", &port.to_string()])
             .arg("--location")
             .arg(&data)
-            .args(["--skipApiVersionCheck", "--disableTelemetry", "--silent"])
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("azurite-blob (npm azurite; hack/deps.sh installs it)");
-        let mut azurite = Azurite {
+            .args(["--skipApiVersionCheck", "--disableTelemetry", "--silent"]);
+        let what = "azurite-blob (npm azurite; hack/deps.sh installs it)";
+        let (child, log) = serve("azurite", cmd, host, port, what);
+        Azurite {
             child,
             log,
             data,
             url: format!("http://{host}:{port}/{AZURITE_ACCOUNT}"),
-        };
-        wait_for("Azurite", &mut azurite.child, &azurite.log, host, port);
-        azurite
+        }
     }
 
     /// hack/azurite-client.cjs (Azure's own JS client) with `args`; its output.

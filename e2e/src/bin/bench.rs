@@ -759,7 +759,7 @@ fn restore_row(k: &Kubectl, ns: &str, fast: &e2e::stores::S3sFs, file: &std::pat
     let took = start.elapsed();
     (
         "restore of the 1 GiB backup (s3s-fs) into a 1-member cluster: EtcdRestore applied to Completed (Available at full size)".into(),
-        format!("{} , ratio {:.2}", secs(took), took.as_secs_f64() / floor.as_secs_f64()),
+        format!("{}, ratio {:.2}", secs(took), took.as_secs_f64() / floor.as_secs_f64()),
         format!("{} (`etcdutl snapshot restore` of the same file and one etcd started on it, until /health)", secs(floor)),
         "<= 1.5".into(),
     )
