@@ -39,6 +39,15 @@ schedule=(--set 'backupSchedules[0].name=nightly' --set 'backupSchedules[0].sche
   --set 'backupSchedules[0].secret=aws' --set 'backupSchedules[0].keep=7'
   --set 'backupSchedules[0].timeZone=Europe/Paris' --set 'backupSchedules[0].namespace=team-a')
 render schedules --set watchNamespaces='{team-a}' "${schedule[@]}"
+render schedules-packed "${schedule[@]}" --set 'backupSchedules[0].compression.level=9' \
+  --set 'backupSchedules[0].s3Encryption.mode=SSE-KMS' --set 'backupSchedules[0].s3Encryption.kmsKeyId=alias/etcd' \
+  --set 'backupSchedules[0].s3Encryption.bucketKey=true'
+for flag in --compression=zstd --compression-level=9 --s3-encryption=SSE-KMS --s3-kms-key-id=alias/etcd --s3-bucket-key; do
+  grep -q -- "- $flag\$" "$out/schedules-packed.yaml" || { echo "[chart] backupSchedules compression/s3Encryption: $flag not passed" >&2; exit 1; }
+done
+if grep -q -- '--compression\|--s3-' "$out/schedules.yaml"; then
+  echo "[chart] a schedule without compression or s3Encryption passes their flags" >&2; exit 1
+fi
 # examples/backup-cronjob.yaml, the same for users without Helm, against the same schemas.
 python3 -m kubernetes_validate -k 1.34.0 --strict --quiet "$here/../examples/backup-cronjob.yaml" >&2 ||
   { echo "[chart] examples/backup-cronjob.yaml: invalid" >&2; exit 1; }

@@ -78,6 +78,22 @@ struct CreateArgs {
     /// The Job's name (`<cronjob>-<minutes>`), from the downward API; names the EtcdBackup.
     #[arg(long, env = "JOB_NAME")]
     job_name: Option<String>,
+    /// Compress each snapshot: `zstd`.
+    #[arg(long)]
+    compression: Option<String>,
+    /// zstd's level, 1 (fastest) to 19 (smallest); 3 when unset.
+    #[arg(long)]
+    compression_level: Option<i32>,
+    /// S3: server-side encryption, SSE-S3, SSE-KMS, DSSE-KMS or SSE-C (the key in the
+    /// --secret's sse-customer-key).
+    #[arg(long)]
+    s3_encryption: Option<String>,
+    /// S3, SSE-KMS or DSSE-KMS: the KMS key (ID, ARN or alias).
+    #[arg(long)]
+    s3_kms_key_id: Option<String>,
+    /// S3, SSE-KMS or DSSE-KMS: use an S3 Bucket Key.
+    #[arg(long)]
+    s3_bucket_key: bool,
 }
 
 #[derive(clap::Args)]
@@ -172,6 +188,15 @@ fn main() -> anyhow::Result<()> {
                     .with_context(|| {
                         format!("--storage-type {}: not S3, ABS or GCS", args.storage_type)
                     })?;
+            let compression = backup::schedule::compression_of(
+                args.compression.as_deref(),
+                args.compression_level,
+            )?;
+            let encryption = backup::schedule::encryption_of(
+                args.s3_encryption.as_deref(),
+                args.s3_kms_key_id,
+                args.s3_bucket_key,
+            )?;
             let request = backup::schedule::Request {
                 namespace: args.namespace,
                 schedule: args.schedule,
@@ -185,6 +210,8 @@ fn main() -> anyhow::Result<()> {
                 keep: args.keep,
                 keep_snapshots: args.keep_snapshots,
                 job: args.job_name.filter(|s| !s.is_empty()),
+                compression,
+                encryption,
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(async {

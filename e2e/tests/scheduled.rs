@@ -86,6 +86,8 @@ fn cronjobs_from_the_chart_and_the_example_make_one_backup_per_tick_and_keep_the
             "backupSchedules[0].forcePathStyle=true",
             "backupSchedules[0].keep=2",
             "backupSchedules[0].keepSnapshots=2",
+            "backupSchedules[0].compression.level=5",
+            "backupSchedules[0].s3Encryption.mode=SSE-S3",
         ],
     );
 
@@ -118,6 +120,28 @@ fn cronjobs_from_the_chart_and_the_example_make_one_backup_per_tick_and_keep_the
             chart_runs.len() >= 3 && example_done >= 2
         },
     );
+    // The chart schedule's compression and encryption reach its backups and their objects:
+    // zstd frames that moto stored encrypted.
+    let (name, _, path) = backups(&k, ns, "minutely")
+        .into_iter()
+        .find(|(_, phase, _)| phase == "Succeeded")
+        .unwrap();
+    let spec = &get(&k, ns, &format!("etcdbackup/{name}"))["spec"];
+    assert_eq!(
+        spec["compression"],
+        json!({"algorithm": "zstd", "level": 5})
+    );
+    assert_eq!(spec["s3"]["encryption"]["mode"], "SSE-S3");
+    let key = path.strip_prefix(&format!("{BUCKET}/")).unwrap();
+    assert_eq!(
+        moto.header(BUCKET, key, "x-amz-server-side-encryption")
+            .as_deref(),
+        Some("AES256"),
+        "{path}"
+    );
+    let head = moto.curl(&["-r", "0-3"], &format!("/{BUCKET}/{key}"));
+    assert_eq!(head, [0x28, 0xb5, 0x2f, 0xfd], "{path}: not a zstd frame");
+
     let example_runs = backups(&k, ns, "example-nightly");
     for (name, _, path) in &example_runs {
         let key = path.strip_prefix(&format!("{BUCKET}/")).unwrap();

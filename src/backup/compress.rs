@@ -83,6 +83,12 @@ impl Unpack {
         }
     }
 
+    /// Whether what was stored is known to be the snapshot itself (four bytes were seen and
+    /// they are not zstd's magic).
+    pub fn plain(&self) -> bool {
+        matches!(self.0, State::Plain)
+    }
+
     /// Whether what was stored is a zstd frame (known once four bytes were seen).
     pub fn compressed(&self) -> bool {
         matches!(self.0, State::Zstd(_))

@@ -21,12 +21,13 @@ use tracing::info;
 
 use super::naming;
 use crate::api::{
-    AbsSource, BackupPolicy, EtcdBackup, EtcdBackupSpec, GcsSource, S3Source,
-    SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION, StorageType,
+    AbsSource, BackupCompression, BackupPolicy, CompressionAlgorithm, EtcdBackup, EtcdBackupSpec,
+    GcsSource, S3Encryption, S3EncryptionMode, S3Source, SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL,
+    SCHEDULE_PREFIX_ANNOTATION, StorageType,
 };
 
 /// One run of a schedule.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Request {
     /// Namespace of the cluster and of the EtcdBackups.
     pub namespace: String,
@@ -52,6 +53,77 @@ pub struct Request {
     pub keep_snapshots: usize,
     /// The Job's name, when run by a CronJob.
     pub job: Option<String>,
+    /// How each snapshot is compressed (the EtcdBackup's `compression`).
+    pub compression: Option<BackupCompression>,
+    /// S3 only: how S3 encrypts each snapshot (the EtcdBackup's `s3.encryption`).
+    pub encryption: Option<S3Encryption>,
+}
+
+/// The flags of compression: `--compression zstd`, `--compression-level` (1 to 19) only with it.
+pub fn compression_of(
+    algorithm: Option<&str>,
+    level: Option<i32>,
+) -> Result<Option<BackupCompression>, Error> {
+    let Some(algorithm) = algorithm.filter(|a| !a.is_empty()) else {
+        return match level {
+            Some(_) => Err(Error::Invalid(
+                "--compression-level needs --compression zstd".into(),
+            )),
+            None => Ok(None),
+        };
+    };
+    if algorithm != "zstd" {
+        return Err(Error::Invalid(format!(
+            "--compression {algorithm:?}: zstd is the only algorithm"
+        )));
+    }
+    if let Some(l) = level.filter(|l| !(1..=19).contains(l)) {
+        return Err(Error::Invalid(format!(
+            "--compression-level {l}: zstd's levels are 1 (fastest) to 19 (smallest)"
+        )));
+    }
+    Ok(Some(BackupCompression {
+        algorithm: CompressionAlgorithm::Zstd,
+        level,
+    }))
+}
+
+/// The flags of S3 encryption: `--s3-encryption` (SSE-S3, SSE-KMS, DSSE-KMS or SSE-C), and
+/// with a KMS mode `--s3-kms-key-id` and `--s3-bucket-key`, as the schema of `s3.encryption`
+/// allows them.
+pub fn encryption_of(
+    mode: Option<&str>,
+    kms_key_id: Option<String>,
+    bucket_key: bool,
+) -> Result<Option<S3Encryption>, Error> {
+    let kms_key_id = kms_key_id.filter(|k| !k.is_empty());
+    let Some(mode) = mode.filter(|m| !m.is_empty()) else {
+        if kms_key_id.is_some() || bucket_key {
+            return Err(Error::Invalid(
+                "--s3-kms-key-id and --s3-bucket-key need --s3-encryption SSE-KMS or DSSE-KMS"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let mode: S3EncryptionMode = serde_json::from_value(serde_json::Value::String(mode.into()))
+        .map_err(|_| {
+            Error::Invalid(format!(
+                "--s3-encryption {mode:?}: not SSE-S3, SSE-KMS, DSSE-KMS or SSE-C"
+            ))
+        })?;
+    let kms = matches!(mode, S3EncryptionMode::SseKms | S3EncryptionMode::DsseKms);
+    if !kms && (kms_key_id.is_some() || bucket_key) {
+        return Err(Error::Invalid(
+            "--s3-kms-key-id and --s3-bucket-key are for --s3-encryption SSE-KMS or DSSE-KMS"
+                .into(),
+        ));
+    }
+    Ok(Some(S3Encryption {
+        mode,
+        kms_key_id,
+        bucket_key: bucket_key.then_some(true),
+    }))
 }
 
 /// Why a run could not be made.
@@ -109,7 +181,6 @@ pub fn backup(req: &Request, name: &str, tick: Timestamp) -> Result<EtcdBackup, 
             req.path_prefix
         )));
     }
-    let path = naming::scheduled_name(&req.path_prefix, tick);
     let mut spec = EtcdBackupSpec {
         etcd_endpoints: vec![],
         cluster_name: Some(req.cluster.clone()),
@@ -123,8 +194,56 @@ pub fn backup(req: &Request, name: &str, tick: Timestamp) -> Result<EtcdBackup, 
         gcs: None,
         oss: None,
         client_tls_secret: None,
-        compression: None,
+        compression: req.compression.clone(),
     };
+    set_destination(
+        &mut spec,
+        req,
+        naming::scheduled_name(&req.path_prefix, tick),
+    )?;
+    let mut annotations = BTreeMap::new();
+    annotations.insert(SCHEDULE_PREFIX_ANNOTATION.into(), req.path_prefix.clone());
+    if req.keep_snapshots > 0 {
+        annotations.insert(
+            SCHEDULE_KEEP_ANNOTATION.into(),
+            req.keep_snapshots.to_string(),
+        );
+    }
+    Ok(EtcdBackup {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(req.namespace.clone()),
+            labels: Some(BTreeMap::from([(
+                SCHEDULE_LABEL.into(),
+                req.schedule.clone(),
+            )])),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    })
+}
+
+/// The storage section of the run's backup, writing `path`.
+fn set_destination(spec: &mut EtcdBackupSpec, req: &Request, path: String) -> Result<(), Error> {
+    if req.encryption.is_some() && req.storage_type != StorageType::S3 {
+        return Err(Error::Invalid(
+            "--s3-encryption is for --storage-type S3 (ABS: the absSecret's \
+             storage-encryption-key)"
+                .into(),
+        ));
+    }
+    if req
+        .encryption
+        .as_ref()
+        .is_some_and(|e| e.mode == S3EncryptionMode::SseC)
+        && req.secret.is_none()
+    {
+        return Err(Error::Invalid(
+            "--s3-encryption SSE-C needs --secret: its sse-customer-key holds the key".into(),
+        ));
+    }
     match req.storage_type {
         StorageType::S3 => {
             spec.s3 = Some(S3Source {
@@ -132,7 +251,7 @@ pub fn backup(req: &Request, name: &str, tick: Timestamp) -> Result<EtcdBackup, 
                 aws_secret: req.secret.clone(),
                 endpoint: req.endpoint.clone(),
                 force_path_style: req.force_path_style.then_some(true),
-                encryption: None,
+                encryption: req.encryption.clone(),
             })
         }
         StorageType::Abs => {
@@ -156,28 +275,7 @@ pub fn backup(req: &Request, name: &str, tick: Timestamp) -> Result<EtcdBackup, 
             ));
         }
     }
-    let mut annotations = BTreeMap::new();
-    annotations.insert(SCHEDULE_PREFIX_ANNOTATION.into(), req.path_prefix.clone());
-    if req.keep_snapshots > 0 {
-        annotations.insert(
-            SCHEDULE_KEEP_ANNOTATION.into(),
-            req.keep_snapshots.to_string(),
-        );
-    }
-    Ok(EtcdBackup {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(req.namespace.clone()),
-            labels: Some(BTreeMap::from([(
-                SCHEDULE_LABEL.into(),
-                req.schedule.clone(),
-            )])),
-            annotations: Some(annotations),
-            ..ObjectMeta::default()
-        },
-        spec,
-        status: None,
-    })
+    Ok(())
 }
 
 /// Of a schedule's EtcdBackups (by name), those to delete so that the newest `keep` remain,
@@ -258,7 +356,51 @@ mod tests {
             keep: 2,
             keep_snapshots: 5,
             job: Some("etcd-backup-nightly-29430060".into()),
+            compression: None,
+            encryption: None,
         }
+    }
+
+    #[test]
+    fn compression_and_encryption_flags_reach_the_backup_and_bad_ones_are_named() {
+        let mut req = request();
+        req.compression = compression_of(Some("zstd"), Some(9)).unwrap();
+        req.encryption = encryption_of(Some("SSE-KMS"), Some("alias/etcd".into()), true).unwrap();
+        let (name, tick) = name_and_tick(&req, Timestamp::now());
+        let b = backup(&req, &name, tick).unwrap();
+        assert_eq!(b.spec.compression.as_ref().unwrap().level(), 9);
+        let e = b.spec.s3.unwrap().encryption.unwrap();
+        assert_eq!(e.mode, S3EncryptionMode::SseKms);
+        assert_eq!(e.kms_key_id.as_deref(), Some("alias/etcd"));
+        assert_eq!(e.bucket_key, Some(true));
+        // Nothing asked, nothing set.
+        assert_eq!(compression_of(None, None).unwrap(), None);
+        assert_eq!(encryption_of(None, None, false).unwrap(), None);
+
+        fn refused<T>(r: Result<T, Error>, flag: &str) {
+            let e = r.map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(flag), "{e}");
+        }
+        refused(compression_of(Some("gzip"), None), "--compression");
+        refused(
+            compression_of(Some("zstd"), Some(22)),
+            "--compression-level 22",
+        );
+        refused(compression_of(None, Some(3)), "--compression-level");
+        refused(encryption_of(Some("AES"), None, false), "--s3-encryption");
+        refused(
+            encryption_of(Some("SSE-S3"), Some("k".into()), false),
+            "--s3-kms-key-id",
+        );
+        refused(encryption_of(None, None, true), "--s3-bucket-key");
+        let mut abs = request();
+        abs.storage_type = StorageType::Abs;
+        abs.encryption = encryption_of(Some("SSE-S3"), None, false).unwrap();
+        refused(backup(&abs, "n", Timestamp::now()), "--storage-type S3");
+        let mut ssec = request();
+        ssec.secret = None;
+        ssec.encryption = encryption_of(Some("SSE-C"), None, false).unwrap();
+        refused(backup(&ssec, "n", Timestamp::now()), "--secret");
     }
 
     #[test]

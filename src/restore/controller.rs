@@ -291,11 +291,11 @@ async fn verify(
     };
     let mut stream = got.into_stream();
     let mut verifier = Verifier::default();
-    // What was stored is hashed as it is; the snapshot (decompressed, if it was stored with
-    // zstd) is checked against etcd's own hash.
+    // The snapshot (decompressed, if it was stored with zstd) is checked against etcd's own
+    // hash; what was stored is hashed apart only when it is not the snapshot itself.
     let mut stored = (
         0u64,
-        aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256),
+        Some(aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256)),
     );
     let mut unpack = Unpack::default();
     let corrupt = |e: std::io::Error| Error::Corrupt {
@@ -308,17 +308,23 @@ async fn verify(
             source,
         })?;
         stored.0 += chunk.len() as u64;
-        stored.1.update(&chunk);
+        if let Some(hash) = &mut stored.1 {
+            hash.update(&chunk);
+        }
         verifier.update(&unpack.push(&chunk).map_err(corrupt)?);
+        if unpack.plain() {
+            stored.1 = None;
+        }
     }
     verifier.update(&unpack.finish().map_err(corrupt)?);
-    let verified = verifier
-        .finish()
-        .map_err(|source| Error::Corrupt {
-            url: url.clone(),
-            source,
-        })?
-        .stored_as(stored.0, snapshot::hex(stored.1.finish().as_ref()));
+    let verified = verifier.finish().map_err(|source| Error::Corrupt {
+        url: url.clone(),
+        source,
+    })?;
+    let verified = match stored.1 {
+        Some(hash) => verified.stored_as(stored.0, snapshot::hex(hash.finish().as_ref())),
+        None => verified,
+    };
     if let Some((known, known_from)) =
         known_sha256(client, ns, target.store.as_ref(), &target.location, path).await?
         && known != verified.sha256
