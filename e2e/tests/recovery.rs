@@ -5,7 +5,9 @@
 //! loss is there. With `ForceNewCluster` and
 //! `after: 0s` it happens without a human, timed; one pod lost (a majority left) is only ever
 //! replaced, never recovered. With `RestoreLatestBackup`, a cluster whose every member is gone
-//! comes back from its newest backup (in moto's S3), the revision above the old one.
+//! comes back from its newest backup (in moto's S3), the revision above the old one: one found
+//! by its name in the store `spec.recovery.backups` names, newer than the EtcdBackup that
+//! remains.
 
 // The e2e crate is test code against a real cluster: a failing unwrap fails the test or
 // the benchmark with the error in its message.
@@ -221,6 +223,40 @@ fn restore_latest_backup_brings_back_a_cluster_whose_every_member_is_gone() {
     until_status(&k, ns, "etcdbackup/nightly", 120, |s| {
         s["succeeded"] == true
     });
+    // Keys after nightly, then a newer backup whose EtcdBackup is deleted: its snapshot stays
+    // in the store `spec.recovery.backups` names, which the recovery searches by name, and is
+    // newer than nightly, so it is the one restored (nightly lacks these keys).
+    let later: Vec<u64> = (1_000_000..1_000_020).collect();
+    for n in &later {
+        write_once(&endpoint, *n).unwrap();
+    }
+    let hourly = manifest(
+        "EtcdBackup",
+        "hourly",
+        json!({"clusterName": "example", "storageType": "S3",
+            "backupPolicy": {"backupIntervalInSecond": 3600},
+            "s3": s3_spec(&moto, BUCKET, "etcd/example", "aws")}),
+    );
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&hourly));
+    let mut stored = String::new();
+    until("the hourly backup stored with its sha256", 120, || {
+        let keys = moto.keys(BUCKET, "etcd/example_v");
+        match keys.first() {
+            Some(key) if moto.metadata(BUCKET, key, "sha256").is_some() => {
+                stored = key.clone();
+                true
+            }
+            _ => false,
+        }
+    });
+    k.ok(&["delete", "-n", ns, "etcdbackup/hourly"], None);
+    patch_spec(
+        &k,
+        ns,
+        "example",
+        json!({"recovery": {"backups": {"backupStorageType": "S3",
+            "s3": s3_spec(&moto, BUCKET, "etcd/example", "aws")}}}),
+    );
     let before = revision(&endpoint);
 
     // Every member pod gone at once, their data with them.
@@ -242,7 +278,7 @@ fn restore_latest_backup_brings_back_a_cluster_whose_every_member_is_gone() {
     });
     let r = recovery_of(&k, ns);
     assert_eq!(r["reason"], "RestoredFromBackup", "{r}");
-    assert_eq!(r["source"], "nightly", "{r}");
+    assert_eq!(r["source"], format!("{BUCKET}/{stored}"), "{r}");
     let restore = r["restore"].as_str().unwrap().to_string();
     assert!(restore.starts_with("example-recovery-"), "{r}");
     until_status(&k, ns, &format!("etcdrestore/{restore}"), 60, |s| {
@@ -255,6 +291,7 @@ fn restore_latest_backup_brings_back_a_cluster_whose_every_member_is_gone() {
         .unwrap_or_default();
     assert_eq!(made, 1, "EtcdRestores made by the recovery");
     assert_acked_present(&endpoint, &acked);
+    assert_acked_present(&endpoint, &later);
     let after = revision(&endpoint);
     assert!(
         after > before,

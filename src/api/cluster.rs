@@ -128,6 +128,35 @@ pub struct Recovery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(s|m|h))+$"))]
     pub after: Option<String>,
+    /// Where else this cluster's backups are: a storage section as an EtcdRestore's, whose
+    /// path is the `<bucket>/<key prefix>` its periodic (`<prefix>_v<revision>_<time>`) or
+    /// scheduled (`<prefix>_<time>`) backups are written under. Restoring the newest backup
+    /// takes the newest of these (by the time in the name, then the revision) and of the
+    /// succeeded EtcdBackups of this cluster: the snapshots stay when their EtcdBackups are
+    /// deleted (a schedule's `keep`, a namespace recreated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backups: Option<RecoveryStore>,
+}
+
+/// A store of a cluster's backups, searched by name for the newest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = validation::recovery_store_rules)]
+pub struct RecoveryStore {
+    /// S3, ABS or GCS; the section of the same name must be set, and no other.
+    pub backup_storage_type: super::common::StorageType,
+    /// Amazon S3 or an S3-compatible server; `path` is the prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<super::common::S3Source>,
+    /// Azure Blob Storage; `path` is the prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abs: Option<super::common::AbsSource>,
+    /// Google Cloud Storage; `path` is the prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcs: Option<super::common::GcsSource>,
+    /// Alibaba Cloud OSS (not implemented by this operator: reported, never searched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oss: Option<super::common::OssSource>,
 }
 
 /// What is done about lost quorum.

@@ -121,6 +121,11 @@ pub fn pod_label_rules(schema: &mut Schema) {
 /// Rules tying a storage-type field (`storageType` or `backupStorageType`) to the one storage
 /// section (`s3`, `abs`, `gcs`, `oss`) it names.
 pub fn storage_section_rules(schema: &mut Schema, type_field: &str) {
+    section_rules(schema, type_field, "spec.");
+}
+
+/// As [`storage_section_rules`], for a storage section at `at` (its path, for the messages).
+fn section_rules(schema: &mut Schema, type_field: &str, at: &str) {
     let t = format!("self.{type_field}");
     let count = "(has(self.s3) ? 1 : 0) + (has(self.abs) ? 1 : 0) + (has(self.gcs) ? 1 : 0) + (has(self.oss) ? 1 : 0)";
     add_rules(
@@ -131,17 +136,22 @@ pub fn storage_section_rules(schema: &mut Schema, type_field: &str) {
                     "{t} == 'S3' ? has(self.s3) : {t} == 'ABS' ? has(self.abs) : {t} == 'GCS' ? has(self.gcs) : {t} == 'OSS' ? has(self.oss) : true"
                 ),
                 &format!(
-                    "'spec.{type_field} is ' + {t} + ', so spec.' + {t}.lowerAscii() + ' must be set'"
+                    "'{at}{type_field} is ' + {t} + ', so {at}' + {t}.lowerAscii() + ' must be set'"
                 ),
             ),
             rule(
                 format!("{count} <= 1"),
                 &format!(
-                    "only the storage section that spec.{type_field} names may be set (one of s3, abs, gcs, oss)"
+                    "only the storage section that {at}{type_field} names may be set (one of s3, abs, gcs, oss)"
                 ),
             ),
         ],
     );
+}
+
+/// Rules of an EtcdCluster's `spec.recovery.backups`.
+pub fn recovery_store_rules(schema: &mut Schema) {
+    section_rules(schema, "backupStorageType", "spec.recovery.backups.");
 }
 
 /// Rules of `EtcdBackup.spec`.

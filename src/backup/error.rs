@@ -44,6 +44,14 @@ pub enum Error {
     /// The client certificate Secret of a TLS cluster is missing or unusable.
     #[error(transparent)]
     Tls(#[from] crate::cluster::tls::Error),
+    /// Listing a store's objects failed.
+    #[error("listing {url}: {source}")]
+    List {
+        /// The store and prefix listed.
+        url: String,
+        #[source]
+        source: object_store::Error,
+    },
     /// Reading from the API server failed.
     #[error("reading {what}: {source}")]
     Kube {
@@ -68,6 +76,7 @@ impl Error {
             Error::Tls(crate::cluster::tls::Error::Invalid(Invalid { .. })) => "invalid_tls_secret",
             Error::Tls(_) => "kube",
             Error::Kube { .. } => "kube",
+            Error::List { .. } => "store_list",
         }
     }
 
@@ -84,6 +93,7 @@ impl Error {
             Error::Tls(crate::cluster::tls::Error::Invalid(Invalid { reason, .. })) => reason,
             Error::Tls(_) => "ApiError",
             Error::Kube { .. } => "ApiError",
+            Error::List { .. } => "StoreUnreachable",
         }
     }
 

@@ -70,6 +70,60 @@ impl<'a> From<&'a crate::api::EtcdRestoreSpec> for Storage<'a> {
     }
 }
 
+impl<'a> From<&'a crate::api::RecoveryStore> for Storage<'a> {
+    fn from(spec: &'a crate::api::RecoveryStore) -> Self {
+        Storage {
+            kind: spec.backup_storage_type,
+            s3: spec.s3.as_ref(),
+            abs: spec.abs.as_ref(),
+            gcs: spec.gcs.as_ref(),
+        }
+    }
+}
+
+/// A backup found in a store by its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// Its coreos-style path, `<bucket or container>/<key>`.
+    pub path: String,
+    /// The time in its name (UTC).
+    pub at: k8s_openapi::jiff::civil::DateTime,
+    /// The revision in its name; 0 for a scheduled backup's, whose name has none.
+    pub revision: i64,
+}
+
+/// The newest backup whose name starts with the storage section's path (a prefix), by
+/// [`naming::newest`](super::naming::newest); `None` when there is none.
+pub async fn newest_stored(
+    client: &Client,
+    ns: &str,
+    spec: Storage<'_>,
+) -> Result<Option<Stored>, BackupError> {
+    use futures::StreamExt;
+    let (target, path) = target(client, ns, spec).await?;
+    let key = target.location.to_string();
+    let dir = key
+        .rsplit_once('/')
+        .map(|(dir, _)| object_store::path::Path::from(dir));
+    let mut names = Vec::new();
+    let mut listing = target.store.list(dir.as_ref());
+    while let Some(item) = listing.next().await {
+        let meta = item.map_err(|source| BackupError::List {
+            url: target.url.clone(),
+            source,
+        })?;
+        names.push(meta.location.to_string());
+    }
+    let bucket = path.split_once('/').map(|(b, _)| b).unwrap_or_default();
+    Ok(
+        super::naming::newest(&key, &names).map(|(name, at, revision)| Stored {
+            path: format!("{bucket}/{name}"),
+            at,
+            revision,
+        }),
+    )
+}
+
 /// The store and object location a storage section names, with its coreos-style path.
 pub async fn target(
     client: &Client,

@@ -66,6 +66,19 @@ pub fn parse_scheduled(prefix: &str, name: &str) -> Option<(DateTime, i64)> {
     Some((DateTime::strptime(TIME_FORMAT, time).ok()?, 0))
 }
 
+/// The newest backup of `prefix` among `names`, periodic (`<prefix>_v<revision>_<time>`) or
+/// scheduled (`<prefix>_<time>`, revision 0), by the time in its name and then the revision;
+/// names of any other pattern are never candidates.
+pub fn newest<'a>(prefix: &str, names: &'a [String]) -> Option<(&'a str, DateTime, i64)> {
+    names
+        .iter()
+        .filter_map(|n| {
+            let (at, revision) = parse(prefix, n).or_else(|| parse_scheduled(prefix, n))?;
+            Some((n.as_str(), at, revision))
+        })
+        .max_by_key(|(_, at, revision)| (*at, *revision))
+}
+
 /// The period a backup falls in, for one tier: (year, number in the year, hour).
 type Period = fn(DateTime) -> (i32, i32, i32);
 
@@ -178,6 +191,38 @@ pub fn next_due(last_success: Option<Timestamp>, interval: Duration, now: Timest
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_newest_backup_of_a_prefix_is_found_by_the_time_in_its_name() {
+        let names: Vec<String> = [
+            "etcd/example_v9_2026-11-26-10:00:00",
+            "etcd/example_v10_2026-11-26-09:00:00",
+            "etcd/example_2026-11-26-10:30:00",
+            "etcd/example_v12_2026-11-26-10:30:00",
+            // Not this prefix's, or not of the pattern: never the newest.
+            "etcd/example-other_v99_2027-01-01-00:00:00",
+            "etcd/example_v13_2026-11-26-10:30:00.pre-restore-2027-01-01-00:00:00",
+            "etcd/example.db",
+        ]
+        .map(String::from)
+        .to_vec();
+        let (name, _, revision) = newest("etcd/example", &names).unwrap();
+        assert_eq!(
+            (name, revision),
+            ("etcd/example_v12_2026-11-26-10:30:00", 12)
+        );
+        assert_eq!(newest("etcd/none", &names), None);
+        let scheduled = [
+            "etcd/nightly_2026-11-25-03:00:00",
+            "etcd/nightly_2026-11-26-03:00:00",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            newest("etcd/nightly", &scheduled).unwrap().0,
+            "etcd/nightly_2026-11-26-03:00:00"
+        );
+    }
 
     /// A year of hourly ticks through the retention, pruning after each as the controller
     /// does: what is left is exactly the tiers' worth, each the newest of its period, and

@@ -14,6 +14,7 @@ use crate::api::{
     EtcdBackup, EtcdCluster, EtcdClusterStatus, EtcdRestore, QuorumLossPolicy, RECOVER_ANNOTATION,
     RecoveryRecord, RestorePhase,
 };
+use crate::backup::location::{Storage, Stored, newest_stored};
 
 /// The cluster's recovery policy and the approval on it; an approval that cannot be read is
 /// returned as text for the status.
@@ -77,26 +78,30 @@ pub async fn consider(
             uid,
             revision_before: revision_seen,
         },
-        Recover::FromBackup { approved } => match (
-            restoring(handles, cluster).await?,
-            newest_backup(handles, cluster).await?,
-        ) {
+        Recover::FromBackup { approved } => match restoring(handles, cluster).await? {
             // Made on an earlier pass and not over, or failed: one recovery at a time, and
             // a failed one is not made again and again.
-            (Some(why), _) => Action::QuorumLost {
+            Some(why) => Action::QuorumLost {
                 reason: format!("{reason}; {why}"),
             },
-            (None, Some(b)) => Action::RecoverFromBackup {
-                revision: b.status.as_ref().and_then(|s| s.etcd_revision),
-                backup: b.name_any(),
-                approved,
-                uid,
-            },
-            (None, None) => Action::QuorumLost {
-                reason: format!(
-                    "{reason}; no succeeded EtcdBackup with spec.clusterName {} to restore",
-                    cluster.name_any()
-                ),
+            None => match newest(handles, cluster).await? {
+                Ok(Newest::Backup(b)) => Action::RecoverFromBackup {
+                    revision: b.status.as_ref().and_then(|s| s.etcd_revision),
+                    backup: b.name_any(),
+                    stored: false,
+                    approved,
+                    uid,
+                },
+                Ok(Newest::Stored(s)) => Action::RecoverFromBackup {
+                    revision: (s.revision > 0).then_some(s.revision),
+                    backup: s.path,
+                    stored: true,
+                    approved,
+                    uid,
+                },
+                Err(why) => Action::QuorumLost {
+                    reason: format!("{reason}; {why}"),
+                },
             },
         },
         Recover::Hold { reason: why } => Action::QuorumLost {
@@ -158,6 +163,77 @@ fn quorate(obs: &Observed) -> bool {
     let healthy = voters.iter().filter(|m| m.healthy).count();
     !voters.is_empty() && healthy >= quorum(voters.len())
 }
+
+/// The newest backup a recovery may restore.
+enum Newest {
+    /// A succeeded EtcdBackup of the cluster.
+    Backup(Box<EtcdBackup>),
+    /// An object in the store `spec.recovery.backups` names.
+    Stored(Stored),
+}
+
+/// The newest of the cluster's succeeded EtcdBackups and of the backups in the store
+/// `spec.recovery.backups` names (by the time in their names), or why there is none to
+/// restore. A store that cannot be listed holds the recovery: what it holds may be newer than
+/// any EtcdBackup, and restoring an older backup would lose more than waiting.
+async fn newest(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+) -> Result<Result<Newest, String>, act::Error> {
+    let backup = newest_backup(handles, cluster).await?;
+    let Some(store) = cluster
+        .spec
+        .recovery
+        .as_ref()
+        .and_then(|r| r.backups.as_ref())
+    else {
+        return Ok(backup.map(|b| Newest::Backup(Box::new(b))).ok_or_else(|| {
+            format!(
+                "no succeeded EtcdBackup with spec.clusterName {} to restore",
+                cluster.name_any()
+            )
+        }));
+    };
+    let client = handles.clusters.clone().into_client();
+    let ns = cluster.namespace().unwrap_or_default();
+    let listed = tokio::time::timeout(
+        STORE_LIST_TIMEOUT,
+        newest_stored(&client, &ns, Storage::from(store)),
+    )
+    .await;
+    let stored = match listed {
+        Ok(Ok(stored)) => stored,
+        Ok(Err(e)) => return Ok(Err(format!("spec.recovery.backups: {e}"))),
+        Err(_) => {
+            return Ok(Err(format!(
+                "spec.recovery.backups: listing the store took over {} s",
+                STORE_LIST_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    let backup_at = |b: &EtcdBackup| {
+        b.status
+            .as_ref()
+            .and_then(|s| s.last_success_date.as_deref())
+            .and_then(|d| d.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|t| t.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).datetime())
+    };
+    Ok(match (backup, stored) {
+        (Some(b), Some(s)) if backup_at(&b).is_some_and(|at| at > s.at) => {
+            Ok(Newest::Backup(Box::new(b)))
+        }
+        (_, Some(s)) => Ok(Newest::Stored(s)),
+        (Some(b), None) => Ok(Newest::Backup(Box::new(b))),
+        (None, None) => Err(format!(
+            "no succeeded EtcdBackup with spec.clusterName {} and no backup in \
+             spec.recovery.backups to restore",
+            cluster.name_any()
+        )),
+    })
+}
+
+/// Bounds the listing of `spec.recovery.backups` on a pass.
+const STORE_LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The newest succeeded EtcdBackup of the cluster (by `spec.clusterName`) that names the
 /// snapshot it wrote and its hash.
@@ -230,6 +306,7 @@ pub fn record(
             revision,
             approved,
             uid,
+            ..
         } => Some(RecoveryRecord {
             reason: "RestoredFromBackup".into(),
             approved: *approved,

@@ -33,7 +33,7 @@ use certificates::rotate_ca;
 use membership::*;
 use pods::*;
 pub use recover::{RECOVERY_LABEL, recovery_name, withdraw_approval};
-use recover::{recover_from_backup, recover_from_member};
+use recover::{recover_from_backup, recover_from_member, recover_from_store};
 pub use restore::{BUMP_MARGIN, UNKNOWN_BUMP, bump_for, bumps_revision};
 use restore::{restore_done, restore_seed, withdraw_restore};
 pub use services::{ensure_services, holds};
@@ -206,9 +206,18 @@ pub async fn act(
             revision_before,
             ..
         } => recover_from_member(pass, cluster, name, uid, *revision_before).await,
-        Action::RecoverFromBackup { backup, uid, .. } => {
-            recover_from_backup(pass, cluster, backup, uid).await
-        }
+        Action::RecoverFromBackup {
+            backup,
+            stored: false,
+            uid,
+            ..
+        } => recover_from_backup(pass, cluster, backup, uid).await,
+        Action::RecoverFromBackup {
+            backup,
+            stored: true,
+            uid,
+            ..
+        } => recover_from_store(pass, cluster, backup, uid).await,
         Action::RestoreDone { seed } => restore_done(pass, cluster, seed).await,
         Action::WithdrawRestore { seed, reason } => {
             withdraw_restore(pass, cluster, seed.as_deref(), reason).await

@@ -6,8 +6,8 @@
 
 use super::*;
 use crate::api::{
-    EtcdBackup, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, RECOVER_ANNOTATION,
-    RESTORE_ANNOTATION, RestoreHandoff,
+    AbsSource, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, GcsSource, OssSource,
+    RECOVER_ANNOTATION, RESTORE_ANNOTATION, RestoreHandoff, S3Source, StorageType,
 };
 
 /// The name of a recovery's restore: the cluster's, and the start of the recovery's UID.
@@ -64,12 +64,69 @@ pub(super) async fn recover_from_backup(
         source,
     };
     let found = pass.handles.backups.get(backup).await.map_err(api)?;
-    let name = recovery_name(&cluster.name_any(), uid);
-    let Some(restore) = restore_of(&found, &cluster.name_any(), &name) else {
+    let Some(path) = found
+        .status
+        .as_ref()
+        .map(|s| s.path.clone())
+        .filter(|p| !p.is_empty())
+    else {
         return Ok(Outcome::Retry(format!(
             "EtcdBackup {backup} names no snapshot to restore"
         )));
     };
+    let spec = &found.spec;
+    let section = Section {
+        kind: spec.storage_type,
+        s3: spec.s3.as_ref(),
+        abs: spec.abs.as_ref(),
+        gcs: spec.gcs.as_ref(),
+        oss: spec.oss.as_ref(),
+    };
+    let what = format!("EtcdBackup {backup} ({path})");
+    make_restore(pass, cluster, section, &path, uid, &what).await
+}
+
+/// Makes an EtcdRestore of the object at `path` in the store `spec.recovery.backups` names
+/// (found there as the newest backup by its name) into this cluster.
+pub(super) async fn recover_from_store(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    path: &str,
+    uid: &str,
+) -> Result<Outcome, Error> {
+    let Some(store) = cluster
+        .spec
+        .recovery
+        .as_ref()
+        .and_then(|r| r.backups.as_ref())
+    else {
+        return Ok(Outcome::Retry(
+            "spec.recovery.backups is no longer set".into(),
+        ));
+    };
+    let section = Section {
+        kind: store.backup_storage_type,
+        s3: store.s3.as_ref(),
+        abs: store.abs.as_ref(),
+        gcs: store.gcs.as_ref(),
+        oss: store.oss.as_ref(),
+    };
+    let what = format!("{path}, the newest backup in spec.recovery.backups");
+    make_restore(pass, cluster, section, path, uid, &what).await
+}
+
+/// Creates the recovery's EtcdRestore (again, harmlessly, after a restart) and removes the
+/// approval.
+async fn make_restore(
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    section: Section<'_>,
+    path: &str,
+    uid: &str,
+    what: &str,
+) -> Result<Outcome, Error> {
+    let name = recovery_name(&cluster.name_any(), uid);
+    let restore = restore_of(section, path, &cluster.name_any(), &name);
     match pass
         .handles
         .restores
@@ -87,38 +144,40 @@ pub(super) async fn recover_from_backup(
     }
     annotate(pass.handles, cluster, None).await?;
     Ok(Outcome::Done(Some(format!(
-        "quorum is lost and no member's data is used: restoring EtcdBackup {backup} ({}) \
-         through EtcdRestore {name}",
-        found.status.map(|s| s.path).unwrap_or_default()
+        "quorum is lost and no member's data is used: restoring {what} through EtcdRestore \
+         {name}"
     ))))
 }
 
-/// An EtcdRestore of the snapshot `backup` wrote last, into `cluster`.
-fn restore_of(backup: &EtcdBackup, cluster: &str, name: &str) -> Option<EtcdRestore> {
-    let path = backup
-        .status
-        .as_ref()
-        .map(|s| s.path.clone())
-        .filter(|p| !p.is_empty())?;
-    let spec = &backup.spec;
+/// A storage section (an EtcdBackup's, or `spec.recovery.backups`), borrowed.
+struct Section<'a> {
+    kind: StorageType,
+    s3: Option<&'a S3Source>,
+    abs: Option<&'a AbsSource>,
+    gcs: Option<&'a GcsSource>,
+    oss: Option<&'a OssSource>,
+}
+
+/// An EtcdRestore of the snapshot at `path` in the store `section` names, into `cluster`.
+fn restore_of(section: Section<'_>, path: &str, cluster: &str, name: &str) -> EtcdRestore {
     let mut restore = EtcdRestore::new(
         name,
         EtcdRestoreSpec {
-            backup_storage_type: spec.storage_type,
-            s3: spec.s3.clone().map(|mut s| {
-                s.path = path.clone();
+            backup_storage_type: section.kind,
+            s3: section.s3.cloned().map(|mut s| {
+                s.path = path.to_string();
                 s
             }),
-            abs: spec.abs.clone().map(|mut a| {
-                a.path = path.clone();
+            abs: section.abs.cloned().map(|mut a| {
+                a.path = path.to_string();
                 a
             }),
-            gcs: spec.gcs.clone().map(|mut g| {
-                g.path = path.clone();
+            gcs: section.gcs.cloned().map(|mut g| {
+                g.path = path.to_string();
                 g
             }),
-            oss: spec.oss.clone().map(|mut o| {
-                o.path = path.clone();
+            oss: section.oss.cloned().map(|mut o| {
+                o.path = path.to_string();
                 o
             }),
             etcd_cluster: EtcdClusterRef {
@@ -131,7 +190,7 @@ fn restore_of(backup: &EtcdBackup, cluster: &str, name: &str) -> Option<EtcdRest
         labels: Some([(RECOVERY_LABEL.to_string(), cluster.to_string())].into()),
         ..ObjectMeta::default()
     };
-    Some(restore)
+    restore
 }
 
 /// Labels the EtcdRestores a recovery makes, with the cluster's name.

@@ -331,9 +331,12 @@ pub enum Action {
         revision_before: Option<i64>,
     },
     /// Quorum is lost and no member's data survives (or the user asked for the backup): an
-    /// EtcdRestore of EtcdBackup `backup`'s newest snapshot is made, `uid` naming it.
+    /// EtcdRestore of EtcdBackup `backup`'s newest snapshot is made, `uid` naming it; with
+    /// `stored`, `backup` is instead the path of an object found by its name in the store
+    /// `spec.recovery.backups` names.
     RecoverFromBackup {
         backup: String,
+        stored: bool,
         revision: Option<i64>,
         approved: bool,
         uid: String,
