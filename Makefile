@@ -49,6 +49,7 @@ unit:
 e2e:
 	hack/deps.sh
 	$(CARGO) build -p e2e --tests --bins
+	$(CARGO) build -p kubectl-etcd
 	$(CARGO) build --bin etcd-operator
 	hack/with-cluster.sh sh -c 'hack/image.sh && $(CARGO) test -p e2e -- --test-threads=2'
 

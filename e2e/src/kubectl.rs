@@ -35,6 +35,28 @@ impl Kubectl {
         Kubectl { bin }
     }
 
+    /// Runs kubectl with `args` and `dir` first on its PATH, where kubectl finds plugins
+    /// (`kubectl-NAME`); panics with stderr when it fails, returns stdout.
+    pub fn plugin_ok(&self, dir: &Path, args: &[&str]) -> String {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![dir.to_path_buf()];
+        dirs.extend(std::env::split_paths(&path));
+        let out = Command::new(&self.bin)
+            .args(args)
+            .env("PATH", std::env::join_paths(dirs).unwrap())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", self.bin.display()));
+        assert!(
+            out.status.success(),
+            "kubectl {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Runs kubectl with `args`, feeding `stdin`.
     pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
         let mut child = Command::new(&self.bin)

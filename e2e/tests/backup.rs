@@ -172,6 +172,59 @@ fn backups_to_s3_and_abs_one_shot_periodic_with_retention_and_failures_named() {
     // Deleting an EtcdBackup never deletes its snapshots.
     k.ok(&["delete", "etcdbackup/one-shot", "-n", ns], None);
     assert_eq!(moto.keys(BUCKET, "etcd/one-shot").len(), 1);
+
+    plugin_status_and_backup_now(&k, ns, &moto);
+}
+
+/// `kubectl etcd` (the plugin, found by kubectl on the PATH): the status names the members,
+/// the leader and the last backup; a backup now, with no flags, takes the storage settings of
+/// the cluster's newest succeeded EtcdBackup (here the periodic one) and waits for it.
+fn plugin_status_and_backup_now(k: &Kubectl, ns: &str, moto: &Moto) {
+    let dir = e2e::repo_root().join("target/debug");
+    assert!(
+        dir.join("kubectl-etcd").exists(),
+        "target/debug/kubectl-etcd is missing: cargo build -p kubectl-etcd (make e2e does)"
+    );
+    let report: serde_json::Value = serde_json::from_str(
+        &k.plugin_ok(&dir, &["etcd", "status", "example", "-n", ns, "-o", "json"]),
+    )
+    .unwrap();
+    let members = report["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3, "{report}");
+    assert!(
+        members
+            .iter()
+            .all(|m| m["healthy"] == true && m["podReady"] == true),
+        "{report}"
+    );
+    assert!(
+        report["leader"].is_string() && report["available"] == true,
+        "{report}"
+    );
+    assert!(report["lastBackup"]["path"].is_string(), "{report}");
+    let out = k.plugin_ok(
+        &dir,
+        &[
+            "etcd",
+            "backup",
+            "example",
+            "-n",
+            ns,
+            "--backup-name",
+            "now",
+        ],
+    );
+    assert!(out.contains("succeeded: "), "{out}");
+    let s = status(k, ns, "etcdbackup/now");
+    let path = s["path"].as_str().unwrap();
+    let key = path
+        .strip_prefix(&format!("{BUCKET}/"))
+        .unwrap_or_else(|| panic!("{path}"));
+    assert!(key.starts_with("etcd/periodic_2"), "{path}");
+    assert_eq!(moto.keys(BUCKET, key).len(), 1, "{path}");
+    let text = k.plugin_ok(&dir, &["etcd", "status", "example", "-n", ns]);
+    assert!(text.contains("Available, 3 of 3 members ready"), "{text}");
+    println!("kubectl etcd status:\n{text}\nkubectl etcd backup:\n{out}");
 }
 
 /// Times of this backup's periodic objects, parsed from their names, oldest first.
