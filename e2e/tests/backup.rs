@@ -225,6 +225,34 @@ fn plugin_status_and_backup_now(k: &Kubectl, ns: &str, moto: &Moto) {
     let text = k.plugin_ok(&dir, &["etcd", "status", "example", "-n", ns]);
     assert!(text.contains("Available, 3 of 3 members ready"), "{text}");
     println!("kubectl etcd status:\n{text}\nkubectl etcd backup:\n{out}");
+
+    // etcdctl from a pod in the namespace, through the client Service.
+    let list = k.plugin_ok(
+        &dir,
+        &[
+            "etcd", "etcdctl", "example", "-n", ns, "--", "member", "list",
+        ],
+    );
+    for m in members {
+        let name = m["name"].as_str().unwrap();
+        assert!(list.contains(name), "{name} not in {list}");
+    }
+    // Leadership moved to a follower, by its name.
+    let follower = members
+        .iter()
+        .find(|m| m["role"] == "follower")
+        .map(|m| (m["name"].as_str().unwrap(), m["id"].as_str().unwrap()))
+        .unwrap();
+    let moved = k.plugin_ok(
+        &dir,
+        &["etcd", "move-leader", "example", "-n", ns, follower.0],
+    );
+    assert!(
+        // etcdctl prints IDs in hex without leading zeros.
+        moved.contains("Leadership transferred")
+            && moved.contains(follower.1.trim_start_matches('0')),
+        "{moved}"
+    );
 }
 
 /// Times of this backup's periodic objects, parsed from their names, oldest first.

@@ -2,10 +2,13 @@
 //! state at a glance, and a backup now, with the user's own kubeconfig and rights.
 
 mod backup;
+mod etcdctl;
 mod status;
 
 use anyhow::Context as _;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use etcd_operator::api::EtcdCluster;
+use kube::Client;
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +41,23 @@ enum Command {
     /// Back the cluster up now: an EtcdBackup with the storage settings of the cluster's newest
     /// succeeded EtcdBackup (or the flags), waited for with a line per step.
     Backup(backup::Args),
+    /// Run etcdctl against the cluster (through its client Service) from a short-lived pod in
+    /// its namespace, with the members' image and, with TLS, the client certificate mounted:
+    /// `kubectl etcd etcdctl NAME -- member list -w table`.
+    Etcdctl {
+        /// The EtcdCluster.
+        name: String,
+        /// etcdctl's arguments, after `--`.
+        #[arg(last = true, required = true)]
+        args: Vec<String>,
+    },
+    /// Move the leadership to member MEMBER (its pod's name), through etcdctl as above.
+    MoveLeader {
+        /// The EtcdCluster.
+        name: String,
+        /// The member to lead.
+        member: String,
+    },
     /// Print a completion script: `source <(kubectl-etcd completion bash)`.
     Completion {
         /// bash, zsh, fish, elvish or powershell.
@@ -75,9 +95,37 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Status { name, output } => status::run(client, &ns, &name, output).await,
             Command::Backup(args) => backup::run(client, &ns, args).await,
+            Command::Etcdctl { name, args } => {
+                let code =
+                    etcdctl::run(client, &ns, &name, &args, etcdctl::Endpoints::Service).await?;
+                exit_with(code)
+            }
+            Command::MoveLeader { name, member } => move_leader(client, &ns, &name, &member).await,
             Command::Completion { .. } => Ok(()),
         }
     })
+}
+
+/// etcd accepts a leadership transfer only from the leader, which etcdctl finds among every
+/// member's endpoint; the target is named by its ID.
+async fn move_leader(client: Client, ns: &str, name: &str, member: &str) -> anyhow::Result<()> {
+    let clusters: kube::Api<EtcdCluster> = kube::Api::namespaced(client.clone(), ns);
+    let cluster = clusters
+        .get(name)
+        .await
+        .map_err(|e| explain(e, "get", &format!("EtcdCluster {name}"), ns))?;
+    let id = etcdctl::member_id(&cluster, member)?;
+    let args = vec!["move-leader".to_string(), id];
+    let code = etcdctl::run(client, ns, name, &args, etcdctl::Endpoints::Members).await?;
+    exit_with(code)
+}
+
+/// Ends the process with etcdctl's exit code when it failed.
+fn exit_with(code: i32) -> anyhow::Result<()> {
+    if code != 0 {
+        std::process::exit(code);
+    }
+    Ok(())
 }
 
 /// A Kubernetes error, said with what was asked and, when refused, the right that is missing.
