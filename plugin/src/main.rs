@@ -3,6 +3,7 @@
 
 mod backup;
 mod etcdctl;
+mod restore;
 mod status;
 
 use anyhow::Context as _;
@@ -41,6 +42,9 @@ enum Command {
     /// Back the cluster up now: an EtcdBackup with the storage settings of the cluster's newest
     /// succeeded EtcdBackup (or the flags), waited for with a line per step.
     Backup(backup::Args),
+    /// Restore the cluster from a backup (an EtcdBackup, or a path in its store), after you
+    /// type the cluster's name (or --yes); waited for with a line per step.
+    Restore(restore::Args),
     /// Run etcdctl against the cluster (through its client Service) from a short-lived pod in
     /// its namespace, with the members' image and, with TLS, the client certificate mounted:
     /// `kubectl etcd etcdctl NAME -- member list -w table`.
@@ -95,6 +99,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Status { name, output } => status::run(client, &ns, &name, output).await,
             Command::Backup(args) => backup::run(client, &ns, args).await,
+            Command::Restore(args) => restore::run(client, &ns, args).await,
             Command::Etcdctl { name, args } => {
                 let code =
                     etcdctl::run(client, &ns, &name, &args, etcdctl::Endpoints::Service).await?;

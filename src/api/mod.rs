@@ -28,7 +28,8 @@ pub use common::{
     StorageType,
 };
 pub use restore::{
-    EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase, VerifiedObject,
+    EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase, StorageSection,
+    VerifiedObject,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -57,6 +57,74 @@ pub struct EtcdRestoreSpec {
     pub etcd_cluster: EtcdClusterRef,
 }
 
+/// A storage section (an EtcdBackup's, or an EtcdCluster's `spec.recovery.backups`),
+/// borrowed, to name one object in it.
+pub struct StorageSection<'a> {
+    /// S3, ABS, GCS or OSS.
+    pub kind: StorageType,
+    /// The S3 section.
+    pub s3: Option<&'a S3Source>,
+    /// The ABS section.
+    pub abs: Option<&'a AbsSource>,
+    /// The GCS section.
+    pub gcs: Option<&'a GcsSource>,
+    /// The OSS section.
+    pub oss: Option<&'a OssSource>,
+}
+
+impl<'a> From<&'a super::EtcdBackupSpec> for StorageSection<'a> {
+    fn from(spec: &'a super::EtcdBackupSpec) -> Self {
+        StorageSection {
+            kind: spec.storage_type,
+            s3: spec.s3.as_ref(),
+            abs: spec.abs.as_ref(),
+            gcs: spec.gcs.as_ref(),
+            oss: spec.oss.as_ref(),
+        }
+    }
+}
+
+impl<'a> From<&'a super::RecoveryStore> for StorageSection<'a> {
+    fn from(spec: &'a super::RecoveryStore) -> Self {
+        StorageSection {
+            kind: spec.backup_storage_type,
+            s3: spec.s3.as_ref(),
+            abs: spec.abs.as_ref(),
+            gcs: spec.gcs.as_ref(),
+            oss: spec.oss.as_ref(),
+        }
+    }
+}
+
+impl EtcdRestoreSpec {
+    /// A restore into `cluster` of the object at `path` in the store `section` names (its
+    /// credentials, endpoint and encryption kept).
+    pub fn of(section: StorageSection<'_>, path: &str, cluster: &str) -> Self {
+        EtcdRestoreSpec {
+            backup_storage_type: section.kind,
+            s3: section.s3.cloned().map(|mut s| {
+                s.path = path.to_string();
+                s
+            }),
+            abs: section.abs.cloned().map(|mut a| {
+                a.path = path.to_string();
+                a
+            }),
+            gcs: section.gcs.cloned().map(|mut g| {
+                g.path = path.to_string();
+                g
+            }),
+            oss: section.oss.cloned().map(|mut o| {
+                o.path = path.to_string();
+                o
+            }),
+            etcd_cluster: EtcdClusterRef {
+                name: cluster.to_string(),
+            },
+        }
+    }
+}
+
 /// Reference to an EtcdCluster in the same namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

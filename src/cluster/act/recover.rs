@@ -6,8 +6,8 @@
 
 use super::*;
 use crate::api::{
-    AbsSource, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, GcsSource, OssSource,
-    RECOVER_ANNOTATION, RESTORE_ANNOTATION, RestoreHandoff, S3Source, StorageType,
+    EtcdRestore, EtcdRestoreSpec, RECOVER_ANNOTATION, RESTORE_ANNOTATION, RestoreHandoff,
+    StorageSection,
 };
 
 /// The name of a recovery's restore: the cluster's, and the start of the recovery's UID.
@@ -74,14 +74,7 @@ pub(super) async fn recover_from_backup(
             "EtcdBackup {backup} names no snapshot to restore"
         )));
     };
-    let spec = &found.spec;
-    let section = Section {
-        kind: spec.storage_type,
-        s3: spec.s3.as_ref(),
-        abs: spec.abs.as_ref(),
-        gcs: spec.gcs.as_ref(),
-        oss: spec.oss.as_ref(),
-    };
+    let section = StorageSection::from(&found.spec);
     let what = format!("EtcdBackup {backup} ({path})");
     make_restore(pass, cluster, section, &path, uid, &what).await
 }
@@ -104,13 +97,7 @@ pub(super) async fn recover_from_store(
             "spec.recovery.backups is no longer set".into(),
         ));
     };
-    let section = Section {
-        kind: store.backup_storage_type,
-        s3: store.s3.as_ref(),
-        abs: store.abs.as_ref(),
-        gcs: store.gcs.as_ref(),
-        oss: store.oss.as_ref(),
-    };
+    let section = StorageSection::from(store);
     let what = format!("{path}, the newest backup in spec.recovery.backups");
     make_restore(pass, cluster, section, path, uid, &what).await
 }
@@ -120,7 +107,7 @@ pub(super) async fn recover_from_store(
 async fn make_restore(
     pass: &Pass<'_>,
     cluster: &EtcdCluster,
-    section: Section<'_>,
+    section: StorageSection<'_>,
     path: &str,
     uid: &str,
     what: &str,
@@ -149,42 +136,9 @@ async fn make_restore(
     ))))
 }
 
-/// A storage section (an EtcdBackup's, or `spec.recovery.backups`), borrowed.
-struct Section<'a> {
-    kind: StorageType,
-    s3: Option<&'a S3Source>,
-    abs: Option<&'a AbsSource>,
-    gcs: Option<&'a GcsSource>,
-    oss: Option<&'a OssSource>,
-}
-
 /// An EtcdRestore of the snapshot at `path` in the store `section` names, into `cluster`.
-fn restore_of(section: Section<'_>, path: &str, cluster: &str, name: &str) -> EtcdRestore {
-    let mut restore = EtcdRestore::new(
-        name,
-        EtcdRestoreSpec {
-            backup_storage_type: section.kind,
-            s3: section.s3.cloned().map(|mut s| {
-                s.path = path.to_string();
-                s
-            }),
-            abs: section.abs.cloned().map(|mut a| {
-                a.path = path.to_string();
-                a
-            }),
-            gcs: section.gcs.cloned().map(|mut g| {
-                g.path = path.to_string();
-                g
-            }),
-            oss: section.oss.cloned().map(|mut o| {
-                o.path = path.to_string();
-                o
-            }),
-            etcd_cluster: EtcdClusterRef {
-                name: cluster.to_string(),
-            },
-        },
-    );
+fn restore_of(section: StorageSection<'_>, path: &str, cluster: &str, name: &str) -> EtcdRestore {
+    let mut restore = EtcdRestore::new(name, EtcdRestoreSpec::of(section, path, cluster));
     restore.metadata = ObjectMeta {
         name: Some(name.to_string()),
         labels: Some([(RECOVERY_LABEL.to_string(), cluster.to_string())].into()),

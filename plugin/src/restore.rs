@@ -1,0 +1,242 @@
+//! `kubectl etcd restore`: an EtcdRestore of a backup (an EtcdBackup by name, or a path in the
+//! store of the cluster's newest succeeded EtcdBackup) into the cluster, after the user
+//! confirmed by typing the cluster's name (or `--yes`), waited for with a line per step. The
+//! operator verifies the snapshot and keeps what it replaces; this command only asks for it.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use etcd_operator::api::{
+    EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreSpec, RestorePhase, StorageSection,
+};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::{Api, Client, ResourceExt};
+
+use crate::explain;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The EtcdCluster to restore into (its members are replaced; the object is kept).
+    name: String,
+    /// An EtcdBackup of the namespace (its last snapshot), or a path `<bucket>/<key>` in the
+    /// store of the cluster's newest succeeded EtcdBackup.
+    #[arg(long)]
+    from: String,
+    /// Restore to this revision (needs continuous backup, not in this operator yet).
+    #[arg(long, conflicts_with = "to_time")]
+    to_revision: Option<i64>,
+    /// Restore to this moment, RFC 3339 (needs continuous backup, not in this operator yet).
+    #[arg(long)]
+    to_time: Option<String>,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    yes: bool,
+    /// Create the EtcdRestore and return without waiting for it.
+    #[arg(long)]
+    no_wait: bool,
+    /// Seconds to wait for the restore to complete or fail.
+    #[arg(long, default_value_t = 1800)]
+    timeout: u64,
+}
+
+pub async fn run(client: Client, ns: &str, args: Args) -> anyhow::Result<()> {
+    if args.to_revision.is_some() || args.to_time.is_some() {
+        bail!(
+            "--to-revision and --to-time restore to a point between backups, which needs \
+             continuous backup; this operator restores whole snapshots only (give --from)"
+        );
+    }
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), ns);
+    clusters
+        .get(&args.name)
+        .await
+        .map_err(|e| explain(e, "get", &format!("EtcdCluster {}", args.name), ns))?;
+    let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), ns);
+    let all = backups
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| explain(e, "list", "etcdbackups", ns))?
+        .items;
+    let (spec, what) = spec_of(&args.name, &args.from, &all)?;
+    if !args.yes && !confirmed(ns, &args.name, &what)? {
+        bail!("not confirmed: nothing was changed");
+    }
+    let at = Timestamp::now().strftime("%Y%m%d-%H%M%S").to_string();
+    let name = format!("{}-restore-{at}", args.name);
+    let mut restore = EtcdRestore::new(&name, spec);
+    restore.metadata = ObjectMeta {
+        name: Some(name.clone()),
+        namespace: Some(ns.to_string()),
+        labels: Some(
+            [(
+                "app.kubernetes.io/created-by".to_string(),
+                "kubectl-etcd".to_string(),
+            )]
+            .into(),
+        ),
+        ..ObjectMeta::default()
+    };
+    let restores: Api<EtcdRestore> = Api::namespaced(client, ns);
+    restores
+        .create(&PostParams::default(), &restore)
+        .await
+        .map_err(|e| explain(e, "create", &format!("EtcdRestore {name}"), ns))?;
+    println!(
+        "created EtcdRestore {name}: {what} into EtcdCluster {}",
+        args.name
+    );
+    if args.no_wait {
+        return Ok(());
+    }
+    wait(&restores, &name, Duration::from_secs(args.timeout)).await
+}
+
+/// The restore's spec and what it restores, in words. Pure.
+pub fn spec_of(
+    cluster: &str,
+    from: &str,
+    backups: &[EtcdBackup],
+) -> anyhow::Result<(EtcdRestoreSpec, String)> {
+    if let Some(b) = backups.iter().find(|b| b.name_any() == from) {
+        let status = b.status.clone().unwrap_or_default();
+        if status.path.is_empty() || !status.succeeded {
+            bail!("EtcdBackup {from} has no succeeded snapshot to restore");
+        }
+        let what = format!(
+            "EtcdBackup {from}'s snapshot {} (revision {}, taken {})",
+            status.path,
+            status.etcd_revision.unwrap_or_default(),
+            status.last_success_date.unwrap_or_default()
+        );
+        let spec = EtcdRestoreSpec::of(StorageSection::from(&b.spec), &status.path, cluster);
+        return Ok((spec, what));
+    }
+    if etcd_operator::backup::storage::split_path(from).is_none() {
+        bail!("--from {from:?}: neither an EtcdBackup of this namespace nor <bucket>/<key>");
+    }
+    let store = backups
+        .iter()
+        .filter(|b| b.spec.cluster_name.as_deref() == Some(cluster))
+        .filter(|b| b.status.as_ref().is_some_and(|s| s.succeeded))
+        .max_by_key(|b| b.metadata.creation_timestamp.clone().map(|t| t.0))
+        .with_context(|| {
+            format!(
+                "--from {from}: no succeeded EtcdBackup of EtcdCluster {cluster} to take the \
+                 store's settings from; write an EtcdRestore yourself"
+            )
+        })?;
+    let spec = EtcdRestoreSpec::of(StorageSection::from(&store.spec), from, cluster);
+    Ok((
+        spec,
+        format!("{from} (in the store of EtcdBackup {})", store.name_any()),
+    ))
+}
+
+/// Asks the user to type the cluster's name.
+fn confirmed(ns: &str, cluster: &str, what: &str) -> anyhow::Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        bail!("standard input is not a terminal, so nothing can be confirmed: pass --yes");
+    }
+    print!(
+        "This replaces every member of EtcdCluster {ns}/{cluster} with {what}.\n\
+         What the cluster holds now is kept as a safety snapshot beside it.\n\
+         Type the cluster's name to go on: "
+    );
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(line.trim() == cluster)
+}
+
+/// Prints each new phase and message until the restore completes (Ok) or fails (Err).
+async fn wait(api: &Api<EtcdRestore>, name: &str, timeout: Duration) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < timeout {
+        let r = api.get(name).await.context("reading the EtcdRestore")?;
+        let s = r.status.unwrap_or_default();
+        let message = s
+            .conditions
+            .first()
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        let line = format!(
+            "{}{}",
+            s.phase.map_or("Pending".into(), |p| format!("{p:?}")),
+            if message.is_empty() {
+                String::new()
+            } else {
+                format!(": {message}")
+            }
+        );
+        if line != last {
+            println!("[{:6.1}s] {line}", start.elapsed().as_secs_f64());
+            last = line;
+        }
+        match s.phase {
+            Some(RestorePhase::Completed) => {
+                println!(
+                    "completed: restored revision {}; the cluster as it was is at {}",
+                    s.restored_revision.unwrap_or_default(),
+                    if s.pre_restore_path.is_empty() {
+                        "(nothing to keep)"
+                    } else {
+                        &s.pre_restore_path
+                    }
+                );
+                return Ok(());
+            }
+            Some(RestorePhase::Failed) => bail!("EtcdRestore {name} failed: {}", s.reason),
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    bail!(
+        "EtcdRestore {name} has not ended after {} s; `kubectl get etcdrestore {name} -o yaml` \
+         says where it is",
+        timeout.as_secs()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_restore_names_a_backup_or_a_path_in_the_newest_backup_s_store() {
+        let backup: EtcdBackup = serde_json::from_value(json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+            "metadata": {"name": "nightly"},
+            "spec": {"clusterName": "example", "storageType": "S3",
+                "s3": {"path": "bucket/etcd/nightly", "awsSecret": "aws",
+                    "endpoint": "http://minio:9000"}},
+            "status": {"succeeded": true, "path": "bucket/etcd/nightly_v9_2026-11-26-03:00:00",
+                "etcdRevision": 9}
+        }))
+        .unwrap();
+        let (spec, what) = spec_of("example", "nightly", std::slice::from_ref(&backup)).unwrap();
+        let s3 = spec.s3.unwrap();
+        assert_eq!(s3.path, "bucket/etcd/nightly_v9_2026-11-26-03:00:00");
+        assert_eq!(s3.endpoint.as_deref(), Some("http://minio:9000"));
+        assert_eq!(spec.etcd_cluster.name, "example");
+        assert!(what.contains("revision 9"), "{what}");
+
+        let (spec, _) = spec_of("example", "bucket/old.db", std::slice::from_ref(&backup)).unwrap();
+        let s3 = spec.s3.unwrap();
+        assert_eq!(
+            (s3.path.as_str(), s3.aws_secret.as_deref()),
+            ("bucket/old.db", Some("aws"))
+        );
+
+        let e = spec_of("example", "nope", &[backup])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("neither an EtcdBackup"), "{e}");
+        let e = spec_of("example", "bucket/x.db", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no succeeded EtcdBackup"), "{e}");
+    }
+}
