@@ -247,11 +247,61 @@ fn plugin_status_and_backup_now(k: &Kubectl, ns: &str, moto: &Moto) {
         &dir,
         &["etcd", "move-leader", "example", "-n", ns, follower.0],
     );
+    plugin_report(k, ns, &dir, members);
     assert!(
         // etcdctl prints IDs in hex without leading zeros.
         moved.contains("Leadership transferred")
             && moved.contains(follower.1.trim_start_matches('0')),
         "{moved}"
+    );
+}
+
+/// `kubectl etcd report`: a tarball with the cluster, every member's log and the operator's,
+/// and the namespace's Secrets by key only (the aws Secret's credentials never in it).
+fn plugin_report(k: &Kubectl, ns: &str, dir: &std::path::Path, members: &[serde_json::Value]) {
+    let file = std::env::temp_dir().join(format!("report-{ns}.tar"));
+    let out = k.plugin_ok(
+        dir,
+        &[
+            "etcd",
+            "report",
+            "example",
+            "-n",
+            ns,
+            "-f",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("wrote "), "{out}");
+    let listing = Command::new("tar").arg("-tf").arg(&file).output().unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+    for m in members {
+        let log = format!("example-report/logs/{}.log", m["name"].as_str().unwrap());
+        assert!(listing.contains(&log), "{log} not in {listing}");
+    }
+    for f in [
+        "etcdcluster.yaml",
+        "pods.yaml",
+        "events.yaml",
+        "secrets-redacted.yaml",
+    ] {
+        assert!(
+            listing.contains(&format!("example-report/{f}")),
+            "{f} not in {listing}"
+        );
+    }
+    let logs = listing.lines().filter(|l| l.contains("/logs/")).count();
+    assert!(logs > members.len(), "no operator log in {listing}");
+    let tar = std::fs::read(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let text = String::from_utf8_lossy(&tar);
+    assert!(
+        text.contains("credentials") && text.contains("<redacted: "),
+        "the aws Secret is not listed by key"
+    );
+    assert!(
+        !text.contains("aws_secret_access_key"),
+        "a Secret's value is in the report"
     );
 }
 

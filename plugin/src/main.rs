@@ -3,6 +3,7 @@
 
 mod backup;
 mod etcdctl;
+mod report;
 mod restore;
 mod status;
 
@@ -62,6 +63,9 @@ enum Command {
         /// The member to lead.
         member: String,
     },
+    /// Write a tarball for a bug report: the cluster's objects, Events, member and operator
+    /// logs; Secrets by name and key only, their values redacted.
+    Report(report::Args),
     /// Print a completion script: `source <(kubectl-etcd completion bash)`.
     Completion {
         /// bash, zsh, fish, elvish or powershell.
@@ -100,6 +104,7 @@ fn main() -> anyhow::Result<()> {
             Command::Status { name, output } => status::run(client, &ns, &name, output).await,
             Command::Backup(args) => backup::run(client, &ns, args).await,
             Command::Restore(args) => restore::run(client, &ns, args).await,
+            Command::Report(args) => report::run(client, &ns, args).await,
             Command::Etcdctl { name, args } => {
                 let code =
                     etcdctl::run(client, &ns, &name, &args, etcdctl::Endpoints::Service).await?;
