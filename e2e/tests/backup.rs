@@ -248,6 +248,10 @@ fn plugin_status_and_backup_now(k: &Kubectl, ns: &str, moto: &Moto) {
         &["etcd", "move-leader", "example", "-n", ns, follower.0],
     );
     plugin_report(k, ns, &dir, members);
+    // Every voter defragmented now, by the operator, each printed as it is done.
+    let defrag = k.plugin_ok(&dir, &["etcd", "defrag", "example", "-n", ns]);
+    assert!(defrag.contains("every voter is defragmented"), "{defrag}");
+    assert_eq!(defrag.matches("] defragmented ").count(), 3, "{defrag}");
     assert!(
         // etcdctl prints IDs in hex without leading zeros.
         moved.contains("Leadership transferred")

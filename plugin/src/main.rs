@@ -2,6 +2,7 @@
 //! state at a glance, and a backup now, with the user's own kubeconfig and rights.
 
 mod backup;
+mod defrag;
 mod etcdctl;
 mod report;
 mod restore;
@@ -56,6 +57,15 @@ enum Command {
         #[arg(last = true, required = true)]
         args: Vec<String>,
     },
+    /// Defragment every voter now, through the operator: one at a time, followers first, the
+    /// leader last after leadership moved; each member printed as it is done.
+    Defrag {
+        /// The EtcdCluster.
+        name: String,
+        /// Seconds to wait for every voter.
+        #[arg(long, default_value_t = 1800)]
+        timeout: u64,
+    },
     /// Move the leadership to member MEMBER (its pod's name), through etcdctl as above.
     MoveLeader {
         /// The EtcdCluster.
@@ -109,6 +119,9 @@ fn main() -> anyhow::Result<()> {
                 let code =
                     etcdctl::run(client, &ns, &name, &args, etcdctl::Endpoints::Service).await?;
                 exit_with(code)
+            }
+            Command::Defrag { name, timeout } => {
+                defrag::run(client, &ns, &name, std::time::Duration::from_secs(timeout)).await
             }
             Command::MoveLeader { name, member } => move_leader(client, &ns, &name, &member).await,
             Command::Completion { .. } => Ok(()),

@@ -175,6 +175,12 @@ pub enum QuorumLossPolicy {
 /// `force-new-cluster` or `restore-latest-backup`. The operator removes it once it has acted.
 pub const RECOVER_ANNOTATION: &str = "etcd.database.coreos.com/recover";
 
+/// The annotation by which a user asks for every voter to be defragmented now, one at a time
+/// as a scheduled defragmentation is (followers first, the leader last): its value is a token
+/// of the request (any text); a new token is a new request. `status.defragRequest` says when
+/// the operator saw it and whether it is done.
+pub const DEFRAG_ANNOTATION: &str = "etcd.database.coreos.com/defrag";
+
 /// [`Recovery::after`] when unset.
 pub const DEFAULT_RECOVERY_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
 
@@ -557,6 +563,21 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["member"]))]
     pub defragmentations: Vec<DefragmentationRecord>,
+    /// The last defragmentation asked for by annotation (ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defrag_request: Option<DefragRequest>,
+}
+
+/// A defragmentation of every voter asked for by annotation ([`DEFRAG_ANNOTATION`]).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragRequest {
+    /// The annotation's value.
+    pub token: String,
+    /// When the operator first saw it (RFC 3339): voters defragmented since count as done.
+    pub at: String,
+    /// Whether every voter has been defragmented since `at`.
+    pub done: bool,
 }
 
 /// One member's defragmentation.

@@ -17,11 +17,11 @@ pub use backup::{
     TieredRetention,
 };
 pub use cluster::{
-    AutoCompaction, AutoCompactionMode, AutoTls, ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, Defrag,
-    DefragmentationRecord, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, Maintenance,
-    MemberRole, MemberSecret, MemberStatus, MembersStatus, PodPolicy, QuorumLossPolicy,
-    RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord, RecoveryStore,
-    RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
+    AutoCompaction, AutoCompactionMode, AutoTls, ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES,
+    DEFRAG_ANNOTATION, Defrag, DefragRequest, DefragmentationRecord, EtcdCluster, EtcdClusterSpec,
+    EtcdClusterStatus, Maintenance, MemberRole, MemberSecret, MemberStatus, MembersStatus,
+    PodPolicy, QuorumLossPolicy, RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord,
+    RecoveryStore, RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
 };
 pub use common::{
     AbsSource, Condition, GcsSource, OssSource, S3Encryption, S3EncryptionMode, S3Source,

@@ -271,6 +271,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         restore: previous.restore.clone(),
         recovery: previous.recovery.clone(),
         defragmentations: previous.defragmentations.clone(),
+        defrag_request: previous.defrag_request.clone(),
     }
 }
 

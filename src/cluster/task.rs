@@ -189,6 +189,8 @@ struct Memory {
     armed: upkeep::Armed,
     /// The record of the recovery this pass starts, written before its hand-off.
     recovering: Option<crate::api::RecoveryRecord>,
+    /// The defragmentation asked for by annotation, as this pass saw it.
+    defrag_request: Option<crate::api::DefragRequest>,
     /// The defragmentation the last act made, for the report.
     defragmented: Option<crate::api::DefragmentationRecord>,
 }
@@ -528,7 +530,10 @@ async fn decide(
     memory: &mut Memory,
 ) -> Result<Action, Error> {
     register_source(handles, cluster, obs, restore);
-    obs.plan.defrag_due = upkeep::due(cluster, obs, &mut memory.armed, Timestamp::now());
+    let now = Timestamp::now();
+    memory.defrag_request = upkeep::requested(cluster, now);
+    let request = memory.defrag_request.as_ref();
+    obs.plan.defrag_due = upkeep::due(cluster, obs, &mut memory.armed, request, now);
     memory.revision_seen = obs
         .statuses
         .values()
@@ -606,6 +611,9 @@ async fn report(
     let early = memory.recovering.take();
     let recovered = recovery::report(cluster, obs, action, started, &mut new_status, seen, early);
     new_status.defragmentations = defragmentations(ctx, cluster, &new_status, memory);
+    if let Some(request) = memory.defrag_request.clone() {
+        new_status.defrag_request = Some(upkeep::settle(request, &new_status));
+    }
     // A schedule croner cannot read (the schema checks only its shape): no defragmentation,
     // everything else goes on.
     let bad_schedule = upkeep::schedule(cluster).err();

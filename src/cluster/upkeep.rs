@@ -10,7 +10,12 @@ use croner::Cron;
 use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
 
 use super::observe::Observed;
-use crate::api::{DefragmentationRecord, EtcdCluster, EtcdClusterStatus};
+use kube::ResourceExt;
+
+use crate::api::{
+    DEFRAG_ANNOTATION, DefragRequest, DefragmentationRecord, EtcdCluster, EtcdClusterStatus,
+    MemberRole,
+};
 
 /// With a threshold and no schedule, a member is not defragmented again sooner than this:
 /// etcd's "in use" figure lags a defragmentation, and a loop would stall the member.
@@ -37,8 +42,76 @@ pub fn schedule(cluster: &EtcdCluster) -> Result<Option<Cron>, String> {
 #[derive(Debug, Default)]
 pub struct Armed(Option<(String, Timestamp)>);
 
-/// The voters due for defragmentation now.
+/// The defragmentation asked for by annotation: the status's if it has the same token, else
+/// a new one seen `now`; `None` without the annotation.
+pub fn requested(cluster: &EtcdCluster, now: Timestamp) -> Option<DefragRequest> {
+    let token = cluster.annotations().get(DEFRAG_ANNOTATION)?;
+    let previous = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.defrag_request.clone());
+    Some(match previous {
+        Some(p) if p.token == *token => p,
+        _ => DefragRequest {
+            token: token.clone(),
+            at: now.to_string(),
+            done: false,
+        },
+    })
+}
+
+/// `request` as `status` leaves it: done once every voter's last defragmentation is at or
+/// after the request.
+pub fn settle(mut request: DefragRequest, status: &EtcdClusterStatus) -> DefragRequest {
+    let Ok(at) = request.at.parse::<Timestamp>() else {
+        return request;
+    };
+    request.done |= status
+        .member_statuses
+        .iter()
+        .filter(|m| m.role != Some(MemberRole::Learner))
+        .all(|m| last_defrag(status, &m.name).is_some_and(|t| t >= at));
+    request
+}
+
+/// When `member` was last defragmented, by the status's records.
+fn last_defrag(status: &EtcdClusterStatus, member: &str) -> Option<Timestamp> {
+    status
+        .defragmentations
+        .iter()
+        .find(|d| d.member == member)
+        .and_then(|d| d.at.parse().ok())
+}
+
+/// The voters due for defragmentation now: by the schedule or threshold, and every healthy
+/// voter not defragmented since a `request` that is not done.
 pub fn due(
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    armed: &mut Armed,
+    request: Option<&DefragRequest>,
+    now: Timestamp,
+) -> BTreeSet<String> {
+    let mut due = scheduled(cluster, obs, armed, now);
+    let at = request
+        .filter(|r| !r.done)
+        .and_then(|r| r.at.parse::<Timestamp>().ok());
+    if let (Some(at), Some(status)) = (at, cluster.status.as_ref()) {
+        due.extend(
+            obs.plan
+                .members
+                .iter()
+                .flatten()
+                .filter(|m| m.healthy && !m.is_learner)
+                .filter(|m| last_defrag(status, &m.name).is_none_or(|t| t < at))
+                .map(|m| m.name.clone()),
+        );
+    }
+    due
+}
+
+/// The voters due by the schedule or threshold of `spec.maintenance.defrag`.
+fn scheduled(
     cluster: &EtcdCluster,
     obs: &Observed,
     armed: &mut Armed,
@@ -215,27 +288,33 @@ mod tests {
         let daily = cluster(Some("0 3 * * *"), None, &[]);
         // Armed at 10:00: the 03:00 tick that day passed before; nothing is due until 03:00
         // the next day.
-        assert!(due(&daily, &obs, &mut armed, at("2026-11-26T10:00:00Z")).is_empty());
-        assert!(due(&daily, &obs, &mut armed, at("2026-11-27T02:59:00Z")).is_empty());
+        assert!(due(&daily, &obs, &mut armed, None, at("2026-11-26T10:00:00Z")).is_empty());
+        assert!(due(&daily, &obs, &mut armed, None, at("2026-11-27T02:59:00Z")).is_empty());
         let both: BTreeSet<String> = ["m1".into(), "m2".into()].into();
         assert_eq!(
-            due(&daily, &obs, &mut armed, at("2026-11-27T03:00:30Z")),
+            due(&daily, &obs, &mut armed, None, at("2026-11-27T03:00:30Z")),
             both
         );
         // m2 done at 03:01: only m1 is left of this tick.
         let one_done = cluster(Some("0 3 * * *"), None, &[("m2", "2026-11-27T03:01:00Z")]);
         assert_eq!(
-            due(&one_done, &obs, &mut armed, at("2026-11-27T03:02:00Z")),
+            due(
+                &one_done,
+                &obs,
+                &mut armed,
+                None,
+                at("2026-11-27T03:02:00Z")
+            ),
             ["m1".to_string()].into()
         );
         // A threshold above the free space (90 MiB): nobody.
         let high = cluster(Some("0 3 * * *"), Some(200 << 20), &[]);
-        assert!(due(&high, &obs, &mut armed, at("2026-11-27T03:02:00Z")).is_empty());
+        assert!(due(&high, &obs, &mut armed, None, at("2026-11-27T03:02:00Z")).is_empty());
         // A new schedule is armed afresh.
         let hourly = cluster(Some("0 * * * *"), None, &[]);
-        assert!(due(&hourly, &obs, &mut armed, at("2026-11-27T03:30:00Z")).is_empty());
+        assert!(due(&hourly, &obs, &mut armed, None, at("2026-11-27T03:30:00Z")).is_empty());
         assert_eq!(
-            due(&hourly, &obs, &mut armed, at("2026-11-27T04:00:01Z")),
+            due(&hourly, &obs, &mut armed, None, at("2026-11-27T04:00:01Z")),
             both
         );
     }
@@ -246,9 +325,67 @@ mod tests {
         let mut armed = Armed::default();
         let now = at("2026-11-27T03:00:00Z");
         let over = cluster(None, Some(50 << 20), &[("m1", "2026-11-27T02:55:00Z")]);
-        assert_eq!(due(&over, &obs, &mut armed, now), ["m2".to_string()].into());
+        assert_eq!(
+            due(&over, &obs, &mut armed, None, now),
+            ["m2".to_string()].into()
+        );
         let under = cluster(None, Some(95 << 20), &[]);
-        assert!(due(&under, &obs, &mut armed, now).is_empty());
+        assert!(due(&under, &obs, &mut armed, None, now).is_empty());
+    }
+
+    #[test]
+    fn a_defragmentation_asked_for_by_annotation_takes_every_voter_once() {
+        let obs = observed();
+        let mut armed = Armed::default();
+        let now = at("2026-11-26T10:00:00Z");
+        // Neither schedule nor threshold: only a request makes voters due.
+        let mut c = cluster(None, None, &[("m1", "2026-11-26T09:00:00Z")]);
+        assert!(requested(&c, now).is_none());
+        assert!(due(&c, &obs, &mut armed, None, now).is_empty());
+        c.metadata.annotations = Some([(DEFRAG_ANNOTATION.to_string(), "t1".to_string())].into());
+        let r = requested(&c, now).unwrap();
+        assert_eq!(
+            (r.token.as_str(), r.at.as_str(), r.done),
+            ("t1", "2026-11-26T10:00:00Z", false)
+        );
+        let both: BTreeSet<String> = ["m1".into(), "m2".into()].into();
+        assert_eq!(due(&c, &obs, &mut armed, Some(&r), now), both);
+
+        // m1 done since: only m2 is left; the request keeps the time it was first seen.
+        let later = at("2026-11-26T10:00:30Z");
+        let status = c.status.as_mut().unwrap();
+        status.defragmentations[0].at = "2026-11-26T10:00:05Z".into();
+        status.defrag_request = Some(r);
+        status.member_statuses = ["m1", "m2"]
+            .map(|name| crate::api::MemberStatus {
+                name: name.into(),
+                role: Some(MemberRole::Follower),
+                ..Default::default()
+            })
+            .to_vec();
+        let r = requested(&c, later).unwrap();
+        assert_eq!(r.at, "2026-11-26T10:00:00Z");
+        assert_eq!(
+            due(&c, &obs, &mut armed, Some(&r), later),
+            ["m2".to_string()].into()
+        );
+        let status = c.status.clone().unwrap();
+        assert!(!settle(r.clone(), &status).done);
+
+        // m2 done too: the request is settled and makes nobody due again.
+        let mut status = status;
+        status.defragmentations.push(DefragmentationRecord {
+            member: "m2".into(),
+            at: "2026-11-26T10:00:20Z".into(),
+            ..DefragmentationRecord::default()
+        });
+        let r = settle(r, &status);
+        assert!(r.done);
+        assert!(due(&c, &obs, &mut armed, Some(&r), later).is_empty());
+        // A new token is a new request.
+        c.metadata.annotations = Some([(DEFRAG_ANNOTATION.to_string(), "t2".to_string())].into());
+        c.status.as_mut().unwrap().defrag_request = Some(r);
+        assert!(!requested(&c, later).unwrap().done);
     }
 
     #[test]
