@@ -99,6 +99,49 @@ struct ChangeLabels {
     change: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    namespace: String,
+    name: String,
+    result: &'static str,
+}
+
+/// The backup series, by cluster: a schedule's EtcdBackups come and go, the cluster stays (and
+/// its series go with it, in [`Metrics::forget_cluster`]).
+#[derive(Default)]
+struct BackupSeries {
+    last_success: Family<ClusterLabels, Gauge>,
+    interval: Family<ClusterLabels, Gauge>,
+    results: Family<ResultLabels, Counter>,
+}
+
+impl BackupSeries {
+    fn registered(registry: &mut Registry) -> Self {
+        let series = BackupSeries::default();
+        series.register(registry);
+        series
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "When the newest backup of a cluster succeeded (Unix seconds), over its EtcdBackups",
+            self.last_success.clone(),
+        );
+        registry.register(
+            "backup_interval_seconds",
+            "The interval of a cluster's periodic EtcdBackups (the shortest), for the \
+             missing-backup alert",
+            self.interval.clone(),
+        );
+        registry.register(
+            "backups",
+            "Backups taken, by cluster and result (succeeded, failed)",
+            self.results.clone(),
+        );
+    }
+}
+
 type DurationFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
 type ClusterHistograms = Family<ClusterLabels, Histogram, fn() -> Histogram>;
 
@@ -116,6 +159,7 @@ pub struct Metrics {
     defrag_seconds: ClusterHistograms,
     defrag_reclaimed: Family<ClusterLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
+    backups: BackupSeries,
     leader: Gauge,
     /// The phase each cluster was last counted under, so a cluster is counted once.
     phases: Mutex<HashMap<(String, String), String>>,
@@ -157,6 +201,14 @@ fn register_upkeep(
         "defragmentation_reclaimed_bytes",
         "Bytes scheduled defragmentations took off the members' database files, by cluster",
         reclaimed.clone(),
+    );
+}
+
+fn register_leader(registry: &mut Registry, leader: &Gauge) {
+    registry.register(
+        "leader",
+        "1 when this replica holds the leader Lease (or runs without leader election)",
+        leader.clone(),
     );
 }
 
@@ -224,11 +276,8 @@ impl Metrics {
             changes.clone(),
         );
         register_upkeep(&mut registry, &upkeep, &defrag_seconds, &defrag_reclaimed);
-        registry.register(
-            "leader",
-            "1 when this replica holds the leader Lease (or runs without leader election)",
-            leader.clone(),
-        );
+        let backups = BackupSeries::registered(&mut registry);
+        register_leader(&mut registry, &leader);
         Metrics {
             registry,
             reconciles,
@@ -242,6 +291,7 @@ impl Metrics {
             defrag_seconds,
             defrag_reclaimed,
             requests,
+            backups,
             leader,
             phases: Mutex::default(),
             ready: AtomicBool::new(false),
@@ -304,12 +354,60 @@ impl Metrics {
         self.members_desired.remove(&labels);
         self.defrag_seconds.remove(&labels);
         self.defrag_reclaimed.remove(&labels);
+        self.backups.last_success.remove(&labels);
+        self.backups.interval.remove(&labels);
+        for result in ["succeeded", "failed"] {
+            self.backups.results.remove(&ResultLabels {
+                namespace: labels.namespace.clone(),
+                name: labels.name.clone(),
+                result,
+            });
+        }
         let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = phases.remove(&(labels.namespace, labels.name)) {
             self.clusters
                 .get_or_create(&PhaseLabels { phase: old })
                 .dec();
         }
+    }
+
+    /// An EtcdBackup of a cluster, as its status says: when it last succeeded (Unix seconds),
+    /// and its interval if it is periodic.
+    pub fn backup_seen(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        last_success: Option<i64>,
+        interval: Option<i64>,
+    ) {
+        let labels = ClusterLabels {
+            namespace: namespace.into(),
+            name: cluster.into(),
+        };
+        if let Some(at) = last_success {
+            let gauge = self.backups.last_success.get_or_create(&labels);
+            if at > gauge.get() {
+                gauge.set(at);
+            }
+        }
+        if let Some(secs) = interval.filter(|s| *s > 0) {
+            let gauge = self.backups.interval.get_or_create(&labels);
+            if gauge.get() == 0 || secs < gauge.get() {
+                gauge.set(secs);
+            }
+        }
+    }
+
+    /// A backup of a cluster ended.
+    pub fn backup_result(&self, namespace: &str, cluster: &str, succeeded: bool) {
+        self.backups
+            .results
+            .get_or_create(&ResultLabels {
+                namespace: namespace.into(),
+                name: cluster.into(),
+                result: if succeeded { "succeeded" } else { "failed" },
+            })
+            .inc();
     }
 
     /// A membership change was made on a cluster.
@@ -411,6 +509,26 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("name=\"a\""), "{text}");
+    }
+
+    #[test]
+    fn backups_are_counted_per_cluster_with_the_newest_success_and_shortest_interval() {
+        let m = Metrics::new();
+        m.backup_seen("ns", "a", Some(100), Some(3600));
+        m.backup_seen("ns", "a", Some(50), Some(600));
+        m.backup_seen("ns", "a", None, None);
+        m.backup_result("ns", "a", true);
+        m.backup_result("ns", "a", false);
+        let text = m.encode();
+        for line in [
+            "etcd_operator_backup_last_success_timestamp_seconds{namespace=\"ns\",name=\"a\"} 100",
+            "etcd_operator_backup_interval_seconds{namespace=\"ns\",name=\"a\"} 600",
+            "etcd_operator_backups_total{namespace=\"ns\",name=\"a\",result=\"failed\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
+        m.forget_cluster("ns", "a");
+        assert!(!m.encode().contains("name=\"a\""));
     }
 
     #[test]

@@ -356,6 +356,18 @@ async fn reconcile(backup: Arc<EtcdBackup>, ctx: Arc<Context>) -> Result<Action,
 
 async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, Error> {
     let ns = backup.namespace().unwrap_or_default();
+    let cluster = backup.spec.cluster_name.clone().unwrap_or_default();
+    // From the status, so that a restarted operator exports what was taken before it.
+    let last = backup
+        .status
+        .as_ref()
+        .and_then(|s| s.last_success_date.as_deref())
+        .and_then(|d| d.parse::<Timestamp>().ok())
+        .map(|t| t.as_second());
+    let interval = interval_of(backup).and_then(|i| i64::try_from(i.as_secs()).ok());
+    if !cluster.is_empty() {
+        ctx.metrics.backup_seen(&ns, &cluster, last, interval);
+    }
     match due(backup, Timestamp::now()) {
         Some(Duration::MAX) => return Ok(Action::await_change()),
         Some(wait) => return Ok(Action::requeue(wait)),
@@ -366,6 +378,11 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
     match take(ctx, backup, &ns).await {
         Ok(taken) => {
             record_success(ctx, backup, &previous, &taken).await?;
+            if !cluster.is_empty() {
+                let now = Some(Timestamp::now().as_second());
+                ctx.metrics.backup_seen(&ns, &cluster, now, None);
+                ctx.metrics.backup_result(&ns, &cluster, true);
+            }
             finish(ctx, backup, &taken).await;
             Ok(match interval_of(backup) {
                 Some(interval) => Action::requeue(interval),
@@ -373,6 +390,9 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
             })
         }
         Err(e) => {
+            if !cluster.is_empty() {
+                ctx.metrics.backup_result(&ns, &cluster, false);
+            }
             let message = e.to_string();
             let reported = previous.reason == message;
             let status = EtcdBackupStatus {
