@@ -6,6 +6,8 @@
 #   helm                helm                     (helm.sh/helm/v4/cmd/helm)
 #   pause               pause                    (the pause.c of the pinned k8s.io/kubernetes)
 #   local-path          local-path-provisioner   (github.com/rancher/local-path-provisioner)
+#   promtool            promtool                 (github.com/prometheus/prometheus/cmd/promtool:
+#                                                 checks and unit-tests the chart's alerts)
 #   s3s-fs              s3s-fs                   (crates.io s3s-fs, a fast S3 server on a directory,
 #                                                 for the backup benchmark; 0.14.1 is the newest
 #                                                 that builds with rustc 1.95)
@@ -27,7 +29,7 @@ gobuild() {
   mv "$out/$name.tmp" "$out/$name"
 }
 
-tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|local-path|pause|s3s-fs}
+tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|local-path|pause|promtool|s3s-fs}
 case "$tool" in
   etcd-3.5|etcd-3.6)
     dir=$here/etcd/v${tool#etcd-}
@@ -57,6 +59,11 @@ case "$tool" in
       gcc -Os -static -Wall -DVERSION="$v" -o "$out/pause" "$src"
       strip "$out/pause"
     fi ;;
+  promtool)
+    dir=$here/prometheus; v=$(modver "$dir" github.com/prometheus/prometheus)
+    out=$cache/prometheus/$v/bin
+    # Without service-discovery plugins: rules need none, and the build is much smaller.
+    GOFLAGS="$GOFLAGS -tags=remove_all_sd" gobuild "$dir" "$out" promtool github.com/prometheus/prometheus/cmd/promtool ;;
   s3s-fs)
     v=0.14.1
     out=$cache/s3s-fs/$v/bin

@@ -21,7 +21,7 @@ render() { # NAME ARGS...
   local name=$1; shift
   "$helm" template "eo-$name" "$chart" --namespace etcd-operator "$@" > "$out/$name.yaml"
   python3 -m kubernetes_validate -k 1.34.0 --strict --quiet "$out/$name.yaml" 2>&1 |
-    { grep -v "Couldn't find schema for kind ServiceMonitor" || true; } > "$out/$name.log"
+    { grep -v "Couldn't find schema for kind \(ServiceMonitor\|PodMonitor\|PrometheusRule\)" || true; } > "$out/$name.log"
   if [ -s "$out/$name.log" ]; then cat "$out/$name.log" >&2; echo "[chart] $name: invalid" >&2; exit 1; fi
   echo "[chart] $name: $(grep -c '^kind:' "$out/$name.yaml") objects valid" >&2
 }
@@ -32,6 +32,14 @@ render ha --set replicas=2 --set metrics.serviceMonitor.enabled=true \
   --set podLabels.team=db --set podAnnotations.note=x --set nodeSelector.disk=ssd \
   --set 'tolerations[0].key=dedicated' --set 'tolerations[0].operator=Exists' \
   --set priorityClassName=system-cluster-critical --set log.format=text
+render monitoring --set alerts.enabled=true --set dashboards.enabled=true --set 'alerts.labels.release=prom'
+grep -q '^kind: PrometheusRule$' "$out/monitoring.yaml" && grep -q '^kind: PodMonitor$' "$out/monitoring.yaml" &&
+  grep -q 'grafana_dashboard: "1"' "$out/monitoring.yaml" && grep -q 'alert: EtcdClusterQuorumLost' "$out/monitoring.yaml" ||
+  { echo "[chart] alerts.enabled/dashboards.enabled: PrometheusRule, PodMonitor or dashboard missing" >&2; exit 1; }
+if grep -q 'PrometheusRule\|PodMonitor\|grafana_dashboard' "$out/defaults.yaml"; then
+  echo "[chart] monitoring objects rendered although alerts and dashboards are off" >&2; exit 1
+fi
+"$here/monitoring-test.sh"
 render no-election --set leaderElection.enabled=false --set metrics.service.enabled=false \
   --set memberGate.enabled=false
 schedule=(--set 'backupSchedules[0].name=nightly' --set 'backupSchedules[0].schedule=0 3 * * *'
