@@ -106,6 +106,37 @@ struct ResultLabels {
     result: &'static str,
 }
 
+/// A cluster's members and whether clients are served.
+#[derive(Default)]
+struct MemberSeries {
+    ready: Family<ClusterLabels, Gauge>,
+    desired: Family<ClusterLabels, Gauge>,
+    available: Family<ClusterLabels, Gauge>,
+}
+
+impl MemberSeries {
+    fn registered(registry: &mut Registry) -> Self {
+        let series = MemberSeries::default();
+        registry.register(
+            "cluster_members_ready",
+            "Members of an EtcdCluster that are healthy voters",
+            series.ready.clone(),
+        );
+        registry.register(
+            "cluster_members_desired",
+            "spec.size of an EtcdCluster",
+            series.desired.clone(),
+        );
+        registry.register(
+            "cluster_available",
+            "1 when an EtcdCluster's Available condition is True: a client of its client \
+             Service can read and write",
+            series.available.clone(),
+        );
+        series
+    }
+}
+
 /// The backup series, by cluster: a schedule's EtcdBackups come and go, the cluster stays (and
 /// its series go with it, in [`Metrics::forget_cluster`]).
 #[derive(Default)]
@@ -152,8 +183,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     durations: DurationFamily,
     clusters: Family<PhaseLabels, Gauge>,
-    members_ready: Family<ClusterLabels, Gauge>,
-    members_desired: Family<ClusterLabels, Gauge>,
+    members: MemberSeries,
     changes: Family<ChangeLabels, Counter>,
     upkeep: Family<ChangeLabels, Counter>,
     defrag_seconds: ClusterHistograms,
@@ -226,8 +256,7 @@ impl Metrics {
         let errors = Family::<ErrorLabels, Counter>::default();
         let durations = DurationFamily::new_with_constructor(duration_histogram);
         let clusters = Family::<PhaseLabels, Gauge>::default();
-        let members_ready = Family::<ClusterLabels, Gauge>::default();
-        let members_desired = Family::<ClusterLabels, Gauge>::default();
+        let members = MemberSeries::registered(&mut registry);
         let changes = Family::<ChangeLabels, Counter>::default();
         let upkeep = Family::<ChangeLabels, Counter>::default();
         let defrag_seconds = ClusterHistograms::new_with_constructor(defrag_histogram);
@@ -261,16 +290,6 @@ impl Metrics {
             clusters.clone(),
         );
         registry.register(
-            "cluster_members_ready",
-            "Members of an EtcdCluster that are healthy voters",
-            members_ready.clone(),
-        );
-        registry.register(
-            "cluster_members_desired",
-            "spec.size of an EtcdCluster",
-            members_desired.clone(),
-        );
-        registry.register(
             "membership_changes",
             "Membership changes made (seed, add, promote, remove, pod replaced), by cluster",
             changes.clone(),
@@ -284,8 +303,7 @@ impl Metrics {
             errors,
             durations,
             clusters,
-            members_ready,
-            members_desired,
+            members,
             changes,
             upkeep,
             defrag_seconds,
@@ -318,13 +336,23 @@ impl Metrics {
     }
 
     /// What the last pass over a cluster saw.
-    pub fn cluster_state(&self, namespace: &str, name: &str, phase: &str, ready: i64, size: i64) {
+    pub fn cluster_state(
+        &self,
+        namespace: &str,
+        name: &str,
+        phase: &str,
+        (ready, size, available): (i64, i64, bool),
+    ) {
         let labels = ClusterLabels {
             namespace: namespace.into(),
             name: name.into(),
         };
-        self.members_ready.get_or_create(&labels).set(ready);
-        self.members_desired.get_or_create(&labels).set(size);
+        self.members.ready.get_or_create(&labels).set(ready);
+        self.members.desired.get_or_create(&labels).set(size);
+        self.members
+            .available
+            .get_or_create(&labels)
+            .set(i64::from(available));
         let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         let key = (labels.namespace, labels.name);
         match phases.get(&key) {
@@ -350,8 +378,9 @@ impl Metrics {
             namespace: namespace.into(),
             name: name.into(),
         };
-        self.members_ready.remove(&labels);
-        self.members_desired.remove(&labels);
+        self.members.ready.remove(&labels);
+        self.members.desired.remove(&labels);
+        self.members.available.remove(&labels);
         self.defrag_seconds.remove(&labels);
         self.defrag_reclaimed.remove(&labels);
         self.backups.last_success.remove(&labels);
@@ -486,9 +515,9 @@ mod tests {
     #[test]
     fn a_cluster_is_counted_under_its_latest_phase_only() {
         let m = Metrics::new();
-        m.cluster_state("ns", "a", "Creating", 0, 3);
-        m.cluster_state("ns", "a", "Running", 3, 3);
-        m.cluster_state("ns", "b", "Running", 1, 1);
+        m.cluster_state("ns", "a", "Creating", (0, 3, false));
+        m.cluster_state("ns", "a", "Running", (3, 3, true));
+        m.cluster_state("ns", "b", "Running", (1, 1, true));
         let text = m.encode();
         assert!(
             text.contains("etcd_operator_clusters{phase=\"Running\"} 2"),

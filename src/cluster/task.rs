@@ -900,12 +900,17 @@ fn record_state(ctx: &Context, cluster: &EtcdCluster, status: &EtcdClusterStatus
         .phase
         .map(|p| format!("{p:?}"))
         .unwrap_or_else(|| "None".into());
+    let available = crate::api::common::find_condition(&status.conditions, "Available")
+        .is_some_and(|c| c.is_true());
     ctx.metrics.cluster_state(
         &cluster.namespace().unwrap_or_default(),
         &cluster.name_any(),
         &phase,
-        i64::from(status.ready_members.unwrap_or(0)),
-        i64::from(cluster.spec.size),
+        (
+            i64::from(status.ready_members.unwrap_or(0)),
+            i64::from(cluster.spec.size),
+            available,
+        ),
     );
 }
 
