@@ -3,7 +3,7 @@
 //! with a line per step. The operator takes the snapshot, as for any EtcdBackup: the user needs
 //! the right to create EtcdBackups, not the storage credentials.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use etcd_operator::api::{
@@ -16,6 +16,7 @@ use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::explain;
+use crate::follow::{Step, follow, line};
 
 /// Labels the EtcdBackups this command makes.
 const MADE_BY: &str = "app.kubernetes.io/created-by";
@@ -220,50 +221,34 @@ fn path_of(spec: &EtcdBackupSpec) -> Option<String> {
 
 /// Prints each new phase and message until the backup succeeds (Ok) or fails (Err).
 async fn wait(api: &Api<EtcdBackup>, name: &str, timeout: Duration) -> anyhow::Result<()> {
-    let start = Instant::now();
-    let mut last = String::new();
-    while start.elapsed() < timeout {
-        let b = api.get(name).await.context("reading the EtcdBackup")?;
-        let s = b.status.unwrap_or_default();
+    follow(&format!("EtcdBackup {name}"), timeout, || async {
+        let s = api
+            .get(name)
+            .await
+            .context("reading the EtcdBackup")?
+            .status
+            .unwrap_or_default();
         let message = s
             .conditions
             .iter()
             .find(|c| c.status == "True")
             .map(|c| c.message.clone())
             .unwrap_or_default();
-        let line = format!(
-            "{}{}",
-            s.phase.map_or("Pending".into(), |p| format!("{p:?}")),
-            if message.is_empty() {
-                String::new()
-            } else {
-                format!(": {message}")
-            }
-        );
-        if line != last {
-            println!("[{:6.1}s] {line}", start.elapsed().as_secs_f64());
-            last = line;
-        }
-        match s.phase {
-            Some(BackupPhase::Succeeded) => {
-                println!(
-                    "succeeded: {} ({} bytes, sha256 {}, revision {})",
-                    s.path,
-                    s.size.unwrap_or_default(),
-                    s.sha256,
-                    s.etcd_revision.unwrap_or_default()
-                );
-                return Ok(());
-            }
-            Some(BackupPhase::Failed) => bail!("EtcdBackup {name} failed: {}", s.reason),
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    bail!(
-        "EtcdBackup {name} has not ended after {} s; `kubectl get etcdbackup {name} -o yaml` \
-         says where it is",
-        timeout.as_secs()
-    )
+        let now = line(s.phase.map(|p| format!("{p:?}")), &message);
+        let step = match s.phase {
+            Some(BackupPhase::Succeeded) => Step::Done(format!(
+                "succeeded: {} ({} bytes, sha256 {}, revision {})",
+                s.path,
+                s.size.unwrap_or_default(),
+                s.sha256,
+                s.etcd_revision.unwrap_or_default()
+            )),
+            Some(BackupPhase::Failed) => Step::Failed(s.reason),
+            _ => Step::Going,
+        };
+        Ok((now, step))
+    })
+    .await
 }
 
 #[cfg(test)]

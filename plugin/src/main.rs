@@ -4,6 +4,7 @@
 mod backup;
 mod defrag;
 mod etcdctl;
+mod follow;
 mod report;
 mod restore;
 mod status;

@@ -4,7 +4,7 @@
 //! operator verifies the snapshot and keeps what it replaces; this command only asks for it.
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use etcd_operator::api::{
@@ -15,6 +15,7 @@ use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::explain;
+use crate::follow::{Step, follow, line};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -152,51 +153,35 @@ fn confirmed(ns: &str, cluster: &str, what: &str) -> anyhow::Result<bool> {
 
 /// Prints each new phase and message until the restore completes (Ok) or fails (Err).
 async fn wait(api: &Api<EtcdRestore>, name: &str, timeout: Duration) -> anyhow::Result<()> {
-    let start = Instant::now();
-    let mut last = String::new();
-    while start.elapsed() < timeout {
-        let r = api.get(name).await.context("reading the EtcdRestore")?;
-        let s = r.status.unwrap_or_default();
+    follow(&format!("EtcdRestore {name}"), timeout, || async {
+        let s = api
+            .get(name)
+            .await
+            .context("reading the EtcdRestore")?
+            .status
+            .unwrap_or_default();
         let message = s
             .conditions
             .first()
             .map(|c| c.message.clone())
             .unwrap_or_default();
-        let line = format!(
-            "{}{}",
-            s.phase.map_or("Pending".into(), |p| format!("{p:?}")),
-            if message.is_empty() {
-                String::new()
-            } else {
-                format!(": {message}")
-            }
-        );
-        if line != last {
-            println!("[{:6.1}s] {line}", start.elapsed().as_secs_f64());
-            last = line;
-        }
-        match s.phase {
-            Some(RestorePhase::Completed) => {
-                println!(
-                    "completed: restored revision {}; the cluster as it was is at {}",
-                    s.restored_revision.unwrap_or_default(),
-                    if s.pre_restore_path.is_empty() {
-                        "(nothing to keep)"
-                    } else {
-                        &s.pre_restore_path
-                    }
-                );
-                return Ok(());
-            }
-            Some(RestorePhase::Failed) => bail!("EtcdRestore {name} failed: {}", s.reason),
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    bail!(
-        "EtcdRestore {name} has not ended after {} s; `kubectl get etcdrestore {name} -o yaml` \
-         says where it is",
-        timeout.as_secs()
-    )
+        let now = line(s.phase.map(|p| format!("{p:?}")), &message);
+        let step = match s.phase {
+            Some(RestorePhase::Completed) => Step::Done(format!(
+                "completed: restored revision {}; the cluster as it was is at {}",
+                s.restored_revision.unwrap_or_default(),
+                if s.pre_restore_path.is_empty() {
+                    "(nothing to keep)"
+                } else {
+                    &s.pre_restore_path
+                }
+            )),
+            Some(RestorePhase::Failed) => Step::Failed(s.reason),
+            _ => Step::Going,
+        };
+        Ok((now, step))
+    })
+    .await
 }
 
 #[cfg(test)]

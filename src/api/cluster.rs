@@ -313,6 +313,11 @@ impl EtcdClusterSpec {
         format!("{}:v{}", self.repository(), self.version())
     }
 
+    /// The store `recovery.backups` names, if any.
+    pub fn recovery_store(&self) -> Option<&RecoveryStore> {
+        self.recovery.as_ref()?.backups.as_ref()
+    }
+
     /// The backend quota members run with, defaulted.
     pub fn quota_backend_bytes(&self) -> i64 {
         self.maintenance

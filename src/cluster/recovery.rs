@@ -181,12 +181,7 @@ async fn newest(
     cluster: &EtcdCluster,
 ) -> Result<Result<Newest, String>, act::Error> {
     let backup = newest_backup(handles, cluster).await?;
-    let Some(store) = cluster
-        .spec
-        .recovery
-        .as_ref()
-        .and_then(|r| r.backups.as_ref())
-    else {
+    let Some(store) = cluster.spec.recovery_store() else {
         return Ok(backup.map(|b| Newest::Backup(Box::new(b))).ok_or_else(|| {
             format!(
                 "no succeeded EtcdBackup with spec.clusterName {} to restore",

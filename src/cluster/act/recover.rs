@@ -87,12 +87,7 @@ pub(super) async fn recover_from_store(
     path: &str,
     uid: &str,
 ) -> Result<Outcome, Error> {
-    let Some(store) = cluster
-        .spec
-        .recovery
-        .as_ref()
-        .and_then(|r| r.backups.as_ref())
-    else {
+    let Some(store) = cluster.spec.recovery_store() else {
         return Ok(Outcome::Retry(
             "spec.recovery.backups is no longer set".into(),
         ));
