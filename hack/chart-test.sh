@@ -63,15 +63,24 @@ python3 -m kubernetes_validate -k 1.34.0 --strict --quiet "$here/../examples/bac
 # What the modes must and must not grant.
 kinds() { grep '^kind:' "$out/$1.yaml" | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
 grep -q '^kind: ClusterRole$' "$out/defaults.yaml" || { echo "[chart] cluster-wide mode has no ClusterRole" >&2; exit 1; }
-if grep -q '^kind: ClusterRole' "$out/namespaced.yaml"; then
-  echo "[chart] namespaced mode must not grant cluster-wide rights: $(kinds namespaced)" >&2; exit 1
+# Namespaced mode's only cluster-wide right is its own CRDs (crds.install, on by default).
+python3 - "$out/namespaced.yaml" <<'PY' || { echo "[chart] namespaced mode must not grant cluster-wide rights beyond its CRDs: $(kinds namespaced)" >&2; exit 1; }
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+roles = [d for d in docs if d["kind"] == "ClusterRole"]
+assert len(roles) == 1 and all(r["resources"] == ["customresourcedefinitions"] for r in roles[0]["rules"]), roles
+PY
+grep -q -- '- --install-crds$' "$out/defaults.yaml" || { echo "[chart] crds.install (default) must pass --install-crds" >&2; exit 1; }
+render no-crds --set crds.install=false
+if grep -q -- '--install-crds\|customresourcedefinitions' "$out/no-crds.yaml"; then
+  echo "[chart] crds.install=false must neither pass --install-crds nor grant CRD rights" >&2; exit 1
 fi
 [ "$(grep -c '^kind: Role$' "$out/namespaced.yaml")" = 3 ] || { echo "[chart] expected a Role per namespace plus the Lease's: $(kinds namespaced)" >&2; exit 1; }
 # Node loss: acted on (and Nodes readable) cluster-wide; off where Nodes cannot be read.
 grep -q -- '--node-loss-grace=30' "$out/defaults.yaml" && grep -q 'resources: \[nodes\]' "$out/defaults.yaml" ||
   { echo "[chart] cluster-wide mode must read Nodes and pass --node-loss-grace=30" >&2; exit 1; }
 grep -q -- '--node-loss-grace=0' "$out/namespaced.yaml" || { echo "[chart] namespaced mode must pass --node-loss-grace=0" >&2; exit 1; }
-grep -q -- '--node-loss-grace=30' "$out/namespaced-nodes.yaml" && [ "$(grep -c '^kind: ClusterRole' "$out/namespaced-nodes.yaml")" = 2 ] &&
+grep -q -- '--node-loss-grace=30' "$out/namespaced-nodes.yaml" && [ "$(grep -c '^kind: ClusterRole' "$out/namespaced-nodes.yaml")" = 4 ] &&
   grep -A3 '^rules:' "$out/namespaced-nodes.yaml" | grep -q 'resources: \[nodes\]' ||
   { echo "[chart] readNodes must grant list/watch of Nodes (only) and pass --node-loss-grace=30" >&2; exit 1; }
 grep -q 'topologyKey: kubernetes.io/hostname' "$out/ha.yaml" || { echo "[chart] replicas > 1 are not spread over nodes" >&2; exit 1; }
@@ -91,7 +100,8 @@ roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == nam
 assert len(roles) == 1 and roles[0]["metadata"]["namespace"] == "team-a", roles
 assert roles[0]["rules"] == [{"apiGroups": ["etcd.database.coreos.com"],
     "resources": ["etcdbackups"], "verbs": ["create", "get", "list", "delete"]}], roles[0]["rules"]
-assert not [d for d in docs if d["kind"] == "ClusterRole"], "a schedule must not add cluster-wide rights"
+crd_only = lambda d: all(r["resources"] == ["customresourcedefinitions"] for r in d["rules"])
+assert not [d for d in docs if d["kind"] == "ClusterRole" and not crd_only(d)], "a schedule must not add cluster-wide rights"
 cj = [d for d in docs if d["kind"] == "CronJob"]
 assert len(cj) == 1, cj
 spec = cj[0]["spec"]

@@ -154,6 +154,10 @@ struct RunArgs {
     /// (the default): members with volumes wait for their node, however long it takes.
     #[arg(long, env = "VOLUME_LOSS_AFTER", default_value_t = 0)]
     volume_loss_after: u64,
+    /// Install or update this version's CRDs at start (Helm never upgrades CRDs), unless a
+    /// newer operator wrote them; needs the right to get, create and patch them.
+    #[arg(long, env = "INSTALL_CRDS")]
+    install_crds: bool,
     /// Where etcd pods reach this operator's HTTP server (`http://IP:port`), from which a
     /// restore's seed member fetches its snapshot. The chart sets it to the pod's IP; without
     /// it, restores wait with a condition that says so.
@@ -341,6 +345,32 @@ fn cluster_context(
     }
 }
 
+/// The CRDs installed or updated; a failure is logged and the operator goes on with the CRDs
+/// the cluster has (a crash loop would look after no cluster at all).
+async fn install_crds(client: &kube::Client) {
+    use etcd_operator::kube::crds::{Outcome, install};
+    match install(client).await {
+        Ok(outcomes) => {
+            for o in outcomes {
+                match o {
+                    Outcome::Applied(name) => {
+                        tracing::info!(crd = name, "CRD installed or updated")
+                    }
+                    Outcome::Newer(name, version) => tracing::warn!(
+                        crd = name,
+                        version,
+                        "CRD left as it is: operator {version} wrote it, newer than this one"
+                    ),
+                }
+            }
+        }
+        Err(e) => tracing::error!(
+            "installing the CRDs (--install-crds) failed, going on with the ones the cluster \
+             has: {e}"
+        ),
+    }
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(&args.log_level, args.log_format)?;
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
@@ -355,6 +385,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         bounded(config, Duration::from_secs(args.request_timeout)),
         &metrics,
     )?;
+    if args.install_crds {
+        install_crds(&client).await;
+    }
     let sources = std::sync::Arc::new(cluster::handles::Sources::default());
     let snapshots = std::sync::Arc::new(restore::serve::Snapshots {
         client: client.clone(),

@@ -241,6 +241,29 @@ fn a_graceful_shutdown_releases_the_lease_and_metrics_follow_a_deleted_cluster()
         series(&scrape(&k, ns, &pod, "/metrics").unwrap(), &name),
         Some(1.0)
     );
+    let available =
+        format!("etcd_operator_cluster_available{{namespace=\"{ns}\",name=\"example\"}}");
+    until("the cluster_available series at 1", 30, || {
+        series(
+            &scrape(&k, ns, &pod, "/metrics").unwrap_or_default(),
+            &available,
+        ) == Some(1.0)
+    });
+    // The chart's default crds.install: the operator applied its CRDs at start, marked with its
+    // version, through the ClusterRole limited to them.
+    let crd = get(&k, ns, "crd/etcdclusters.etcd.database.coreos.com");
+    let managers: Vec<&str> = crd["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["manager"].as_str())
+        .collect();
+    assert!(managers.contains(&"etcd-operator"), "{managers:?}");
+    assert!(
+        crd["metadata"]["annotations"]["etcd.database.coreos.com/operator-version"].is_string(),
+        "{}",
+        crd["metadata"]
+    );
     k.ok(&["delete", "-n", ns, "etcdcluster/example"], None);
     until("the cluster's series to go", 30, || {
         scrape(&k, ns, &pod, "/metrics").is_some_and(|m| series(&m, &name).is_none())

@@ -10,6 +10,7 @@
 //! is still the kube crate, and this module is reached as `crate::kube`.
 
 pub mod cache;
+pub mod crds;
 pub mod invalid;
 pub mod names;
 pub mod restore_token;
