@@ -251,7 +251,17 @@ fn a_graceful_shutdown_releases_the_lease_and_metrics_follow_a_deleted_cluster()
     });
     // The chart's default crds.install: the operator applied its CRDs at start, marked with its
     // version, through the ClusterRole limited to them.
-    let crd = get(&k, ns, "crd/etcdclusters.etcd.database.coreos.com");
+    let crd: Value = serde_json::from_str(&k.ok(
+        &[
+            "get",
+            "crd/etcdclusters.etcd.database.coreos.com",
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ],
+        None,
+    ))
+    .unwrap();
     let managers: Vec<&str> = crd["metadata"]["managedFields"]
         .as_array()
         .unwrap()
