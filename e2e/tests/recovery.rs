@@ -202,11 +202,14 @@ fn restore_latest_backup_brings_back_a_cluster_whose_every_member_is_gone() {
     let k = Kubectl::from_env();
     let (moto, namespace, _operator) = setup(&k, "recover-backup", BUCKET, 3);
     let ns = namespace.name.as_str();
+    // The store is named from the start: the recovery reads the spec it has when it decides.
     patch_spec(
         &k,
         ns,
         "example",
-        json!({"recovery": {"quorumLoss": "RestoreLatestBackup", "after": "0s"}}),
+        json!({"recovery": {"quorumLoss": "RestoreLatestBackup", "after": "0s",
+            "backups": {"backupStorageType": "S3",
+                "s3": s3_spec(&moto, BUCKET, "etcd/example", "aws")}}}),
     );
     let endpoint = client_endpoint(&k, ns, "example");
     let writer = Writer::start_with(&endpoint, Duration::from_secs(3), Keys::Unique);
@@ -250,13 +253,6 @@ fn restore_latest_backup_brings_back_a_cluster_whose_every_member_is_gone() {
         }
     });
     k.ok(&["delete", "-n", ns, "etcdbackup/hourly"], None);
-    patch_spec(
-        &k,
-        ns,
-        "example",
-        json!({"recovery": {"backups": {"backupStorageType": "S3",
-            "s3": s3_spec(&moto, BUCKET, "etcd/example", "aws")}}}),
-    );
     let before = revision(&endpoint);
 
     // Every member pod gone at once, their data with them.

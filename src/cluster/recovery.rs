@@ -206,17 +206,8 @@ async fn newest(
             )));
         }
     };
-    let backup_at = |b: &EtcdBackup| {
-        b.status
-            .as_ref()
-            .and_then(|s| s.last_success_date.as_deref())
-            .and_then(|d| d.parse::<k8s_openapi::jiff::Timestamp>().ok())
-            .map(|t| t.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).datetime())
-    };
     Ok(match (backup, stored) {
-        (Some(b), Some(s)) if backup_at(&b).is_some_and(|at| at > s.at) => {
-            Ok(Newest::Backup(Box::new(b)))
-        }
+        (Some(b), Some(s)) if !stored_is_newer(&b, &s) => Ok(Newest::Backup(Box::new(b))),
         (_, Some(s)) => Ok(Newest::Stored(s)),
         (Some(b), None) => Ok(Newest::Backup(Box::new(b))),
         (None, None) => Err(format!(
@@ -225,6 +216,24 @@ async fn newest(
             cluster.name_any()
         )),
     })
+}
+
+/// Whether a backup found in the store holds newer data than EtcdBackup `b`: by revision when
+/// both are known (a periodic name carries it; the same revision is the same data, and the
+/// EtcdBackup's verified status is preferred), else by time, to the second of the name (a backup
+/// that succeeded within the second another started is not newer than it).
+fn stored_is_newer(b: &EtcdBackup, s: &Stored) -> bool {
+    let status = b.status.clone().unwrap_or_default();
+    if let (Some(revision), true) = (status.etcd_revision, s.revision > 0) {
+        return s.revision > revision;
+    }
+    let succeeded = status
+        .last_success_date
+        .as_deref()
+        .and_then(|d| d.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t.as_second()).ok())
+        .map(|t| t.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).datetime());
+    succeeded.is_none_or(|at| s.at >= at)
 }
 
 /// Bounds the listing of `spec.recovery.backups` on a pass.
@@ -385,4 +394,34 @@ pub fn report(
     );
     let known = last.is_some_and(|old| old.completed && old.restore == r.restore);
     (r.completed && !known).then_some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_backup_is_newer_by_revision_else_by_the_second_of_its_name() {
+        let backup = |revision: Option<i64>, at: &str| {
+            let mut b = EtcdBackup::new("nightly", crate::api::EtcdBackupSpec::default());
+            b.status = Some(crate::api::EtcdBackupStatus {
+                etcd_revision: revision,
+                last_success_date: Some(at.into()),
+                ..Default::default()
+            });
+            b
+        };
+        let stored = |revision: i64, at: &str| Stored {
+            path: "b/k".into(),
+            at: at.parse().unwrap(),
+            revision,
+        };
+        // Succeeded within the second the stored one started, with an older revision.
+        let b = backup(Some(1247), "2026-11-26T18:51:27.300Z");
+        assert!(stored_is_newer(&b, &stored(1267, "2026-11-26T18:51:27")));
+        assert!(!stored_is_newer(&b, &stored(1247, "2026-11-26T18:51:27")));
+        // A scheduled name has no revision: by time, to the second.
+        assert!(stored_is_newer(&b, &stored(0, "2026-11-26T18:51:27")));
+        assert!(!stored_is_newer(&b, &stored(0, "2026-11-26T18:51:26")));
+    }
 }
