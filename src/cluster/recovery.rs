@@ -403,7 +403,12 @@ mod tests {
     #[test]
     fn a_stored_backup_is_newer_by_revision_else_by_the_second_of_its_name() {
         let backup = |revision: Option<i64>, at: &str| {
-            let mut b = EtcdBackup::new("nightly", crate::api::EtcdBackupSpec::default());
+            let mut b: EtcdBackup = serde_json::from_value(serde_json::json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+                "metadata": {"name": "nightly"},
+                "spec": {"clusterName": "c", "storageType": "S3", "s3": {"path": "b/k"}}
+            }))
+            .unwrap();
             b.status = Some(crate::api::EtcdBackupStatus {
                 etcd_revision: revision,
                 last_success_date: Some(at.into()),
