@@ -64,12 +64,7 @@ pub async fn run(client: Client, ns: &str, args: Args) -> anyhow::Result<()> {
         .await
         .map_err(|e| explain(e, "list", "etcdbackups", ns))?
         .items;
-    // Settings that have worked: a failed backup's may be what failed.
-    let template = all
-        .iter()
-        .filter(|b| b.spec.cluster_name.as_deref() == Some(args.name.as_str()))
-        .filter(|b| b.status.as_ref().is_some_and(|s| s.succeeded))
-        .max_by_key(|b| b.metadata.creation_timestamp.clone().map(|t| t.0));
+    let template = newest_succeeded(&all, &args.name);
     let now = Timestamp::now();
     let backup = backup_of(&args, ns, template, now)?;
     let name = backup.name_any();
@@ -86,6 +81,16 @@ pub async fn run(client: Client, ns: &str, args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     wait(&backups, &name, Duration::from_secs(args.timeout)).await
+}
+
+/// The cluster's newest succeeded EtcdBackup (by creation): its storage settings have worked,
+/// where a failed backup's may be what failed.
+pub fn newest_succeeded<'a>(backups: &'a [EtcdBackup], cluster: &str) -> Option<&'a EtcdBackup> {
+    backups
+        .iter()
+        .filter(|b| b.spec.cluster_name.as_deref() == Some(cluster))
+        .filter(|b| b.status.as_ref().is_some_and(|s| s.succeeded))
+        .max_by_key(|b| b.metadata.creation_timestamp.clone().map(|t| t.0))
 }
 
 /// The EtcdBackup to create. Pure.

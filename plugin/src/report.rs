@@ -4,8 +4,6 @@
 //! and key, their values redacted. What the user may not read is listed in `errors.txt`
 //! instead of failing the report.
 
-use std::io::Write as _;
-
 use etcd_operator::api::{EtcdBackup, EtcdCluster, EtcdRestore};
 use etcd_operator::kube::names::CLUSTER_LABEL;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod, Secret, Service};
@@ -213,7 +211,7 @@ pub fn tarball(prefix: &str, files: &[(String, Vec<u8>)]) -> Vec<u8> {
         let sum: u64 = header.iter().map(|&b| u64::from(b)).sum();
         let text = format!("{sum:06o}\0 ");
         header[148..156].copy_from_slice(text.as_bytes());
-        tar.write_all(&header).unwrap_or_default();
+        tar.extend_from_slice(&header);
         tar.extend_from_slice(data);
         tar.resize(tar.len().div_ceil(512) * 512, 0);
     }

@@ -117,17 +117,12 @@ pub fn spec_of(
     if etcd_operator::backup::storage::split_path(from).is_none() {
         bail!("--from {from:?}: neither an EtcdBackup of this namespace nor <bucket>/<key>");
     }
-    let store = backups
-        .iter()
-        .filter(|b| b.spec.cluster_name.as_deref() == Some(cluster))
-        .filter(|b| b.status.as_ref().is_some_and(|s| s.succeeded))
-        .max_by_key(|b| b.metadata.creation_timestamp.clone().map(|t| t.0))
-        .with_context(|| {
-            format!(
-                "--from {from}: no succeeded EtcdBackup of EtcdCluster {cluster} to take the \
+    let store = crate::backup::newest_succeeded(backups, cluster).with_context(|| {
+        format!(
+            "--from {from}: no succeeded EtcdBackup of EtcdCluster {cluster} to take the \
                  store's settings from; write an EtcdRestore yourself"
-            )
-        })?;
+        )
+    })?;
     let spec = EtcdRestoreSpec::of(StorageSection::from(&store.spec), from, cluster);
     Ok((
         spec,

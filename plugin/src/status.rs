@@ -140,11 +140,11 @@ pub fn report(
     now: Timestamp,
 ) -> Report {
     let status = cluster.status.clone().unwrap_or_default();
-    let leader_index = status
+    let leader = status
         .member_statuses
         .iter()
-        .find(|m| m.role == Some(MemberRole::Leader))
-        .and_then(|m| m.raft_index);
+        .find(|m| m.role == Some(MemberRole::Leader));
+    let leader_index = leader.and_then(|m| m.raft_index);
     let members = status
         .member_statuses
         .iter()
@@ -182,11 +182,7 @@ pub fn report(
         desired_size: cluster.spec.size,
         ready_members: status.ready_members.unwrap_or_default(),
         version: status.current_version.clone(),
-        leader: status
-            .member_statuses
-            .iter()
-            .find(|m| m.role == Some(MemberRole::Leader))
-            .map(|m| m.name.clone()),
+        leader: leader.map(|m| m.name.clone()),
         conditions: status.conditions.clone(),
         members,
         last_backup: last_backup(&cluster.name_any(), backups, now),
