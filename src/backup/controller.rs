@@ -333,14 +333,22 @@ fn due(backup: &EtcdBackup, now: Timestamp) -> Option<Duration> {
             done.then_some(Duration::MAX)
         }
         Some(interval) => {
-            let last = status
-                .last_success_date
-                .as_deref()
-                .and_then(|d| d.parse::<Timestamp>().ok());
+            let last = last_success(backup);
             let wait = naming::next_due(last, interval, now);
             (!wait.is_zero()).then_some(wait)
         }
     }
+}
+
+/// When the backup last succeeded, by its status.
+fn last_success(backup: &EtcdBackup) -> Option<Timestamp> {
+    backup
+        .status
+        .as_ref()?
+        .last_success_date
+        .as_deref()?
+        .parse()
+        .ok()
 }
 
 async fn reconcile(backup: Arc<EtcdBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -358,12 +366,7 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
     let ns = backup.namespace().unwrap_or_default();
     let cluster = backup.spec.cluster_name.clone().unwrap_or_default();
     // From the status, so that a restarted operator exports what was taken before it.
-    let last = backup
-        .status
-        .as_ref()
-        .and_then(|s| s.last_success_date.as_deref())
-        .and_then(|d| d.parse::<Timestamp>().ok())
-        .map(|t| t.as_second());
+    let last = last_success(backup).map(|t| t.as_second());
     let interval = interval_of(backup).and_then(|i| i64::try_from(i.as_secs()).ok());
     if !cluster.is_empty() {
         ctx.metrics.backup_seen(&ns, &cluster, last, interval);
