@@ -83,14 +83,20 @@ pub async fn run(client: Client, ns: &str, args: Args) -> anyhow::Result<()> {
     wait(&backups, &name, Duration::from_secs(args.timeout)).await
 }
 
-/// The cluster's newest succeeded EtcdBackup (by creation): its storage settings have worked,
-/// where a failed backup's may be what failed.
+/// The cluster's EtcdBackup that succeeded last (by its last success, to the nanosecond; the
+/// creation time has seconds only, and two backups made in one second tied): its storage
+/// settings have worked, where a failed backup's may be what failed.
 pub fn newest_succeeded<'a>(backups: &'a [EtcdBackup], cluster: &str) -> Option<&'a EtcdBackup> {
     backups
         .iter()
         .filter(|b| b.spec.cluster_name.as_deref() == Some(cluster))
-        .filter(|b| b.status.as_ref().is_some_and(|s| s.succeeded))
-        .max_by_key(|b| b.metadata.creation_timestamp.clone().map(|t| t.0))
+        .filter_map(|b| {
+            let s = b.status.as_ref().filter(|s| s.succeeded)?;
+            let at: Timestamp = s.last_success_date.as_deref()?.parse().ok()?;
+            Some((at, b))
+        })
+        .max_by_key(|(at, _)| *at)
+        .map(|(_, b)| b)
 }
 
 /// The EtcdBackup to create. Pure.
@@ -312,6 +318,23 @@ mod tests {
         assert_eq!(
             (s3.path.as_str(), s3.aws_secret.as_deref()),
             ("other/key", Some("s"))
+        );
+
+        // The template is the backup that succeeded last, not the one made last.
+        let with = |name: &str, at: &str| {
+            let mut b = template.clone();
+            b.metadata.name = Some(name.into());
+            b.status =
+                serde_json::from_value(json!({"succeeded": true, "lastSuccessDate": at})).unwrap();
+            b
+        };
+        let all = [
+            with("periodic", "2026-11-26T10:00:09.9Z"),
+            with("later-made", "2026-11-26T10:00:09.1Z"),
+        ];
+        assert_eq!(
+            newest_succeeded(&all, "example").unwrap().name_any(),
+            "periodic"
         );
 
         // Nothing to take settings from, and no --to: the error says what to give.

@@ -192,7 +192,8 @@ mod tests {
             "spec": {"clusterName": "example", "storageType": "S3",
                 "s3": {"path": "bucket/etcd/nightly", "awsSecret": "aws",
                     "endpoint": "http://minio:9000"}},
-            "status": {"succeeded": true, "path": "bucket/etcd/nightly_v9_2026-11-26-03:00:00",
+            "status": {"succeeded": true, "lastSuccessDate": "2026-11-26T03:00:05Z",
+                "path": "bucket/etcd/nightly_v9_2026-11-26-03:00:00",
                 "etcdRevision": 9}
         }))
         .unwrap();
