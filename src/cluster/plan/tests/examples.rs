@@ -994,6 +994,33 @@ fn nospace_is_reclaimed_before_anything_else_and_never_without_quorum() {
 }
 
 #[test]
+fn nospace_raised_only_by_a_learner_promotes_it_rather_than_reclaiming_in_a_loop() {
+    // A learner cannot be defragmented (etcd refuses it), and one whose backend is over the
+    // quota raises the alarm again at every write it applies: reclaiming would never end.
+    let mut obs = steady(3);
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(member("m4", 4, true, true));
+    obs.pods.push(running("m4"));
+    obs.nospace = [4].into_iter().collect();
+    assert_eq!(
+        plan(&obs, &target(5)),
+        Action::Promote {
+            name: "m4".into(),
+            id: 4
+        }
+    );
+    // A voter's alarm beside it is reclaimed first, as always.
+    obs.nospace.insert(2);
+    assert_eq!(plan(&obs, &target(5)), Action::ReclaimSpace);
+    // Promoted, its alarm is a voter's: reclaimed (it is defragmented with the others).
+    obs.nospace = [4].into_iter().collect();
+    obs.members.as_mut().unwrap()[3].is_learner = false;
+    assert_eq!(plan(&obs, &target(5)), Action::ReclaimSpace);
+}
+
+#[test]
 fn scheduled_defragmentation_takes_followers_first_the_leader_last_and_only_a_whole_cluster() {
     let t = target(3);
     let mut obs = steady(3);
