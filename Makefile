@@ -7,7 +7,8 @@ export CARGO_INCREMENTAL ?= 0
 CHAOS_IMAGE ?= quay.io/etcd-operator/etcd-operator:failpoints
 
 .PHONY: all build test unit lint e2e control-plane-test smoke crds demo demo-down cluster-up \
-	control-plane-up cluster-down cluster-cycle-test k8s image bench bench-scale chart-test chaos
+	control-plane-up cluster-down cluster-cycle-test k8s image bench bench-scale chart-test chaos \
+	chaos-short
 
 all: build
 
@@ -15,9 +16,10 @@ build:
 	hack/deps.sh
 	$(CARGO) build --workspace
 
-## test: everything CI runs: lint, unit tests, then the e2e suite on the local single-node cluster
-## (the CRD rules judged by its kube-apiserver, and the smoke test that proves the cluster real).
-test: lint unit chart-test cluster-cycle-test e2e
+## test: everything CI runs: lint, unit tests, then the e2e suite on the local cluster (the CRD
+## rules judged by its kube-apiserver, and the smoke test that proves the cluster real), then the
+## 3-minute chaos run.
+test: lint unit chart-test cluster-cycle-test e2e chaos-short
 
 ## lint: formatting, clippy (the workspace lints of Cargo.toml, warnings denied), the import
 ## rules of the modules (hack/import-rules.py), no function over 80 lines
@@ -66,6 +68,12 @@ chaos:
 	hack/deps.sh
 	hack/with-cluster.sh sh -c 'IMAGE=$(CHAOS_IMAGE) IMAGE_PROFILE=dev IMAGE_FEATURES=failpoints \
 		IMAGE_ARCHIVE=etcd-operator-failpoints hack/image.sh && cd chaos && CHAOS_IMAGE=$(CHAOS_IMAGE) go run ./cmd/eo-chaos run'
+
+## chaos-short: the 3-minute chaos run of `make test`: a fixed seed (CHAOS_SHORT_SEED), the
+## crash points armed from the start, no API-server outage measurement (`make chaos` has it).
+CHAOS_SHORT_SEED ?= 12
+chaos-short:
+	CHAOS_MINUTES=3 CHAOS_SEED=$(CHAOS_SHORT_SEED) CHAOS_OUTAGE=off $(MAKE) chaos
 
 ## image: the operator image from the release binary, imported when the local cluster runs.
 image:

@@ -83,6 +83,9 @@ grep -q -- '--node-loss-grace=0' "$out/namespaced.yaml" || { echo "[chart] names
 grep -q -- '--node-loss-grace=30' "$out/namespaced-nodes.yaml" && [ "$(grep -c '^kind: ClusterRole' "$out/namespaced-nodes.yaml")" = 4 ] &&
   grep -A3 '^rules:' "$out/namespaced-nodes.yaml" | grep -q 'resources: \[nodes\]' ||
   { echo "[chart] readNodes must grant list/watch of Nodes (only) and pass --node-loss-grace=30" >&2; exit 1; }
+render extra-env --set-json 'extraEnv=[{"name":"RUST_LOG","value":"debug"}]'
+grep -A1 -- '- name: RUST_LOG$' "$out/extra-env.yaml" | grep -q 'value: debug' ||
+  { echo "[chart] extraEnv not passed to the operator's container" >&2; exit 1; }
 grep -q 'topologyKey: kubernetes.io/hostname' "$out/ha.yaml" || { echo "[chart] replicas > 1 are not spread over nodes" >&2; exit 1; }
 grep -q '^kind: PodDisruptionBudget' "$out/ha.yaml" || { echo "[chart] replicas > 1 renders no PodDisruptionBudget" >&2; exit 1; }
 if grep -q '^kind: PodDisruptionBudget' "$out/defaults.yaml"; then echo "[chart] one replica must not get a PodDisruptionBudget" >&2; exit 1; fi

@@ -14,14 +14,45 @@ func TestTheSameSeedGivesTheSameScheduleAndEveryKindComes(t *testing.T) {
 	if reflect.DeepEqual(a, Schedule(43, 300)) {
 		t.Fatal("seeds 42 and 43 gave the same schedule")
 	}
-	seen := map[Kind]int{}
-	for _, s := range a {
-		seen[s.Kind]++
-	}
-	for _, k := range Kinds {
-		if seen[k.Kind] < 5 {
-			t.Errorf("%s only %d times in 300 faults", k.Kind, seen[k.Kind])
+	// Rounds: every fault once in each, the slow changes in one round of Every, the backup
+	// before the restore that needs it.
+	at := 0
+	for r := 0; r < 6; r++ {
+		want := map[Kind]int{}
+		size := 0
+		for _, k := range Kinds {
+			if k.Every <= 1 || r%k.Every == 0 {
+				want[k.Kind] = k.PerRound
+				size += k.PerRound
+			}
 		}
+		seen := map[Kind]int{}
+		for i, s := range a[at : at+size] {
+			seen[s.Kind]++
+			if s.Kind == RestoreChange && seen[BackupChange] == 0 {
+				t.Errorf("round %d: the restore (step %d) before the backup", r, at+i)
+			}
+		}
+		for _, k := range Kinds {
+			if seen[k.Kind] != want[k.Kind] {
+				t.Errorf("round %d: %s %d times, not %d", r, k.Kind, seen[k.Kind], want[k.Kind])
+			}
+		}
+		at += size
+	}
+	ops := OperatorSchedule(42, 60)
+	if !reflect.DeepEqual(ops, OperatorSchedule(42, 60)) {
+		t.Fatal("seed 42 gave two operator schedules")
+	}
+	seen := map[Kind]int{}
+	for _, s := range ops {
+		seen[s.Kind]++
+		if s.Quiet < 5*time.Second || s.Quiet > 15*time.Second {
+			t.Errorf("operator fault after %v", s.Quiet)
+		}
+	}
+	if seen[OperatorLeaderKill] < 5 || seen[OperatorStandbyKill] < 5 || len(seen) != 2 {
+		t.Errorf("operator faults: %v", seen)
 	}
 }
 

@@ -6,9 +6,6 @@ import (
 	"math/rand"
 	"strings"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Kind is one kind of fault.
@@ -35,35 +32,48 @@ const (
 	Scale   Kind = "change-scale-3-5-3"
 	Roll    Kind = "change-pod-policy-roll"
 	Upgrade Kind = "change-upgrade-3.5-3.6"
+	// A one-shot backup of the cluster (after a marker write it must hold), a restore of
+	// another cluster from the newest backup that succeeded, a rotation of the TLS.auto CA
+	// (the clients follow the client Secret).
+	BackupChange  Kind = "change-backup"
+	RestoreChange Kind = "change-restore-other-cluster"
+	RotateCA      Kind = "change-tls-ca-rotation"
 )
 
 // changes: the kinds that ask the operator for something; the next fault follows at once,
 // without waiting for the change to be done.
-var changes = map[Kind]bool{Scale: true, Roll: true, Upgrade: true}
+var changes = map[Kind]bool{Scale: true, Roll: true, Upgrade: true, BackupChange: true, RestoreChange: true, RotateCA: true}
 
-// Kinds, in the order the report lists them, each with its weight in the schedule and how
-// long it is held (from, to).
+// Kinds, in the order the report lists them, each with how many times it comes in a round of
+// the schedule (0: not in the main schedule, see OperatorSchedule), in one round of Every
+// (0 or 1: each; the slow changes come less often), and how long it is held (from, to). The
+// faults come in every round, so that a run of a few rounds has each several times.
 var Kinds = []struct {
 	Kind     Kind
-	Weight   int
+	PerRound int
 	HoldFrom time.Duration
 	HoldTo   time.Duration
+	Every    int
 }{
-	{OperatorLeaderKill, 3, 0, 0},
-	{OperatorStandbyKill, 2, 0, 0},
-	{MemberKill, 3, 0, 0},
-	{MemberPause, 3, 3 * time.Second, 12 * time.Second},
-	{MemberPodDelete, 3, 0, 0},
-	{APIServerOutage, 2, 5 * time.Second, 20 * time.Second},
-	{ContainerdRestart, 2, time.Second, 5 * time.Second},
-	{NodeStop, 1, 40 * time.Second, 70 * time.Second},
-	{NodePartition, 1, 10 * time.Second, 60 * time.Second},
-	{NodeDrain, 1, 5 * time.Second, 20 * time.Second},
-	{NoSpace, 1, 0, 0},
-	{PauseAndLeaderKill, 1, 5 * time.Second, 15 * time.Second},
-	{Scale, 1, 0, 0},
-	{Roll, 1, 0, 0},
-	{Upgrade, 1, 0, 0},
+	{OperatorLeaderKill, 0, 0, 0, 0},
+	{OperatorStandbyKill, 0, 0, 0, 0},
+	{MemberKill, 1, 0, 0, 0},
+	{MemberPause, 1, 3 * time.Second, 12 * time.Second, 0},
+	{MemberPodDelete, 1, 0, 0, 0},
+	{APIServerOutage, 1, 5 * time.Second, 20 * time.Second, 0},
+	{ContainerdRestart, 1, time.Second, 5 * time.Second, 0},
+	// Longer than the operator's node grace (30 s) now and then: the member is replaced.
+	{NodeStop, 1, 20 * time.Second, 45 * time.Second, 0},
+	{NodePartition, 1, 10 * time.Second, 40 * time.Second, 0},
+	{NodeDrain, 1, 5 * time.Second, 20 * time.Second, 0},
+	{NoSpace, 1, 0, 0, 0},
+	{PauseAndLeaderKill, 1, 5 * time.Second, 15 * time.Second, 0},
+	{Scale, 1, 0, 0, 2},
+	{Roll, 1, 0, 0, 0},
+	{Upgrade, 1, 0, 0, 3},
+	{BackupChange, 1, 0, 0, 0},
+	{RestoreChange, 1, 0, 0, 2},
+	{RotateCA, 1, 0, 0, 4},
 }
 
 // Step is one fault of the schedule: what, held how long, on which target (an index into
@@ -77,27 +87,60 @@ type Step struct {
 }
 
 // Schedule is the run's faults, a pure function of the seed: the same seed, the same faults
-// in the same order with the same holds and choices.
+// in the same order with the same holds and choices. Rounds of every kind in a shuffled order;
+// within a round the backup comes before the restore, which restores the newest backup.
 func Schedule(seed int64, n int) []Step {
 	rnd := rand.New(rand.NewSource(seed))
-	total := 0
-	for _, k := range Kinds {
-		total += k.Weight
+	steps := make([]Step, 0, n)
+	for r := 0; len(steps) < n; r++ {
+		var deck []int
+		for i, k := range Kinds {
+			for j := 0; j < k.PerRound && (k.Every <= 1 || r%k.Every == 0); j++ {
+				deck = append(deck, i)
+			}
+		}
+		rnd.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
+		round := make([]Step, 0, len(deck))
+		at := map[Kind]int{}
+		for _, i := range deck {
+			k := Kinds[i]
+			s := Step{Kind: k.Kind, Choice: rnd.Intn(1 << 20), Quiet: time.Duration(1+rnd.Intn(2)) * time.Second}
+			if k.HoldTo > 0 {
+				s.Hold = k.HoldFrom + time.Duration(rnd.Int63n(int64(k.HoldTo-k.HoldFrom)))
+			}
+			at[k.Kind] = len(round)
+			round = append(round, s)
+		}
+		if b, r, ok := at[BackupChange], at[RestoreChange], hasRestore(deck); ok && r < b {
+			round[b].Kind, round[r].Kind = RestoreChange, BackupChange
+		}
+		steps = append(steps, round...)
 	}
+	return steps[:n]
+}
+
+func hasRestore(deck []int) bool {
+	for _, i := range deck {
+		if Kinds[i].Kind == RestoreChange {
+			return true
+		}
+	}
+	return false
+}
+
+// OperatorSchedule is the operator's own faults, beside the schedule: its leader's or its
+// standby's process killed, Quiet (5 to 15 s) after both replicas are Ready again; the leader
+// one time in three (each such kill leaves the cluster without an operator for a Lease).
+// From the seed as well.
+func OperatorSchedule(seed int64, n int) []Step {
+	rnd := rand.New(rand.NewSource(seed + 1))
 	steps := make([]Step, 0, n)
 	for i := 0; i < n; i++ {
-		pick := rnd.Intn(total)
-		for _, k := range Kinds {
-			if pick < k.Weight {
-				s := Step{Kind: k.Kind, Choice: rnd.Intn(1 << 20), Quiet: time.Duration(1+rnd.Intn(4)) * time.Second}
-				if k.HoldTo > 0 {
-					s.Hold = k.HoldFrom + time.Duration(rnd.Int63n(int64(k.HoldTo-k.HoldFrom)))
-				}
-				steps = append(steps, s)
-				break
-			}
-			pick -= k.Weight
+		k := OperatorStandbyKill
+		if rnd.Intn(3) == 0 {
+			k = OperatorLeaderKill
 		}
+		steps = append(steps, Step{Kind: k, Choice: rnd.Intn(1 << 20), Quiet: time.Duration(5+rnd.Intn(11)) * time.Second})
 	}
 	return steps
 }
@@ -143,8 +186,20 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 			_, err = e.k("delete", "pod", p.Metadata.Name, "--wait=false")
 			return p.Metadata.Name, nil, err
 		}
-	case Scale, Roll, Upgrade:
+	case Scale, Roll, Upgrade, RotateCA:
 		return e.change(s)
+	case BackupChange:
+		b, err := e.backup(len(e.backups) + 1)
+		if err == nil {
+			e.backups = append(e.backups, b)
+		}
+		return b.Name + " to " + b.Path, nil, err
+	case RestoreChange:
+		r, err := e.restore(len(e.restores) + 1)
+		if err == nil {
+			e.restores = append(e.restores, r)
+		}
+		return r.Name + " of " + other + " from " + r.Backup, nil, err
 	case PauseAndLeaderKill:
 		member, undo, err := e.inject(Step{Kind: MemberPause, Choice: s.Choice})
 		if err != nil {
@@ -159,7 +214,7 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 		if err != nil {
 			return "", nil, err
 		}
-		return "the cluster's quota", nil, fill(endpoint)
+		return "the cluster's quota", nil, e.fill(endpoint)
 	}
 	nodes, err := e.nodes()
 	if err != nil || len(nodes) == 0 {
@@ -197,6 +252,11 @@ func (e *Env) change(s Step) (string, func() error, error) {
 	}
 	patch, what := "", ""
 	switch {
+	case s.Kind == RotateCA:
+		e.rotations++
+		a := fmt.Sprintf("etcd.database.coreos.com/rotate-tls=%d", s.Choice)
+		_, err := e.k("annotate", "etcdcluster", e.Cluster, a, "--overwrite")
+		return "annotation " + a, nil, err
 	case s.Kind == Scale:
 		size := 5
 		if c.Spec.Size == 5 {
@@ -223,9 +283,8 @@ func (e *Env) around(target string, do, undo []string) (string, func() error, er
 
 // fill overwrites one key outside the workload's with 1 MiB values through endpoint until etcd
 // refuses a write for lack of space (NOSPACE), at most 600 writes.
-func fill(endpoint string) error {
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second,
-		Logger: zap.NewNop()})
+func (e *Env) fill(endpoint string) error {
+	c, err := e.etcdClient([]string{endpoint}, false)
 	if err != nil {
 		return err
 	}

@@ -50,10 +50,14 @@ type Report struct {
 	APIOutageHealthy float64 `json:"api_outage_healthy_seconds"`
 	// How often each of the operator's crash points fired.
 	CrashPoints map[string]int `json:"crash_points"`
-	Check       check.Result   `json:"check"`
-	FaultList   []Fault        `json:"fault_list"`
-	History     string         `json:"history"`
-	Error       string         `json:"error,omitempty"`
+	// The backups and restores asked for, as they ended, and how many CA rotations.
+	Backups     []Backup     `json:"backups"`
+	Restores    []Restore    `json:"restores"`
+	CARotations int          `json:"ca_rotations"`
+	Check       check.Result `json:"check"`
+	FaultList   []Fault      `json:"fault_list"`
+	History     string       `json:"history"`
+	Error       string       `json:"error,omitempty"`
 }
 
 // longestGap: the longest time within [from, to] with no operation answered.
@@ -241,8 +245,31 @@ func (r *Report) Print(w io.Writer) {
 		r.Check.WatchMissing, r.Check.WatchPhantom, r.Check.WatchOutOfOrder)
 	fmt.Fprintf(t, "operator invariant violations\t%d\t0\t\n", r.Violations)
 	fmt.Fprintf(t, "longest Available while writes through the Service failed\t%.0f s\t≤ %v\t\n", r.LongestStaleAvailable, StatusLag)
-	fmt.Fprintf(t, "kube-apiserver back after 20 s out → the operator replaces a deleted member\t%.1f s\t< 10 s\t\n", r.APIOutageRecovery)
-	fmt.Fprintf(t, "  → healthy at full size (nodes NotReady after the outage report again first)\t%.1f s\t\t\n", r.APIOutageHealthy)
+	succeeded, completed := 0, 0
+	for _, b := range r.Backups {
+		if b.Phase == "Succeeded" {
+			succeeded++
+		}
+	}
+	for _, x := range r.Restores {
+		if x.Phase == "Completed" && x.Found >= x.Marker {
+			completed++
+		}
+	}
+	fmt.Fprintf(t, "backups succeeded (each after a marker write it must hold)\t%d of %d\tall\t\n", succeeded, len(r.Backups))
+	fmt.Fprintf(t, "restores of another cluster completed, holding their backup's marker\t%d of %d\tall\t\n", completed, len(r.Restores))
+	fmt.Fprintf(t, "TLS CA rotations asked (the clients follow the client Secret)\t%d\t\t\n", r.CARotations)
+	if r.APIOutageRecovery > 0 {
+		fmt.Fprintf(t, "kube-apiserver back after 20 s out → the operator replaces a deleted member\t%.1f s\t< 10 s\t\n", r.APIOutageRecovery)
+		fmt.Fprintf(t, "  → healthy at full size (nodes NotReady after the outage report again first)\t%.1f s\t\t\n", r.APIOutageHealthy)
+	}
+	fewest, kind := -1, Kind("")
+	for _, k := range r.Kinds {
+		if !changes[k.Kind] && (fewest < 0 || k.Injected < fewest) {
+			fewest, kind = k.Injected, k.Kind
+		}
+	}
+	fmt.Fprintf(t, "faults (crash points included); the fewest of one kind\t%d; %d (%s)\t≥ 200 and ≥ 5 in 30 min\t\n", r.Faults, fewest, kind)
 	t.Flush()
 	for _, v := range r.ViolationList {
 		fmt.Fprintln(w, "  violation:", v)

@@ -16,9 +16,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"etcd-operator/chaos/check"
 	"etcd-operator/chaos/history"
 	"etcd-operator/chaos/workload"
@@ -39,6 +36,9 @@ type Config struct {
 	Image  string // repository:tag of the operator image, empty for the chart's
 	// CrashPoints arms the operator's crash points (its FAILPOINTS; empty: none).
 	CrashPoints string
+	// Outage: measure the operator's return after a 20 s kube-apiserver outage first (with
+	// the crash points armed only after it); without, they are armed from the start.
+	Outage bool
 }
 
 // Fault is one fault as it happened, times from the run's start.
@@ -94,20 +94,33 @@ func (e *Env) install(cfg *Config) error {
 	for _, v := range cfg.Values {
 		args = append(args, "--set", v)
 	}
+	if !cfg.Outage && cfg.CrashPoints != "" {
+		env, _ := json.Marshal([]map[string]string{{"name": "FAILPOINTS", "value": cfg.CrashPoints}})
+		args = append(args, "--set-json", "extraEnv="+string(env))
+	}
 	if _, err := e.exec(5*time.Minute, e.Helm, args...); err != nil {
 		return err
 	}
 	// 3.5, so that an upgrade to 3.6 is among the changes; a quota small enough for the
 	// NOSPACE fault to fill in seconds, and for the workload's own history to reach in a long
 	// run (etcd compacts nothing by itself).
+	// TLS.auto, so that a rotation of its CA is among the changes: the clients use the
+	// client Secret and follow it.
 	manifest := fmt.Sprintf(`{"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
- "metadata": {"name": %q}, "spec": {"size": 3, "version": "3.5.35",
+ "metadata": {"name": %q}, "spec": {"size": 3, "version": "3.5.35", "TLS": {"auto": {}},
  "maintenance": {"quotaBackendBytes": %d}}}`, e.Cluster, Quota)
 	f := filepath.Join(cfg.Out, "cluster.json")
 	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
 		return err
 	}
 	if _, err := e.k("apply", "-f", f); err != nil {
+		return err
+	}
+	// The cluster the restores replace: one member, plain, enough to hold a snapshot.
+	if err := e.apply("EtcdCluster", other, map[string]interface{}{"size": 1, "version": "3.6.16"}); err != nil {
+		return err
+	}
+	if err := e.storeSecret(); err != nil {
 		return err
 	}
 	return until("the cluster healthy at 3 members", 5*time.Minute, e.healthy)
@@ -130,7 +143,7 @@ func (e *Env) endpoint() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "http://" + out + ":2379", nil
+	return "https://" + out + ":2379", nil
 }
 
 // poll samples the status and a client's view every second until ctx ends. Each sample's
@@ -155,7 +168,7 @@ func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []samp
 		if st, err := e.status(); err == nil {
 			s.Available = st.Available
 		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		cli, err := e.etcdClient([]string{endpoint}, false)
 		if err == nil {
 			if s.Available {
 				c, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -174,12 +187,11 @@ func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []samp
 	return samples
 }
 
-// members reads the voting members (a linearizable member list) every 200 ms until ctx ends,
+// memberViews reads the voting members (a linearizable member list) every 200 ms until ctx ends,
 // on one kept-alive connection.
-func members(ctx context.Context, endpoint string, start time.Time) []sample {
+func (e *Env) memberViews(ctx context.Context, endpoint string, start time.Time) []sample {
 	var views []sample
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second,
-		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cli, err := e.etcdClient([]string{endpoint}, true)
 	if err != nil {
 		logf("the member list client: %v", err)
 		return nil
@@ -222,9 +234,21 @@ func Run(cfg Config) (*Report, error) {
 		_ = os.Remove(f)
 	}
 	logf("seed %d, %v of faults, namespace %s", cfg.Seed, cfg.Duration, e.NS)
+	store, err := startStore(e.Root, cfg.Out)
+	if err != nil {
+		return nil, fmt.Errorf("set-up: the backups' store: %w", err)
+	}
+	defer store.Stop()
+	e.store = store
 	if err := e.install(&cfg); err != nil {
 		return nil, fmt.Errorf("set-up: %w", err)
 	}
+	stopCreds := make(chan struct{})
+	defer close(stopCreds)
+	if e.creds, err = newCreds(e, stopCreds); err != nil {
+		return nil, fmt.Errorf("set-up: %w", err)
+	}
+	caStart := e.creds.CA()
 	endpoint, err := e.endpoint()
 	if err != nil {
 		return nil, err
@@ -245,7 +269,7 @@ func Run(cfg Config) (*Report, error) {
 		defer wg.Done()
 		summary, workErr = workload.Run(wctx, workload.Config{Endpoints: []string{endpoint}, Clients: cfg.Clients,
 			Keys: cfg.Keys, Duration: 24 * time.Hour, Timeout: 2 * time.Second, Pause: 10 * time.Millisecond,
-			Seed: cfg.Seed, Start: start}, hist)
+			Seed: cfg.Seed, Start: start, TLS: e.creds.Config()}, hist)
 	}()
 	pctx, stopPoll := context.WithCancel(context.Background())
 	var samples, views []sample
@@ -256,22 +280,40 @@ func Run(cfg Config) (*Report, error) {
 	}()
 	go func() {
 		defer wg.Done()
-		views = members(pctx, endpoint, start)
+		views = e.memberViews(pctx, endpoint, start)
 	}()
 
 	// The outage first, with the crash points not yet armed: it measures the operator's
 	// return, not a crash's.
-	outage, outageHealthy, runErr := e.apiOutage(endpoint)
-	// The replicas' logs of the outage go with them when the crash points are armed (a
-	// rollout).
-	e.saveLogs(cfg.Out, "outage-")
-	if runErr == nil && cfg.CrashPoints != "" {
-		runErr = e.arm(cfg.CrashPoints)
+	var outage, outageHealthy time.Duration
+	var runErr error
+	if cfg.Outage {
+		outage, outageHealthy, runErr = e.apiOutage(endpoint)
+		// The replicas' logs of the outage go with them when the crash points are armed (a
+		// rollout).
+		e.saveLogs(cfg.Out, "outage-")
+		if runErr == nil && cfg.CrashPoints != "" {
+			runErr = e.arm(cfg.CrashPoints)
+		}
 	}
-	var faults []Fault
+	var faults, operatorFaults []Fault
 	if runErr == nil {
+		lctx, stopLane := context.WithCancel(context.Background())
+		laneDone := make(chan struct{})
+		go func() {
+			defer close(laneDone)
+			operatorFaults = e.operatorLane(lctx, cfg.Seed, start)
+		}()
 		faults, runErr = e.faults(&cfg, start)
+		stopLane()
+		<-laneDone
 	}
+	// The backups and restores asked for are done by now, or soon: the cluster is healthy.
+	unsettled := e.settle(e.backups, e.restores, 4*time.Minute)
+	if e.rotations > 0 && string(e.creds.CA()) == string(caStart) {
+		unsettled = append(unsettled, fmt.Sprintf("the CA was rotated %d times, yet the client Secret has the CA it started with", e.rotations))
+	}
+	faults = mergeFaults(faults, operatorFaults)
 	stopPoll()
 	stopWorkload()
 	wg.Wait()
@@ -289,6 +331,9 @@ func Run(cfg Config) (*Report, error) {
 	result := check.Check(h, 10*time.Minute, filepath.Join(cfg.Out, "history.html"))
 	e.saveLogs(cfg.Out, "")
 	r := report(&cfg, h, result, faults, samples, views, time.Since(start))
+	r.Backups, r.Restores, r.CARotations = e.backups, e.restores, e.rotations
+	r.ViolationList = append(r.ViolationList, unsettled...)
+	r.Violations = len(r.ViolationList)
 	r.History = histPath
 	r.APIOutageRecovery = outage.Seconds()
 	r.APIOutageHealthy = outageHealthy.Seconds()
@@ -335,8 +380,7 @@ func (e *Env) apiOutage(endpoint string) (acted, healthy time.Duration, err erro
 	if _, err := e.k("delete", "pod", victim, "--wait=false"); err != nil {
 		return 0, 0, err
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second,
-		Logger: zap.NewNop()})
+	cli, err := e.etcdClient([]string{endpoint}, false)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -429,6 +473,36 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 	return done, until("the cluster healthy at the end", cfg.Recovery, func() bool {
 		return e.healthy() && e.operatorsReady(2)
 	})
+}
+
+// operatorLane kills the operator's replicas by OperatorSchedule until ctx ends, beside the
+// main schedule: each kill waits until both replicas are Ready again.
+func (e *Env) operatorLane(ctx context.Context, seed int64, start time.Time) []Fault {
+	var done []Fault
+	for _, s := range OperatorSchedule(seed, 100000) {
+		select {
+		case <-ctx.Done():
+			return done
+		case <-time.After(s.Quiet):
+		}
+		f := Fault{Step: s, At: time.Since(start)}
+		target, _, err := e.inject(s)
+		f.Target, f.Ended = target, time.Since(start)
+		if err != nil {
+			f.Error = err.Error()
+		} else if until("both operator replicas Ready", 2*time.Minute, func() bool { return e.operatorsReady(2) }) == nil {
+			f.Recovered = time.Since(start)
+		}
+		done = append(done, f)
+	}
+	return done
+}
+
+// mergeFaults: both lanes' faults in the order they struck.
+func mergeFaults(a, b []Fault) []Fault {
+	out := append(append([]Fault{}, a...), b...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out
 }
 
 func (e *Env) saveLogs(dir, prefix string) {

@@ -6,6 +6,7 @@ package workload
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand"
 	"sync"
@@ -37,6 +38,8 @@ type Config struct {
 	// Start is the clock's zero for the history's times (now when unset): the chaos run
 	// shares it, so that its faults and the operations fall on one time line.
 	Start time.Time
+	// TLS for https endpoints (nil: plain).
+	TLS *tls.Config
 }
 
 // Summary is what a run did, for the console.
@@ -89,6 +92,7 @@ func connect(cfg Config) (*clientv3.Client, error) {
 		DialTimeout:          cfg.Timeout,
 		DialKeepAliveTime:    time.Second,
 		DialKeepAliveTimeout: cfg.Timeout,
+		TLS:                  cfg.TLS,
 		// The client's own retries and reconnections are logged at warn level, for each one:
 		// the history records every failure already.
 		Logger: zap.NewNop(),

@@ -126,7 +126,7 @@ func runCheck(args []string) error {
 
 // defaultCrashPoints: each of the operator's crash points (src/crash.rs) fires on some of the
 // passes that reach it (fail's syntax: probability, then the action that exits).
-const defaultCrashPoints = "after-member-add=25%return;after-pod-create=10%return;" +
+const defaultCrashPoints = "after-member-add=25%return;after-pod-create=20%return;" +
 	"after-member-remove=25%return;mid-roll=50%return;after-restore-seed=50%return;" +
 	"after-compact=50%return"
 
@@ -161,6 +161,7 @@ func runChaos() error {
 		Seed: seed, Duration: time.Duration(minutes * float64(time.Minute)), Out: out,
 		Clients: 4, Keys: 8, Recovery: 4 * time.Minute, Image: os.Getenv("CHAOS_IMAGE"),
 		CrashPoints: envOr("CHAOS_CRASH_POINTS", defaultCrashPoints),
+		Outage:      envOr("CHAOS_OUTAGE", "on") != "off",
 	}
 	if cfg.CrashPoints == "off" {
 		cfg.CrashPoints = ""
@@ -185,7 +186,7 @@ func printSchedule(args []string) error {
 	count := fs.Int("count", 20, "how many faults")
 	_ = fs.Parse(args)
 	for i, s := range driver.Schedule(*seed, *count) {
-		fmt.Printf("%3d. %-26s hold %-6v choice %-8d then quiet %v\n", i+1, s.Kind, s.Hold.Round(time.Second), s.Choice, s.Quiet)
+		fmt.Printf("%3d. %-38s hold %-6v choice %-8d then quiet %v\n", i+1, s.Kind, s.Hold.Round(time.Second), s.Choice, s.Quiet)
 	}
 	return nil
 }
