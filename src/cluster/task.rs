@@ -390,6 +390,8 @@ async fn reconcile(
         tls::rotation_due(&material, cluster, time::OffsetDateTime::now_utc());
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref(), memory).await?;
+    // Every pass at debug level: what a slow reaction spent its time on (LOG_LEVEL).
+    debug!(?action, "pass");
     early_status(ctx, cluster, &obs, &action, memory).await?;
     let outcome = act::act(&pass, &effective, &obs, &action).await;
     after_act(&pass, &action, &outcome, space, memory);
@@ -992,6 +994,7 @@ pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake
         let delay = match result {
             Ok(d) => {
                 retries = backoff();
+                span.in_scope(|| debug!(?d, took = ?started.elapsed(), "next look"));
                 d
             }
             Err(e) if e.is_invalid() => {

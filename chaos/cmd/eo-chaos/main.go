@@ -162,6 +162,9 @@ func runChaos() error {
 		Clients: 4, Keys: 8, Recovery: 4 * time.Minute, Image: os.Getenv("CHAOS_IMAGE"),
 		CrashPoints: envOr("CHAOS_CRASH_POINTS", defaultCrashPoints),
 		Outage:      envOr("CHAOS_OUTAGE", "on") != "off",
+		// More chart values, `;` between them (helm's --set syntax: escape commas), e.g.
+		// CHAOS_VALUES='log.level=info\,kube_lease_manager=debug'.
+		Values: strings.FieldsFunc(os.Getenv("CHAOS_VALUES"), func(r rune) bool { return r == ';' }),
 	}
 	if cfg.CrashPoints == "off" {
 		cfg.CrashPoints = ""
