@@ -58,7 +58,7 @@ func TestTheSameSeedGivesTheSameScheduleAndEveryKindComes(t *testing.T) {
 
 func TestInvariantsCatchAvailableButUnwritableTwoRemovedAtOnceAndARemovedMemberBack(t *testing.T) {
 	s := func(at int, avail, writable bool, voters ...uint64) sample {
-		return sample{At: time.Duration(at) * time.Second, Available: avail, Writable: writable, Voters: voters}
+		return sample{At: time.Duration(at) * time.Second, Available: avail, Writable: writable, Voters: voters, Leading: true}
 	}
 	ok := []sample{s(0, true, true, 1, 2, 3), s(1, true, false, 1, 2, 3), s(2, false, false, 1, 2), s(3, true, true, 1, 2, 4)}
 	// Two learners promoted in one view (3 to 5), one replaced: allowed.
@@ -79,6 +79,13 @@ func TestInvariantsCatchAvailableButUnwritableTwoRemovedAtOnceAndARemovedMemberB
 	}
 	if v := invariants(beyond, nil); len(v) != 1 {
 		t.Fatalf("Available for 7 s while unwritable: %v", v)
+	}
+	// No operator led for 3 of those 7 s (its leader killed): the status could not change.
+	for i := 1; i < 4; i++ {
+		beyond[i].Leading = false
+	}
+	if v := invariants(beyond, nil); len(v) != 0 {
+		t.Fatalf("Available for 7 s while unwritable, 4 of them with a leader: %v", v)
 	}
 	if v := invariants(nil, []sample{s(0, true, true, 1, 2, 3, 4, 5), s(1, true, true, 1, 2, 3)}); len(v) != 1 {
 		t.Fatalf("two voters removed at once: %v", v)

@@ -56,8 +56,10 @@ type sample struct {
 	At        time.Duration
 	Available bool
 	Writable  bool
-	Voters    []uint64 // the member IDs etcd reported, when it answered
-	Learners  int
+	// A Ready operator replica held the Lease.
+	Leading  bool
+	Voters   []uint64 // the member IDs etcd reported, when it answered
+	Learners int
 	// Crash points that fired since the previous sample (an operator container's restart
 	// whose termination message names one).
 	Crashes []string
@@ -154,7 +156,9 @@ func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []samp
 	for ctx.Err() == nil {
 		s := sample{At: time.Since(start)}
 		if ops, err := e.operators(); err == nil {
+			holder := e.leaseHolder()
 			for _, p := range ops {
+				s.Leading = s.Leading || (p.ready() && holdsLease(p, holder))
 				for _, c := range p.Status.ContainerStatuses {
 					if c.RestartCount > restarts[p.Metadata.UID] {
 						restarts[p.Metadata.UID] = c.RestartCount
