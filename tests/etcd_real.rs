@@ -570,3 +570,80 @@ async fn nospace_is_reclaimed_by_compaction_defragmentation_and_disarming() {
     let after = etcd::status(&endpoint, TIMEOUT).await.unwrap();
     assert!(after.nospace().is_empty(), "{:?}", after.errors);
 }
+
+/// What the planner's rule for NOSPACE raised by learners rests on, shown on etcd 3.6: a
+/// learner that joins by replaying a log that filled the database once (no snapshot since) has
+/// a backend over the quota and raises the alarm itself, after it was disarmed; etcd refuses to
+/// defragment a learner; promoted, it is defragmented like any voter, and the alarm stays off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_replaying_a_full_log_raises_nospace_and_is_defragmented_only_once_promoted() {
+    let binary = etcd_binary("3.6");
+    let quota = format!("--quota-backend-bytes={}", 16 * 1024 * 1024);
+    let token = format!("learner-nospace-{}", std::process::id());
+    let mut m1 = EtcdProcess::plan("full1");
+    m1.extra.push(quota.clone());
+    m1.start(&binary, &initial_cluster(&[&m1]), "new", &token);
+    let endpoint = m1.endpoint();
+    let mut client = etcd_client::Client::connect([endpoint.url.as_str()], None)
+        .await
+        .unwrap();
+    let value = vec![b'x'; 512 * 1024];
+    for _ in 0..200 {
+        if client.put("k", value.clone(), None).await.is_err() {
+            break;
+        }
+    }
+    let s = until("the alarm to be reported", 10, || async {
+        let s = etcd::status(&endpoint, TIMEOUT).await.ok()?;
+        (!s.nospace().is_empty()).then_some(s)
+    })
+    .await;
+    // Reclaimed on the only voter, as the operator does.
+    let mut etcd = Etcd::connect(&endpoint, TIMEOUT).await.unwrap();
+    etcd.compact(s.revision).await.unwrap();
+    etcd.defragment(&endpoint.url).await.unwrap();
+    etcd.set_nospace_alarm(s.member_id, false).await.unwrap();
+
+    let mut m2 = EtcdProcess::plan("full2");
+    m2.extra.push(quota);
+    let (learner, _) = etcd.add_learner(&m2.peer_url).await.unwrap();
+    m2.start(&binary, &initial_cluster(&[&m1, &m2]), "existing", &token);
+    let raised = until("the learner to raise NOSPACE", 30, || async {
+        let s = etcd::status(&endpoint, TIMEOUT).await.ok()?;
+        s.nospace().contains(&learner.id).then_some(s)
+    })
+    .await;
+    assert_eq!(raised.nospace(), [learner.id], "only the learner raises it");
+    let refused = etcd
+        .defragment(&m2.endpoint().url)
+        .await
+        .expect_err("etcd refuses to defragment a learner");
+    assert!(refused.to_string().contains("learner"), "{refused}");
+    // Disarmed while it is a learner, it is raised again at its next applied write.
+    etcd.set_nospace_alarm(learner.id, false).await.unwrap();
+    let _ = client.put("after", "v", None).await;
+    until("the learner to raise NOSPACE again", 20, || async {
+        let s = etcd::status(&endpoint, TIMEOUT).await.ok()?;
+        s.nospace().contains(&learner.id).then_some(())
+    })
+    .await;
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match etcd.promote(learner.id).await {
+            Ok(_) => break,
+            Err(e) if e.is_settling() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("promote failed: {e}"),
+        }
+    }
+    etcd.defragment(&m2.endpoint().url).await.unwrap();
+    etcd.set_nospace_alarm(learner.id, false).await.unwrap();
+    until("writes served again, the alarm off", 20, || async {
+        client.clone().put("after", "v", None).await.ok()?;
+        let s = etcd::status(&endpoint, TIMEOUT).await.ok()?;
+        s.nospace().is_empty().then_some(())
+    })
+    .await;
+}

@@ -52,12 +52,25 @@ pub fn gate_binary() -> PathBuf {
     PathBuf::from(path)
 }
 
+/// A port for a test's etcd that nothing takes before etcd binds it: one this process has not
+/// handed out before, free now, and below the kernel's ephemeral range (32768 and up), from
+/// which outgoing connections take their source ports. A port found by binding port 0 was in
+/// that range and could go to a client socket, or again to a parallel test, before etcd bound
+/// it: CI met "bind: address already in use" in `membership_over_tls_on_etcd_3_6`.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    const FIRST: usize = 20_000;
+    const SPAN: usize = 10_000;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    // Test binaries run one after another, but a stale etcd of an earlier one may linger.
+    let base = (std::process::id() as usize).wrapping_mul(397) % SPAN;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < SPAN, "no free test port left");
+        let port = u16::try_from(FIRST + (base + n) % SPAN).expect("below 30000");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
