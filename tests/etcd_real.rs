@@ -573,8 +573,9 @@ async fn nospace_is_reclaimed_by_compaction_defragmentation_and_disarming() {
 
 /// What the planner's rule for NOSPACE raised by learners rests on, shown on etcd 3.6: a
 /// learner that joins by replaying a log that filled the database once (no snapshot since) has
-/// a backend over the quota and raises the alarm itself, after it was disarmed; etcd refuses to
-/// defragment a learner; promoted, it is defragmented like any voter, and the alarm stays off.
+/// a backend at the quota, and the next write it applies raises the alarm, after the voters
+/// were reclaimed and it was disarmed; etcd refuses to defragment a learner; promoted, it is
+/// defragmented like any voter, and the alarm stays off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_learner_replaying_a_full_log_raises_nospace_and_is_defragmented_only_once_promoted() {
     let binary = etcd_binary("3.6");
@@ -608,13 +609,17 @@ async fn a_learner_replaying_a_full_log_raises_nospace_and_is_defragmented_only_
     m2.extra.push(quota);
     let (learner, _) = etcd.add_learner(&m2.peer_url).await.unwrap();
     m2.start(&binary, &initial_cluster(&[&m1, &m2]), "existing", &token);
+    // The replay alone fits (every write was checked against the leader's quota before it
+    // was proposed); the next write the learner applies finds its file over the quota.
     let raised = until("the learner to raise NOSPACE", 30, || async {
+        let _ = client.clone().put("after", "v", None).await;
         let s = etcd::status(&endpoint, TIMEOUT).await.ok()?;
         s.nospace().contains(&learner.id).then_some(s)
     })
     .await;
     assert_eq!(raised.nospace(), [learner.id], "only the learner raises it");
-    let refused = etcd
+    let mut on_learner = Etcd::connect(&m2.endpoint(), TIMEOUT).await.unwrap();
+    let refused = on_learner
         .defragment(&m2.endpoint().url)
         .await
         .expect_err("etcd refuses to defragment a learner");
@@ -638,7 +643,7 @@ async fn a_learner_replaying_a_full_log_raises_nospace_and_is_defragmented_only_
             Err(e) => panic!("promote failed: {e}"),
         }
     }
-    etcd.defragment(&m2.endpoint().url).await.unwrap();
+    on_learner.defragment(&m2.endpoint().url).await.unwrap();
     etcd.set_nospace_alarm(learner.id, false).await.unwrap();
     until("writes served again, the alarm off", 20, || async {
         client.clone().put("after", "v", None).await.ok()?;
