@@ -166,7 +166,7 @@ func (e *Env) backup(n int) (Backup, error) {
 		"storageType": "S3", "s3": e.store.s3(b.Path)})
 }
 
-// backupPhase is a backup's phase and reason.
+// phase is an EtcdBackup's or EtcdRestore's phase and reason.
 func (e *Env) phase(kind, name string) (string, string) {
 	var o struct {
 		Status struct {
@@ -188,10 +188,7 @@ func (e *Env) restore(n int) (Restore, error) {
 	r := Restore{Name: fmt.Sprintf("restore-%d", n), Found: -1}
 	if k := len(e.restores); k > 0 {
 		prev := &e.restores[k-1]
-		_ = until("the previous restore done", 3*time.Minute, func() bool {
-			prev.Phase, prev.Reason = e.phase("etcdrestore", prev.Name)
-			return prev.Phase == "Completed" || prev.Phase == "Failed"
-		})
+		e.waitRestore(prev, 3*time.Minute)
 		if prev.Phase == "Completed" {
 			prev.Found = e.otherMarker()
 		}
@@ -228,11 +225,7 @@ func (e *Env) settle(backups []Backup, restores []Restore, limit time.Duration) 
 		})
 	}
 	for i := range restores {
-		r := &restores[i]
-		_ = until("restore "+r.Name, time.Until(deadline), func() bool {
-			r.Phase, r.Reason = e.phase("etcdrestore", r.Name)
-			return r.Phase == "Completed" || r.Phase == "Failed"
-		})
+		e.waitRestore(&restores[i], time.Until(deadline))
 	}
 	var out []string
 	for _, b := range backups {
@@ -258,6 +251,14 @@ func (e *Env) settle(backups []Backup, restores []Restore, limit time.Duration) 
 		}
 	}
 	return out
+}
+
+// waitRestore follows r until it is Completed or Failed, within limit.
+func (e *Env) waitRestore(r *Restore, limit time.Duration) {
+	_ = until("restore "+r.Name, limit, func() bool {
+		r.Phase, r.Reason = e.phase("etcdrestore", r.Name)
+		return r.Phase == "Completed" || r.Phase == "Failed"
+	})
 }
 
 // otherMarker reads the marker from the other cluster (-1 when it cannot).
