@@ -109,18 +109,23 @@ async fn grow(
     .await;
     assert_eq!(status.member_id, added.id);
 
-    // etcd refuses to promote a learner that has not caught up; that refusal is recognisable.
+    promote(etcd, added.id).await;
+    added.id
+}
+
+/// Promotes learner `id`. etcd refuses to promote a learner that has not caught up; that
+/// refusal is recognisable and waited out (30 s at most).
+async fn promote(etcd: &mut Etcd, id: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match etcd.promote(added.id).await {
-            Ok(_) => break,
+        match etcd.promote(id).await {
+            Ok(_) => return,
             Err(e) if e.is_settling() && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await
             }
             Err(e) => panic!("promote failed: {e}"),
         }
     }
-    added.id
 }
 
 async fn remove(etcd: &mut Etcd, id: u64) -> Vec<Member> {
@@ -633,16 +638,7 @@ async fn a_learner_replaying_a_full_log_raises_nospace_and_is_defragmented_only_
     })
     .await;
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match etcd.promote(learner.id).await {
-            Ok(_) => break,
-            Err(e) if e.is_settling() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(e) => panic!("promote failed: {e}"),
-        }
-    }
+    promote(&mut etcd, learner.id).await;
     on_learner.defragment(&m2.endpoint().url).await.unwrap();
     etcd.set_nospace_alarm(learner.id, false).await.unwrap();
     until("writes served again, the alarm off", 20, || async {
