@@ -58,18 +58,18 @@ var Kinds = []struct {
 	{OperatorLeaderKill, 0, 0, 0, 0},
 	{OperatorStandbyKill, 0, 0, 0, 0},
 	{MemberKill, 1, 0, 0, 0},
-	{MemberPause, 1, 3 * time.Second, 12 * time.Second, 0},
+	{MemberPause, 1, 3 * time.Second, 10 * time.Second, 0},
 	{MemberPodDelete, 1, 0, 0, 0},
-	{APIServerOutage, 1, 5 * time.Second, 20 * time.Second, 0},
+	{APIServerOutage, 1, 4 * time.Second, 10 * time.Second, 0},
 	{ContainerdRestart, 1, time.Second, 5 * time.Second, 0},
 	// Longer than the operator's node grace (30 s) now and then: the member is replaced.
-	{NodeStop, 1, 20 * time.Second, 45 * time.Second, 0},
-	{NodePartition, 1, 10 * time.Second, 40 * time.Second, 0},
-	{NodeDrain, 1, 5 * time.Second, 20 * time.Second, 0},
+	{NodeStop, 1, 15 * time.Second, 35 * time.Second, 0},
+	{NodePartition, 1, 8 * time.Second, 25 * time.Second, 0},
+	{NodeDrain, 1, 5 * time.Second, 15 * time.Second, 0},
 	{NoSpace, 1, 0, 0, 0},
-	{PauseAndLeaderKill, 1, 5 * time.Second, 15 * time.Second, 0},
+	{PauseAndLeaderKill, 1, 5 * time.Second, 12 * time.Second, 0},
 	{Scale, 1, 0, 0, 2},
-	{Roll, 1, 0, 0, 0},
+	{Roll, 1, 0, 0, 2},
 	{Upgrade, 1, 0, 0, 3},
 	{BackupChange, 1, 0, 0, 0},
 	{RestoreChange, 1, 0, 0, 2},
@@ -129,7 +129,7 @@ func hasRestore(deck []int) bool {
 }
 
 // OperatorSchedule is the operator's own faults, beside the schedule: its leader's or its
-// standby's process killed, Quiet (5 to 15 s) after both replicas are Ready again; the leader
+// standby's process killed, Quiet (3 to 8 s) after both replicas are Ready again; the leader
 // one time in three (each such kill leaves the cluster without an operator for a Lease).
 // From the seed as well.
 func OperatorSchedule(seed int64, n int) []Step {
@@ -140,7 +140,7 @@ func OperatorSchedule(seed int64, n int) []Step {
 		if rnd.Intn(3) == 0 {
 			k = OperatorLeaderKill
 		}
-		steps = append(steps, Step{Kind: k, Choice: rnd.Intn(1 << 20), Quiet: time.Duration(5+rnd.Intn(11)) * time.Second})
+		steps = append(steps, Step{Kind: k, Choice: rnd.Intn(1 << 20), Quiet: time.Duration(3+rnd.Intn(6)) * time.Second})
 	}
 	return steps
 }

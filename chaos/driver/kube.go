@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,6 +32,13 @@ type Env struct {
 	backups   []Backup
 	restores  []Restore
 	rotations int
+	// What each restored cluster held as its restore completed (see followRestore).
+	followed *followed
+}
+
+type followed struct {
+	found sync.Map // restore name → marker
+	wg    sync.WaitGroup
 }
 
 // etcdClient is a client of endpoints, with the cluster's client certificate when they are
@@ -116,6 +124,14 @@ func (p *pod) ready() bool {
 		}
 	}
 	return false
+}
+
+func (p *pod) restarts() int {
+	n := 0
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
 }
 
 func (e *Env) pods(selector string) ([]pod, error) {

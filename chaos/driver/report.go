@@ -47,7 +47,9 @@ type Report struct {
 	ViolationList       []string      `json:"violation_list,omitempty"`
 	Kinds               []KindFigures `json:"kinds"`
 	// kube-apiserver stopped 20 s, a member pod deleted on its return: seconds until the
-	// operator removed the member (its replacement on its way).
+	// kubernetes Service answered from a node again (the platform's share), and from then
+	// until the operator removed the member (its replacement on its way).
+	APIOutageRouted   float64 `json:"api_outage_service_seconds"`
 	APIOutageRecovery float64 `json:"api_outage_recovery_seconds"`
 	// From the same return until the cluster was healthy at full size again.
 	APIOutageHealthy float64 `json:"api_outage_healthy_seconds"`
@@ -279,7 +281,8 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(t, "restores of another cluster completed, holding their backup's marker\t%d of %d\tall\t\n", completed, len(r.Restores))
 	fmt.Fprintf(t, "TLS CA rotations asked (the clients follow the client Secret)\t%d\t\t\n", r.CARotations)
 	if r.APIOutageRecovery > 0 {
-		fmt.Fprintf(t, "kube-apiserver back after 20 s out → the operator replaces a deleted member\t%.1f s\t< 10 s\t\n", r.APIOutageRecovery)
+		fmt.Fprintf(t, "kube-apiserver back after 20 s out → its kubernetes Service answers from a node (the platform)\t%.1f s\t\t\n", r.APIOutageRouted)
+		fmt.Fprintf(t, "  → the operator replaces a deleted member, after the Service answers (after the server)\t%.1f s (%.1f s)\t< 10 s\t\n", r.APIOutageRecovery, r.APIOutageRouted+r.APIOutageRecovery)
 		fmt.Fprintf(t, "  → healthy at full size (nodes NotReady after the outage report again first)\t%.1f s\t\t\n", r.APIOutageHealthy)
 	}
 	fewest, kind := -1, Kind("")

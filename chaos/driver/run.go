@@ -289,10 +289,22 @@ func Run(cfg Config) (*Report, error) {
 
 	// The outage first, with the crash points not yet armed: it measures the operator's
 	// return, not a crash's.
-	var outage, outageHealthy time.Duration
+	var outageRouted, outage, outageHealthy time.Duration
 	var runErr error
+	var measured []Fault
 	if cfg.Outage {
-		outage, outageHealthy, runErr = e.apiOutage(endpoint)
+		at := time.Since(start)
+		outageRouted, outage, outageHealthy, runErr = e.apiOutage(endpoint)
+		// A kube-apiserver outage like the schedule's, and counted with them.
+		f := Fault{Step: Step{Kind: APIServerOutage, Hold: 20 * time.Second}, At: at,
+			Target: "kube-apiserver (the outage measured: a member pod deleted on its return)",
+			Ended:  time.Since(start) - outageHealthy}
+		if runErr == nil {
+			f.Recovered = time.Since(start)
+		} else {
+			f.Error = runErr.Error()
+		}
+		measured = append(measured, f)
 		// The replicas' logs of the outage go with them when the crash points are armed (a
 		// rollout).
 		e.saveLogs(cfg.Out, "outage-")
@@ -317,7 +329,7 @@ func Run(cfg Config) (*Report, error) {
 	if e.rotations > 0 && string(e.creds.CA()) == string(caStart) {
 		unsettled = append(unsettled, fmt.Sprintf("the CA was rotated %d times, yet the client Secret has the CA it started with", e.rotations))
 	}
-	faults = mergeFaults(faults, operatorFaults)
+	faults = mergeFaults(append(measured, faults...), operatorFaults)
 	stopPoll()
 	stopWorkload()
 	wg.Wait()
@@ -339,7 +351,8 @@ func Run(cfg Config) (*Report, error) {
 	r.ViolationList = append(r.ViolationList, unsettled...)
 	r.Violations = len(r.ViolationList)
 	r.History = histPath
-	r.APIOutageRecovery = outage.Seconds()
+	r.APIOutageRouted = outageRouted.Seconds()
+	r.APIOutageRecovery = (outage - outageRouted).Seconds()
 	r.APIOutageHealthy = outageHealthy.Seconds()
 	if runErr != nil {
 		r.Error = runErr.Error()
@@ -361,32 +374,41 @@ func (e *Env) arm(points string) error {
 }
 
 // apiOutage: the kube-apiserver stopped for 20 s; as soon as it is back, a member pod is
-// deleted. Returns how long from the API server's return until the operator acted (the
-// deleted member gone from etcd's member list: removed, its replacement on its way), which
-// is the operator's own recovery (its watches, its Lease), and until the cluster was healthy
-// at full size again, which also waits for Kubernetes (nodes marked NotReady by the outage
-// must report again before the scheduler places the replacement).
-func (e *Env) apiOutage(endpoint string) (acted, healthy time.Duration, err error) {
+// deleted. Returns how long from the API server's return until its clients in the cluster
+// reach it again through the kubernetes Service (a stopping kube-apiserver takes its address
+// out of the Service's endpoints and kube-proxy follows; running again, it puts the address
+// back and kube-proxy follows again: the platform's share, which the operator cannot
+// shorten), until the operator acted (the deleted member gone from etcd's member list:
+// removed, its replacement on its way), and until the cluster was healthy at full size
+// again, which also waits for Kubernetes (nodes marked NotReady by the outage must report
+// again before the scheduler places the replacement).
+func (e *Env) apiOutage(endpoint string) (routed, acted, healthy time.Duration, err error) {
 	pods, err := e.members()
 	if err != nil || len(pods) == 0 {
-		return 0, 0, fmt.Errorf("no member pod: %v", err)
+		return 0, 0, 0, fmt.Errorf("no member pod: %v", err)
 	}
 	victim := pods[0].Metadata.Name
+	ops, err := e.operators()
+	if err != nil {
+		return 0, 0, 0, err
+	}
 	_, restart, err := e.inject(Step{Kind: APIServerOutage})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	time.Sleep(20 * time.Second)
 	if err := restart(); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	back := time.Now()
+	reached := make(chan time.Duration, 1)
+	go func() { reached <- e.untilServiceAnswers(ops, back) }()
 	if _, err := e.k("delete", "pod", victim, "--wait=false"); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	cli, err := e.etcdClient([]string{endpoint}, false)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer cli.Close()
 	err = until("the deleted member removed after the API server's outage", 4*time.Minute, func() bool {
@@ -405,7 +427,7 @@ func (e *Env) apiOutage(endpoint string) (acted, healthy time.Duration, err erro
 	})
 	acted = time.Since(back)
 	if err != nil {
-		return acted, 0, err
+		return <-reached, acted, 0, err
 	}
 	err = until("the deleted member replaced after the API server's outage", 4*time.Minute, func() bool {
 		pods, err := e.members()
@@ -420,10 +442,31 @@ func (e *Env) apiOutage(endpoint string) (acted, healthy time.Duration, err erro
 		return e.healthy()
 	})
 	healthy = time.Since(back)
-	logf("kube-apiserver stopped 20 s, then %s deleted: the operator removed it %v after the API server's return, healthy again after %v",
-		victim, acted.Round(100*time.Millisecond), healthy.Round(100*time.Millisecond))
-	return acted, healthy, err
+	routed = <-reached
+	logf("kube-apiserver stopped 20 s, then %s deleted: the kubernetes Service answered from a node %v after the API server's return, the operator removed the member %v after it, healthy again after %v",
+		victim, routed.Round(100*time.Millisecond), (acted - routed).Round(100*time.Millisecond), healthy.Round(100*time.Millisecond))
+	return routed, acted, healthy, err
 }
+
+// untilServiceAnswers: how long after back the kubernetes Service (what the operator's
+// in-cluster client dials) answers from the network namespace of a node that runs an operator
+// replica (any HTTP answer: the route is there), at most 2 minutes.
+func (e *Env) untilServiceAnswers(ops []pod, back time.Time) time.Duration {
+	for time.Since(back) < 2*time.Minute {
+		for _, p := range ops {
+			out, _ := e.exec(2*time.Second, "nsenter", "--net=/run/netns/"+p.Spec.NodeName, "--",
+				"curl", "-sk", "-m", "1", "-o", "/dev/null", "-w", "%{http_code}", "https://"+apiServiceIP+"/readyz")
+			if out != "" && out != "000" {
+				return time.Since(back)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return 2 * time.Minute
+}
+
+// apiServiceIP is the kubernetes Service's address on the local cluster (hack/cluster.sh).
+const apiServiceIP = "10.96.0.1"
 
 // faults runs the schedule until cfg.Duration has passed.
 func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
@@ -450,10 +493,14 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 			done = append(done, f)
 			continue
 		}
-		// Healthy for 3 s in a row: right after a fault the status may not show it yet.
+		// Healthy for 3 s in a row: right after a fault the status may not show it yet. An
+		// operator replica must lead again, not both be Ready: the operator's lane and the
+		// crash points keep one replica restarting much of the time (waiting for both held
+		// the next fault back by a minute at times), and a standby matters only once the
+		// leader is gone, which the lane and PauseAndLeaderKill see to.
 		var since time.Duration
-		recErr := until("the cluster healthy and both operator replicas Ready again", cfg.Recovery, func() bool {
-			if !e.healthy() || !e.operatorsReady(2) {
+		recErr := until("the cluster healthy and an operator replica leading again", cfg.Recovery, func() bool {
+			if !e.healthy() || !e.operatorsReady(1) {
 				since = 0
 				return false
 			}
@@ -480,26 +527,64 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 }
 
 // operatorLane kills the operator's replicas by OperatorSchedule until ctx ends, beside the
-// main schedule: each kill waits until both replicas are Ready again.
+// main schedule: each kill Quiet after both replicas are Ready, and recovered once the killed
+// replica is Ready again (its container restarted; or its pod gone, a drain or a lost node
+// having taken it) and a replica leads. Four minutes, as the main schedule's recovery: a
+// replica on a node that a main fault stopped waits for that node.
 func (e *Env) operatorLane(ctx context.Context, seed int64, start time.Time) []Fault {
 	var done []Fault
 	for _, s := range OperatorSchedule(seed, 100000) {
+		for !e.operatorsReady(2) {
+			select {
+			case <-ctx.Done():
+				return done
+			case <-time.After(time.Second):
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return done
 		case <-time.After(s.Quiet):
 		}
+		before := e.operatorRestarts()
 		f := Fault{Step: s, At: time.Since(start)}
 		target, _, err := e.inject(s)
 		f.Target, f.Ended = target, time.Since(start)
 		if err != nil {
 			f.Error = err.Error()
-		} else if until("both operator replicas Ready", 2*time.Minute, func() bool { return e.operatorsReady(2) }) == nil {
+		} else if until("the killed operator replica back, and one leading", 4*time.Minute, func() bool {
+			return e.operatorsReady(1) && e.replicaBack(target, before[target])
+		}) == nil {
 			f.Recovered = time.Since(start)
 		}
 		done = append(done, f)
 	}
 	return done
+}
+
+// replicaBack: the operator pod name restarted since it had restarts, and Ready; or gone.
+func (e *Env) replicaBack(name string, restarts int) bool {
+	ops, err := e.operators()
+	if err != nil {
+		return false
+	}
+	for _, p := range ops {
+		if p.Metadata.Name == name {
+			return p.ready() && p.restarts() > restarts
+		}
+	}
+	return true
+}
+
+// operatorRestarts: each operator pod's container restarts.
+func (e *Env) operatorRestarts() map[string]int {
+	out := map[string]int{}
+	if ops, err := e.operators(); err == nil {
+		for _, p := range ops {
+			out[p.Metadata.Name] = p.restarts()
+		}
+	}
+	return out
 }
 
 // mergeFaults: both lanes' faults in the order they struck.

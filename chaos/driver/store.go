@@ -134,7 +134,8 @@ type Restore struct {
 	Marker int    `json:"marker"`
 	Phase  string `json:"phase"`
 	Reason string `json:"reason,omitempty"`
-	// The marker the restored cluster holds (-1: none, or it could not be read).
+	// The marker the restored cluster held as the restore completed (0: none; -1: it could
+	// not be read).
 	Found int `json:"found"`
 }
 
@@ -187,11 +188,7 @@ func (e *Env) phase(kind, name string) (string, string) {
 func (e *Env) restore(n int) (Restore, error) {
 	r := Restore{Name: fmt.Sprintf("restore-%d", n), Found: -1}
 	if k := len(e.restores); k > 0 {
-		prev := &e.restores[k-1]
-		e.waitRestore(prev, 3*time.Minute)
-		if prev.Phase == "Completed" {
-			prev.Found = e.otherMarker()
-		}
+		e.waitRestore(&e.restores[k-1], 3*time.Minute)
 	}
 	backups := e.backups
 	var from *Backup
@@ -208,13 +205,38 @@ func (e *Env) restore(n int) (Restore, error) {
 		return r, err
 	}
 	r.Backup, r.Marker = from.Name, from.Marker
-	return r, e.apply("EtcdRestore", r.Name, map[string]interface{}{
+	err = e.apply("EtcdRestore", r.Name, map[string]interface{}{
 		"etcdCluster": map[string]string{"name": other}, "backupStorageType": "S3", "s3": e.store.s3(from.Path)})
+	if err == nil {
+		if e.followed == nil {
+			e.followed = &followed{}
+		}
+		e.followed.wg.Add(1)
+		go e.followRestore(e.followed, r.Name)
+	}
+	return r, err
+}
+
+// followRestore reads what the other cluster holds as soon as the restore completes. The
+// restore is what is checked, not that cluster's survival: one member without volumes keeps
+// its data only as long as its pod, which a later fault may take (a drain, a node stopped past
+// its grace): a run read 0 at its end after a drain had evicted the pod, and no operator can
+// keep what the user chose not to store.
+func (e *Env) followRestore(f *followed, name string) {
+	defer f.wg.Done()
+	var phase string
+	_ = until("restore "+name, 10*time.Minute, func() bool {
+		phase, _ = e.phase("etcdrestore", name)
+		return phase == "Completed" || phase == "Failed"
+	})
+	if phase == "Completed" {
+		f.found.Store(name, e.otherMarker())
+	}
 }
 
 // settle waits (within limit) for every backup to succeed and every restore to complete, and
-// checks the marker that each restored cluster held (the last one's read now, the earlier
-// ones' when the next restore began). Returns what is not as it must be.
+// checks the marker that each restored cluster held as its restore completed. Returns what is
+// not as it must be.
 func (e *Env) settle(backups []Backup, restores []Restore, limit time.Duration) []string {
 	deadline := time.Now().Add(limit)
 	for i := range backups {
@@ -239,8 +261,13 @@ func (e *Env) settle(backups []Backup, restores []Restore, limit time.Duration) 
 			out = append(out, fmt.Sprintf("restore %s is %q after the run (%s)", r.Name, r.Phase, r.Reason))
 		}
 	}
-	if n := len(restores); n > 0 && restores[n-1].Phase == "Completed" {
-		restores[n-1].Found = e.otherMarker()
+	if f := e.followed; f != nil {
+		f.wg.Wait()
+		for i := range restores {
+			if found, ok := f.found.Load(restores[i].Name); ok {
+				restores[i].Found = found.(int)
+			}
+		}
 	}
 	for _, r := range restores {
 		// Every backup's marker was acknowledged before the backup was asked for: the
@@ -261,7 +288,8 @@ func (e *Env) waitRestore(r *Restore, limit time.Duration) {
 	})
 }
 
-// otherMarker reads the marker from the other cluster (-1 when it cannot).
+// otherMarker reads the marker from the other cluster: 0 when it holds none, -1 when it cannot
+// be read within a minute.
 func (e *Env) otherMarker() int {
 	ip, err := e.k("get", "service", other+"-client", "-o", "jsonpath={.spec.clusterIP}")
 	if err != nil {
@@ -277,10 +305,13 @@ func (e *Env) otherMarker() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		resp, err := cli.Get(ctx, markerKey)
-		if err != nil || len(resp.Kvs) == 0 {
+		if err != nil {
 			return false
 		}
-		found, _ = strconv.Atoi(string(resp.Kvs[0].Value))
+		found = 0
+		if len(resp.Kvs) > 0 {
+			found, _ = strconv.Atoi(string(resp.Kvs[0].Value))
+		}
 		return true
 	})
 	return found
