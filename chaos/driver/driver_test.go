@@ -47,7 +47,7 @@ func TestTheSameSeedGivesTheSameScheduleAndEveryKindComes(t *testing.T) {
 	seen := map[Kind]int{}
 	for _, s := range ops {
 		seen[s.Kind]++
-		if s.Quiet < 3*time.Second || s.Quiet > 8*time.Second {
+		if s.Quiet < 5*time.Second || s.Quiet > 15*time.Second {
 			t.Errorf("operator fault after %v", s.Quiet)
 		}
 	}

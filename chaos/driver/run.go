@@ -234,7 +234,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	// An earlier run's files would be taken for this one's.
 	old, _ := filepath.Glob(filepath.Join(cfg.Out, "operator-*.log"))
-	for _, f := range append(old, filepath.Join(cfg.Out, "history.html")) {
+	for _, f := range append(old, filepath.Join(cfg.Out, "history.html"), filepath.Join(cfg.Out, "state.txt")) {
 		_ = os.Remove(f)
 	}
 	logf("seed %d, %v of faults, namespace %s", cfg.Seed, cfg.Duration, e.NS)
@@ -346,6 +346,9 @@ func Run(cfg Config) (*Report, error) {
 	}
 	result := check.Check(h, 10*time.Minute, filepath.Join(cfg.Out, "history.html"))
 	e.saveLogs(cfg.Out, "")
+	if runErr != nil {
+		e.saveState(filepath.Join(cfg.Out, "state.txt"))
+	}
 	r := report(&cfg, h, result, faults, samples, views, time.Since(start))
 	r.Backups, r.Restores, r.CARotations = e.backups, e.restores, e.rotations
 	r.ViolationList = append(r.ViolationList, unsettled...)
@@ -611,6 +614,29 @@ func (e *Env) saveLogs(dir, prefix string) {
 				_ = os.WriteFile(filepath.Join(dir, "operator-"+prefix+name), []byte(out), 0o644)
 			}
 		}
+	}
+}
+
+// saveState writes what Kubernetes shows of the run's namespace and the nodes to path, for a
+// run that stopped: the namespace goes with the teardown, and the operator's logs hold only
+// its replicas' last two starts.
+func (e *Env) saveState(path string) {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"get", "nodes", "-o", "wide"},
+		{"get", "etcdclusters,etcdbackups,etcdrestores", "-o", "yaml"},
+		{"get", "pods,endpointslices,leases", "-o", "wide"},
+		{"get", "events", "--sort-by=.lastTimestamp"},
+	} {
+		out, err := e.k(args...)
+		fmt.Fprintf(&b, "$ kubectl %s\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			fmt.Fprintf(&b, "(%v)\n", err)
+		}
+		b.WriteString("\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err == nil {
+		logf("the namespace as the run stopped: %s", path)
 	}
 }
 

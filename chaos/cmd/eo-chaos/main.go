@@ -126,9 +126,9 @@ func runCheck(args []string) error {
 
 // defaultCrashPoints: each of the operator's crash points (src/crash.rs) fires on some of the
 // passes that reach it (fail's syntax: probability, then the action that exits).
-const defaultCrashPoints = "after-member-add=20%return;after-pod-create=15%return;" +
-	"after-member-remove=20%return;mid-roll=25%return;after-restore-seed=30%return;" +
-	"after-compact=30%return"
+const defaultCrashPoints = "after-member-add=15%return;after-pod-create=10%return;" +
+	"after-member-remove=15%return;mid-roll=20%return;after-restore-seed=25%return;" +
+	"after-compact=25%return"
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
