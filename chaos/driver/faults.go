@@ -165,21 +165,26 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 			return "", nil, fmt.Errorf("no operator replica to kill (holder %q)", holder)
 		}
 		p := candidates[s.Choice%len(candidates)]
-		_, err = signalPod(&p, "etcd-operator", "KILL")
-		return p.Metadata.Name, nil, err
+		if _, err = signalPod(&p, "etcd-operator", "KILL"); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", p.Metadata.Name, err)
+		}
+		return p.Metadata.Name, nil, nil
 	case MemberKill, MemberPause, MemberPodDelete:
 		pods, err := e.members()
 		if err != nil || len(pods) == 0 {
 			return "", nil, fmt.Errorf("no member pod: %v", err)
 		}
 		p := pods[s.Choice%len(pods)]
+		// A signal that found no process did nothing: failed, not injected (an empty target).
 		switch s.Kind {
 		case MemberKill:
-			_, err = signalPod(&p, "etcd", "KILL")
-			return p.Metadata.Name, nil, err
+			if _, err = signalPod(&p, "etcd", "KILL"); err != nil {
+				return "", nil, fmt.Errorf("%s: %w", p.Metadata.Name, err)
+			}
+			return p.Metadata.Name, nil, nil
 		case MemberPause:
 			if _, err = signalPod(&p, "etcd", "STOP"); err != nil {
-				return p.Metadata.Name, nil, err
+				return "", nil, fmt.Errorf("%s: %w", p.Metadata.Name, err)
 			}
 			return p.Metadata.Name, func() error { _, err := signalPod(&p, "etcd", "CONT"); return err }, nil
 		default:
@@ -203,7 +208,7 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 	case PauseAndLeaderKill:
 		member, undo, err := e.inject(Step{Kind: MemberPause, Choice: s.Choice})
 		if err != nil {
-			return member, undo, err
+			return "", undo, err
 		}
 		leader, _, err := e.inject(Step{Kind: OperatorLeaderKill, Choice: s.Choice})
 		if err != nil {

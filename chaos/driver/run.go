@@ -502,8 +502,8 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 		// the next fault back by a minute at times), and a standby matters only once the
 		// leader is gone, which the lane and PauseAndLeaderKill see to.
 		var since time.Duration
-		recErr := until("the cluster healthy and an operator replica leading again", cfg.Recovery, func() bool {
-			if !e.healthy() || !e.operatorsReady(1) {
+		recErr := until("the cluster healthy, writable, and an operator replica leading again", cfg.Recovery, func() bool {
+			if !e.healthy() || !e.operatorsReady(1) || !e.writable() {
 				since = 0
 				return false
 			}
@@ -527,6 +527,25 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 	return done, until("the cluster healthy at the end", cfg.Recovery, func() bool {
 		return e.healthy() && e.operatorsReady(2)
 	})
+}
+
+// writable: a new client writes through the client Service within 2 s. Healthy members and
+// a fresh status are not enough after NOSPACE: the alarm refuses writes until the operator has
+// reclaimed the space, which it sees at its next look, and the status says so only then.
+func (e *Env) writable() bool {
+	endpoint, err := e.endpoint()
+	if err != nil {
+		return false
+	}
+	cli, err := e.etcdClient([]string{endpoint}, false)
+	if err != nil {
+		return false
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = cli.Put(ctx, "chaos-probe", "recovered")
+	return err == nil
 }
 
 // operatorLane kills the operator's replicas by OperatorSchedule until ctx ends, beside the
