@@ -186,7 +186,16 @@ func report(cfg *Config, h *history.History, r check.Result, faults []Fault, sam
 	for _, k := range Kinds {
 		byKind[k.Kind] = &KindFigures{Kind: k.Kind}
 	}
-	for _, f := range faults {
+	for i := range faults {
+		f := &faults[i]
+		for _, v := range views {
+			if v.At > f.At {
+				break
+			}
+			if len(v.Voters) > 0 {
+				f.Voters, f.Learners = len(v.Voters), v.Learners
+			}
+		}
 		k := byKind[f.Kind]
 		if changes[f.Kind] {
 			// Asked for, not struck: counted, and measured by the faults that follow.

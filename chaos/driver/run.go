@@ -48,7 +48,11 @@ type Fault struct {
 	At        time.Duration `json:"at_ns"`
 	Ended     time.Duration `json:"ended_ns"`
 	Recovered time.Duration `json:"recovered_ns"` // healthy again; 0 if never
-	Error     string        `json:"error,omitempty"`
+	// The membership etcd reported last before the fault (the report fills it in from the
+	// member views): what a fault struck matters to what it cost.
+	Voters   int    `json:"voters_before"`
+	Learners int    `json:"learners_before"`
+	Error    string `json:"error,omitempty"`
 }
 
 // sample is one poll: the status, and whether a client of the Service could write then.
