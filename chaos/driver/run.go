@@ -50,9 +50,12 @@ type Fault struct {
 	Recovered time.Duration `json:"recovered_ns"` // healthy again; 0 if never
 	// The membership etcd reported last before the fault (the report fills it in from the
 	// member views): what a fault struck matters to what it cost.
-	Voters   int    `json:"voters_before"`
-	Learners int    `json:"learners_before"`
-	Error    string `json:"error,omitempty"`
+	Voters   int `json:"voters_before"`
+	Learners int `json:"learners_before"`
+	// Member pods per node as the fault struck (main schedule): a node that holds a quorum's
+	// worth of a cluster's members takes the cluster down with it.
+	Placement string `json:"placement,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // sample is one poll: the status, and whether a client of the Service could write then.
@@ -482,7 +485,7 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 		if time.Since(start) >= cfg.Duration {
 			break
 		}
-		f := Fault{Step: s, At: time.Since(start)}
+		f := Fault{Step: s, At: time.Since(start), Placement: e.placement()}
 		target, undo, err := e.inject(s)
 		f.Target = target
 		if err != nil {
@@ -531,6 +534,24 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 	return done, until("the cluster healthy at the end", cfg.Recovery, func() bool {
 		return e.healthy() && e.operatorsReady(2)
 	})
+}
+
+// placement: the member pods per node, "node=count" sorted by node.
+func (e *Env) placement() string {
+	pods, err := e.members()
+	if err != nil {
+		return ""
+	}
+	count := map[string]int{}
+	for _, p := range pods {
+		count[p.Spec.NodeName]++
+	}
+	var out []string
+	for n, c := range count {
+		out = append(out, fmt.Sprintf("%s=%d", n, c))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
 }
 
 // writable: a new client writes through the client Service within 2 s. Healthy members and
