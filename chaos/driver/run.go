@@ -179,15 +179,8 @@ func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []samp
 		if st, err := e.status(); err == nil {
 			s.Available = st.Available
 		}
-		cli, err := e.etcdClient([]string{endpoint}, false)
-		if err == nil {
-			if s.Available {
-				c, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_, err := cli.Put(c, "chaos-probe", strconv.FormatInt(int64(s.At), 10))
-				cancel()
-				s.Writable = err == nil
-			}
-			cli.Close()
+		if s.Available {
+			s.Writable = e.writable(ctx, endpoint, strconv.FormatInt(int64(s.At), 10))
 		}
 		samples = append(samples, s)
 		select {
@@ -327,7 +320,7 @@ func Run(cfg Config) (*Report, error) {
 			defer close(laneDone)
 			operatorFaults = e.operatorLane(lctx, cfg.Seed, start)
 		}()
-		faults, runErr = e.faults(&cfg, start)
+		faults, runErr = e.faults(&cfg, endpoint, start)
 		stopLane()
 		<-laneDone
 	}
@@ -479,7 +472,7 @@ func (e *Env) untilServiceAnswers(ops []pod, back time.Time) time.Duration {
 const apiServiceIP = "10.96.0.1"
 
 // faults runs the schedule until cfg.Duration has passed.
-func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
+func (e *Env) faults(cfg *Config, endpoint string, start time.Time) ([]Fault, error) {
 	var done []Fault
 	for i, s := range Schedule(cfg.Seed, 100000) {
 		if time.Since(start) >= cfg.Duration {
@@ -510,7 +503,7 @@ func (e *Env) faults(cfg *Config, start time.Time) ([]Fault, error) {
 		// leader is gone, which the lane and PauseAndLeaderKill see to.
 		var since time.Duration
 		recErr := until("the cluster healthy, writable, and an operator replica leading again", cfg.Recovery, func() bool {
-			if !e.healthy() || !e.operatorsReady(1) || !e.writable() {
+			if !e.healthy() || !e.operatorsReady(1) || !e.writable(context.Background(), endpoint, "recovered") {
 				since = 0
 				return false
 			}
@@ -554,22 +547,19 @@ func (e *Env) placement() string {
 	return strings.Join(out, " ")
 }
 
-// writable: a new client writes through the client Service within 2 s. Healthy members and
-// a fresh status are not enough after NOSPACE: the alarm refuses writes until the operator has
-// reclaimed the space, which it sees at its next look, and the status says so only then.
-func (e *Env) writable() bool {
-	endpoint, err := e.endpoint()
-	if err != nil {
-		return false
-	}
+// writable: a new client (as a script's would be) writes value to a key outside the
+// workload's through endpoint, the client Service, within 2 s. After NOSPACE, healthy members
+// and a fresh status are not enough for recovery: the alarm refuses writes until the operator
+// has reclaimed the space, which it sees at its next look, and the status says so only then.
+func (e *Env) writable(ctx context.Context, endpoint, value string) bool {
 	cli, err := e.etcdClient([]string{endpoint}, false)
 	if err != nil {
 		return false
 	}
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	c, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err = cli.Put(ctx, "chaos-probe", "recovered")
+	_, err = cli.Put(c, "chaos-probe", value)
 	return err == nil
 }
 

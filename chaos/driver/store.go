@@ -224,12 +224,9 @@ func (e *Env) restore(n int) (Restore, error) {
 // keep what the user chose not to store.
 func (e *Env) followRestore(f *followed, name string) {
 	defer f.wg.Done()
-	var phase string
-	_ = until("restore "+name, 10*time.Minute, func() bool {
-		phase, _ = e.phase("etcdrestore", name)
-		return phase == "Completed" || phase == "Failed"
-	})
-	if phase == "Completed" {
+	r := Restore{Name: name}
+	e.waitRestore(&r, 10*time.Minute)
+	if r.Phase == "Completed" {
 		f.found.Store(name, e.otherMarker())
 	}
 }
