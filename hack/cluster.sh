@@ -604,10 +604,35 @@ coredns_ready() { # coredns_ready NODE: the node's own CoreDNS pod is Ready
     -o jsonpath='{.items[*].status.conditions[?(@.type=="Ready")].status}' | grep -qx True
 }
 
-wait_node_ready() { # wait_node_ready NODE: Ready, and its DNS served on it
-  local n=$1
-  wait_for "node $n Ready" 120 kubectl wait --for=condition=Ready "node/$n" --timeout=2s
-  wait_for "CoreDNS on $n" 120 coredns_ready "$n"
+# node_report NODE: why a node is not Ready, on stderr: `down` deletes the logs, and a CI run
+# keeps only what was printed.
+node_report() {
+  local n=$1 d
+  log "$n: conditions: $(kubectl get node "$n" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}; {end}' 2>&1)"
+  for d in kubelet containerd kube-proxy; do
+    running "$n-$d" || log "$n-$d is not running"
+    log "$n-$d: the last lines of its log"
+    tail -n 30 "$logs/$n-$d.log" >&2 2>/dev/null || true
+  done
+  kubectl -n kube-system get pods -o wide --field-selector "spec.nodeName=$n" >&2 2>&1 || true
+}
+
+node_ready() { kubectl wait --for=condition=Ready "node/$1" --timeout=2s; }
+
+# wait_node_ready NODE: Ready, and its DNS served on it. A node that is not is reported, then
+# stopped and started once: a CI run once lost a node at `up` (never Ready in 120 s, the logs
+# gone with `down`), and a second start costs less than the run.
+wait_node_ready() {
+  local n=$1 try
+  for try in 1 2; do
+    if wait_for "node $n Ready" 120 node_ready "$n" && wait_for "CoreDNS on $n" 120 coredns_ready "$n"; then
+      return 0
+    fi
+    node_report "$n"
+    [ "$try" = 1 ] || return 1
+    log "$n: stopping and starting it again (once)"
+    node_stop "$n" && node_up "$(node_index "$n")" && allow_bridged || return 1
+  done
 }
 
 up_nodes() {
