@@ -245,21 +245,72 @@ pub fn fault_under_writes(
     (figures, restart)
 }
 
-/// The node of `restart` comes back (started, or healed); `cluster`'s membership must not
-/// change, and the member `gone` (removed while its node was away) must not return.
-pub fn node_returns(k: &Kubectl, ns: &str, cluster: &str, restart: Restart, gone: &str) {
-    let members: BTreeSet<String> = placement(k, ns, cluster)
-        .into_iter()
-        .map(|(p, _)| p)
-        .collect();
+/// Whether some node holds more of `placed` than a cluster of `size` can lose (then that
+/// node's loss costs quorum).
+pub fn crowded(placed: &[(String, String)], size: usize) -> bool {
+    let nodes: BTreeSet<&str> = placed.iter().map(|(_, n)| n.as_str()).collect();
+    let can_lose = size.saturating_sub(1) / 2;
+    nodes
+        .iter()
+        .any(|n| placed.iter().filter(|(_, m)| m == n).count() > can_lose)
+}
+
+/// The node of `restart` comes back (started, or healed); the member `gone` (removed while
+/// its node was away) must never return. A cluster its replacement left crowded on one node
+/// (see [`crowded`]) spreads onto the returned node (a member added there, one of the crowded
+/// node's removed) within 3 minutes, and says how long it took; any other cluster's membership
+/// must not change.
+pub fn node_returns(
+    k: &Kubectl,
+    ns: &str,
+    cluster: &str,
+    restart: Restart,
+    gone: &str,
+) -> Option<Duration> {
+    let before = placement(k, ns, cluster);
+    let size = before.len();
+    let members: BTreeSet<String> = before.iter().map(|(p, _)| p.clone()).collect();
     restart.undo();
-    holds_for("no member change after the node's return", 20, || {
-        let now: BTreeSet<String> = placement(k, ns, cluster)
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect();
-        now == members && !now.contains(gone)
+    let returned = Instant::now();
+    if !crowded(&before, size) {
+        holds_for("no member change after the node's return", 20, || {
+            let now: BTreeSet<String> = placement(k, ns, cluster)
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect();
+            now == members && !now.contains(gone)
+        });
+        return None;
+    }
+    // The spread is two membership changes: under writes, every acknowledged one kept.
+    let endpoint = client_endpoint(k, ns, cluster);
+    let writer = failover_writer(&endpoint);
+    until("the members spread over the nodes again", 180, || {
+        let now = placement(k, ns, cluster);
+        assert!(
+            now.iter().all(|(p, _)| p != gone),
+            "{gone} came back: {now:?}"
+        );
+        now.len() == size && !crowded(&now, size) && healthy_at_size(k, ns, cluster, size)
     });
+    let spread = returned.elapsed();
+    let tally = writer.report();
+    let lost = lost_writes(&endpoint, &tally.acked);
+    assert!(
+        lost.is_empty(),
+        "{} of {} writes acknowledged during the spread lost, e.g. {:?}",
+        lost.len(),
+        tally.acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+    eprintln!(
+        "spread over the nodes again {:.1} s after the node's return; {} writes acknowledged \
+         meanwhile, none lost, longest stall {:.1} s",
+        spread.as_secs_f64(),
+        tally.acked.len(),
+        tally.longest_stall.as_secs_f64()
+    );
+    Some(spread)
 }
 
 /// A member's node of `cluster` drained as users do (the Eviction API, which the cluster's

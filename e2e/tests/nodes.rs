@@ -158,9 +158,12 @@ fn a_member_on_a_node_that_dies_is_replaced_on_another_and_never_comes_back() {
         "the replacement names the lost node: {replaced:?}"
     );
     // The node comes back: its old member stays out (its pod was deleted, and its ID removed
-    // from etcd for good), and nothing else changes.
-    node_returns(&k, ns, "example", restart, &f.member);
+    // from etcd for good). Its replacement went to a node that already held one, whose loss
+    // would now cost quorum: a member moves onto the returned node.
+    let spread = node_returns(&k, ns, "example", restart, &f.member);
+    assert!(spread.is_some(), "the replacement did not crowd a node");
     assert!(healthy_at_size(&k, ns, "example", 3));
+    assert!(event_count(&k, ns, "example", "MembersSpread") >= 2);
     drop_node_reader(&k, ns);
 }
 
@@ -291,7 +294,8 @@ fn a_partition_shorter_than_the_grace_replaces_nothing_and_a_longer_one_ends_lik
     let spare = operator_node(&op);
     let (f, heal) = node_lost(&k, ns, "example", 3, Some(&spare), Fault::Partition);
     replaced_within("partitioned past the grace", &f, Duration::from_secs(90));
-    node_returns(&k, ns, "example", heal, &f.member);
+    let spread = node_returns(&k, ns, "example", heal, &f.member);
+    assert!(spread.is_some(), "the replacement did not crowd a node");
     assert!(healthy_at_size(&k, ns, "example", 3));
     drop_node_reader(&k, ns);
 }

@@ -126,6 +126,9 @@ pub struct Pass<'a> {
     writes: Mutex<Vec<Expect>>,
     /// A defragmentation this pass made, for the status.
     pub defragmented: Mutex<Option<DefragmentationRecord>>,
+    /// Nodes the pods this pass creates are kept off (a spread: see
+    /// [`super::plan::Action::SpreadMember`]).
+    keep_off: Mutex<Vec<String>>,
 }
 
 impl<'a> Pass<'a> {
@@ -138,7 +141,21 @@ impl<'a> Pass<'a> {
             cached,
             writes: Mutex::default(),
             defragmented: Mutex::default(),
+            keep_off: Mutex::default(),
         }
+    }
+
+    /// Keeps the pods this pass creates off `nodes`.
+    pub(super) fn keep_pods_off(&self, nodes: &[String]) {
+        *self.keep_off.lock().unwrap_or_else(|e| e.into_inner()) = nodes.to_vec();
+    }
+
+    /// The nodes the pods this pass creates are kept off.
+    pub(super) fn kept_off(&self) -> Vec<String> {
+        self.keep_off
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Records that this pass created or deleted a pod or a claim.

@@ -421,14 +421,13 @@ async fn observe_objects(
     let now = Timestamp::now();
     for pod in list {
         let mut view = pod_view(&pod, now);
-        view.node_lost = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .and_then(|n| handles.caches.nodes.not_ready_for(n, now));
+        view.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        view.node_lost =
+            (view.node.as_deref()).and_then(|n| handles.caches.nodes.not_ready_for(n, now));
         obs.plan.pods.push(view);
         obs.pods.insert(pod.name_any(), pod);
     }
+    obs.plan.open_nodes = handles.caches.nodes.open();
     obs.plan.bootstrapped = !obs.pods.is_empty()
         || cluster
             .status
@@ -465,6 +464,7 @@ fn pod_view(pod: &Pod, now: Timestamp) -> PodView {
         current: true,
         failing: failing(pod),
         node_lost: None,
+        node: None,
     }
 }
 
@@ -779,11 +779,7 @@ mod tests {
             id,
             is_learner: false,
             healthy,
-            unhealthy_for: if healthy {
-                Duration::ZERO
-            } else {
-                Duration::from_secs(3600)
-            },
+            unhealthy_for: Duration::from_secs(if healthy { 0 } else { 3600 }),
             caught_up: true,
         };
         let running = |name: &str| PodView {
@@ -795,6 +791,7 @@ mod tests {
             current: true,
             failing: None,
             node_lost: None,
+            node: None,
         };
         let mut obs = Observation {
             members: Some(vec![
@@ -826,6 +823,7 @@ mod tests {
             node_grace: Duration::from_secs(30),
             volume_loss_after: Duration::ZERO,
             max_learners: 1,
+            spread: false,
         };
         assert!(matches!(
             plan(&obs, &target),

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
     PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
     Service, ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume,
@@ -737,6 +738,34 @@ fn affinity(cluster: &str, user: &Option<Affinity>, anti: bool) -> Option<Affini
     Some(a)
 }
 
+/// Keeps `pod` off `nodes` (a required node affinity, `kubernetes.io/hostname NotIn`): a member
+/// added to spread the cluster must not land where the members already crowd. Only ever for
+/// clusters without an affinity of the user's (see [`crate::cluster::plan::Target::spread`]).
+pub fn keep_off(pod: &mut Pod, nodes: &[String]) {
+    if nodes.is_empty() {
+        return;
+    }
+    let term = NodeSelectorTerm {
+        match_expressions: Some(vec![NodeSelectorRequirement {
+            key: "kubernetes.io/hostname".into(),
+            operator: "NotIn".into(),
+            values: Some(nodes.to_vec()),
+        }]),
+        ..NodeSelectorTerm::default()
+    };
+    let affinity = pod
+        .spec
+        .get_or_insert_with(PodSpec::default)
+        .affinity
+        .get_or_insert_with(Affinity::default);
+    affinity.node_affinity = Some(NodeAffinity {
+        required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+            node_selector_terms: vec![term],
+        }),
+        ..NodeAffinity::default()
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -747,6 +776,34 @@ mod tests {
         c.metadata.namespace = Some("prod".into());
         c.metadata.uid = Some("uid-1".into());
         c
+    }
+
+    #[test]
+    fn a_spread_member_is_kept_off_the_crowded_nodes_and_others_are_not() {
+        let c = cluster(EtcdClusterSpec {
+            size: 3,
+            ..Default::default()
+        });
+        let mut pod = member_pod(&c, "example-x", vec![], None, "");
+        let before = pod.clone();
+        keep_off(&mut pod, &[]);
+        assert_eq!(pod, before);
+        keep_off(&mut pod, &["a".into(), "b".into()]);
+        let affinity = pod.spec.unwrap().affinity.unwrap();
+        let terms = affinity
+            .node_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap()
+            .node_selector_terms;
+        let expr = &terms[0].match_expressions.as_ref().unwrap()[0];
+        assert_eq!(
+            (expr.key.as_str(), expr.operator.as_str()),
+            ("kubernetes.io/hostname", "NotIn")
+        );
+        assert_eq!(expr.values, Some(vec!["a".into(), "b".into()]));
+        // The members' own preference for distinct nodes stays.
+        assert!(affinity.pod_anti_affinity.is_some());
     }
 
     #[test]

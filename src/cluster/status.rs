@@ -96,6 +96,11 @@ fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'stati
             reason: RemoveReason::ScaleDown,
             ..
         } => Some("Scaling"),
+        Action::SpreadMember { .. }
+        | Action::RemoveMember {
+            reason: RemoveReason::Spread,
+            ..
+        } => Some("Spreading"),
         Action::RemoveMember { .. }
         | Action::ReplaceMember { .. }
         | Action::DeletePod { .. }
@@ -548,6 +553,7 @@ mod tests {
                         current: true,
                         failing: None,
                         node_lost: None,
+                        node: None,
                     })
                     .collect(),
                 bootstrapped: true,

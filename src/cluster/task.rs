@@ -517,6 +517,12 @@ fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) -> Target {
         node_grace: ctx.timings.node_loss_grace,
         volume_loss_after: ctx.timings.volume_loss_after,
         max_learners: observe::max_learners(obs),
+        spread: cluster.spec.pod.as_ref().is_none_or(|p| {
+            p.persistent_volume_claim_spec.is_none()
+                && p.node_selector.is_empty()
+                && p.affinity.is_none()
+                && !p.anti_affinity.unwrap_or(false)
+        }),
     }
 }
 
@@ -920,6 +926,11 @@ fn reason_of(action: &Action) -> &'static str {
     match action {
         Action::Bootstrap => "SeedCreated",
         Action::AddMembers { .. } | Action::JoinMembers { .. } => "MemberAdded",
+        Action::SpreadMember { .. }
+        | Action::RemoveMember {
+            reason: plan::RemoveReason::Spread,
+            ..
+        } => "MembersSpread",
         Action::ReplaceMember { .. } => "MemberReplaced",
         Action::Promote { .. } => "MemberPromoted",
         Action::RemoveMember {
@@ -1049,6 +1060,7 @@ mod tests {
                 current: true,
                 failing: None,
                 node_lost: None,
+                node: None,
             }],
             ..plan::Observation::default()
         };

@@ -9,7 +9,7 @@
 //! has just created or deleted a pod or claim reads live until the cache shows the change (see
 //! [`Expectations`]): a cache that lags its own writes would have it bootstrap twice.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -298,6 +298,10 @@ pub struct NodeHealth {
     /// node controller noticed; for `False` (the kubelet reports itself not ready) when it
     /// became so.
     pub since: Option<k8s_openapi::jiff::Timestamp>,
+    /// New pods may be put on it: not cordoned, and no `NoSchedule` or `NoExecute` taint
+    /// (whether a cluster's tolerations would allow one is not judged: such a node is not
+    /// counted on for spreading members).
+    pub open: bool,
 }
 
 impl NodeHealth {
@@ -311,9 +315,15 @@ impl NodeHealth {
         let heartbeat = ready
             .filter(|c| c.status == "Unknown")
             .and_then(|c| c.last_heartbeat_time.as_ref());
+        let spec = node.spec.as_ref();
+        let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        let tainted = spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| t.effect != "PreferNoSchedule"));
         NodeHealth {
             ready: ready.is_some_and(|c| c.status == "True"),
             since: heartbeat.or(transition).map(|t| t.0),
+            open: !cordoned && !tainted,
         }
     }
 }
@@ -333,11 +343,11 @@ struct NodesInner {
 }
 
 impl Nodes {
-    /// Applies one event of the Node watch; says whether some node's readiness changed (the
-    /// heartbeats that make most Node updates change nothing here).
+    /// Applies one event of the Node watch; says whether some node's readiness or openness
+    /// changed (the heartbeats that make most Node updates change nothing here).
     pub fn apply(&self, event: Event<Node>) -> bool {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        let ready = |m: &HashMap<String, NodeHealth>, n: &str| m.get(n).map(|h| h.ready);
+        let ready = |m: &HashMap<String, NodeHealth>, n: &str| m.get(n).map(|h| (h.ready, h.open));
         match event {
             Event::Init => {
                 inner.relisting = Some(HashMap::new());
@@ -354,19 +364,31 @@ impl Nodes {
                 let changed = listed.len() != inner.nodes.len()
                     || listed
                         .iter()
-                        .any(|(n, h)| ready(&inner.nodes, n) != Some(h.ready));
+                        .any(|(n, h)| ready(&inner.nodes, n) != Some((h.ready, h.open)));
                 inner.nodes = listed;
                 inner.synced = true;
                 changed
             }
             Event::Apply(n) => {
                 let (name, health) = (n.name_any(), NodeHealth::of(&n));
-                let changed = ready(&inner.nodes, &name) != Some(health.ready);
+                let changed = ready(&inner.nodes, &name) != Some((health.ready, health.open));
                 inner.nodes.insert(name, health);
                 changed
             }
             Event::Delete(n) => inner.nodes.remove(&n.name_any()).is_some(),
         }
+    }
+
+    /// The nodes a new member could be put on: Ready and open (see [`NodeHealth::open`]);
+    /// `None` until a list has finished.
+    pub fn open(&self) -> Option<BTreeSet<String>> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.synced.then(|| {
+            (inner.nodes.iter())
+                .filter(|(_, h)| h.ready && h.open)
+                .map(|(n, _)| n.clone())
+                .collect()
+        })
     }
 
     /// How long node `name` has not been Ready at `now`: `None` when it is Ready or when no
@@ -714,6 +736,50 @@ mod tests {
         assert_eq!(nodes.not_ready_for("a", now), Some(Duration::from_secs(10)));
         // A node that is gone is lost for good.
         assert_eq!(nodes.not_ready_for("b", now), Some(Duration::MAX));
+    }
+
+    #[test]
+    fn open_nodes_are_ready_uncordoned_and_untainted_and_a_cordon_wakes() {
+        use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+        let nodes = Nodes::default();
+        let t = "2026-01-01T00:00:00Z";
+        assert_eq!(nodes.open(), None, "nothing known before the first list");
+        nodes.apply(Event::Init);
+        nodes.apply(Event::InitApply(node("a", "True", t, t)));
+        nodes.apply(Event::InitApply(node("b", "False", t, t)));
+        let mut tainted = node("c", "True", t, t);
+        tainted.spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "node-role.kubernetes.io/control-plane".into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            }]),
+            ..NodeSpec::default()
+        });
+        nodes.apply(Event::InitApply(tainted));
+        let mut soft = node("d", "True", t, t);
+        soft.spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "spot".into(),
+                effect: "PreferNoSchedule".into(),
+                ..Taint::default()
+            }]),
+            ..NodeSpec::default()
+        });
+        nodes.apply(Event::InitApply(soft));
+        nodes.apply(Event::InitDone);
+        let open = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect());
+        assert_eq!(nodes.open(), open(&["a", "d"]));
+        // Cordoned: no longer open, and the change wakes the clusters.
+        let mut cordoned = node("a", "True", t, t);
+        cordoned.spec = Some(NodeSpec {
+            unschedulable: Some(true),
+            ..NodeSpec::default()
+        });
+        assert!(nodes.apply(Event::Apply(cordoned)));
+        assert_eq!(nodes.open(), open(&["d"]));
+        assert!(nodes.apply(Event::Apply(node("a", "True", t, t))));
+        assert_eq!(nodes.open(), open(&["a", "d"]));
     }
 
     fn pod(ns: &str, name: &str, cluster: &str) -> Pod {

@@ -201,6 +201,10 @@ pub(super) async fn remove_member(
             "removed member {name}: it does not answer and its node has not been Ready for \
              the node-loss grace; a new member takes its place on another node"
         ),
+        RemoveReason::Spread => format!(
+            "removed member {name}: its node held more voters than the cluster can lose, and \
+             a member added on another node takes its place"
+        ),
         _ => format!("removed member {name} ({reason:?})"),
     })))
 }

@@ -181,6 +181,17 @@ pub async fn act(
     match action {
         Action::Bootstrap => bootstrap(pass, cluster).await,
         Action::AddMembers { count } => add_members(pass, cluster, obs, *count).await,
+        Action::SpreadMember { crowded, avoid } => {
+            pass.keep_pods_off(avoid);
+            Ok(match add_members(pass, cluster, obs, 1).await? {
+                Outcome::Done(Some(added)) => Outcome::Done(Some(format!(
+                    "node {crowded} holds more voters than the cluster can lose: {added}, \
+                     kept off {}; one of {crowded}'s goes next",
+                    avoid.join(", ")
+                ))),
+                other => other,
+            })
+        }
         Action::JoinMembers { names } => join_all(pass.handles, cluster, obs, names).await,
         Action::Promote { name, id } => promote(obs, name, *id).await,
         Action::RemoveMember { name, id, reason } => {

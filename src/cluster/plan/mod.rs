@@ -70,6 +70,8 @@ pub struct PodView {
     /// counted from the kubelet's last heartbeat when the node controller marked it Unknown;
     /// `None` while it is Ready, or when nodes are not watched.
     pub node_lost: Option<Duration>,
+    /// The node it was put on, once scheduled.
+    pub node: Option<String>,
 }
 
 /// One member from etcd's member list, with its status if it answered.
@@ -135,6 +137,9 @@ pub struct Observation {
     /// The cluster's automatic CA has a rotation step to take (asked for, or two thirds of
     /// its validity passed, or a rotation under way).
     pub ca_rotation_due: bool,
+    /// The nodes a new member could be put on (Ready, not cordoned, not tainted); `None` when
+    /// nodes are not watched or not yet listed: members are then never moved for spread.
+    pub open_nodes: Option<BTreeSet<String>>,
 }
 
 impl Observation {
@@ -195,6 +200,11 @@ pub struct Target {
     /// every member's pod; 1 otherwise). Each member checks the limit as it applies an
     /// addition, so it is the smallest of the members'.
     pub max_learners: usize,
+    /// Members may be moved between nodes so that no node holds more voters than the cluster
+    /// can lose (see [`Action::SpreadMember`]): the operator places the members (no volumes,
+    /// which tie a member to its node's storage; no node selector or affinity of the user's,
+    /// which the planner cannot judge).
+    pub spread: bool,
 }
 
 /// Why a member is removed.
@@ -220,6 +230,9 @@ pub enum RemoveReason {
     /// another node. Its old pod is force-deleted once it is removed (its claim deleted after);
     /// should the node come back, its etcd finds itself removed and stops.
     NodeLost,
+    /// Its node holds more voters than the cluster can lose, and a member added on another
+    /// node (see [`Action::SpreadMember`]) takes its place.
+    Spread,
 }
 
 /// Why leadership is moved.
@@ -267,6 +280,12 @@ pub enum Action {
     /// A voter whose pod is gone, its data with it: removed, and in the same step its
     /// replacement's pod is created and the replacement added as a learner.
     ReplaceMember { name: String, id: u64 },
+    /// A node holds more voters than the cluster can lose (the scheduler put them there while
+    /// the other nodes were cordoned or down, and nothing moves a running pod): a member is
+    /// added, its pod kept off the nodes in `avoid` (those holding as many voters as the
+    /// cluster can lose, or more), and the shrink step that follows removes one of the
+    /// crowded node's. One node's loss then never costs quorum.
+    SpreadMember { crowded: String, avoid: Vec<String> },
     /// Remove a member from etcd (its pod is deleted on a later step).
     RemoveMember {
         name: String,
@@ -353,6 +372,7 @@ impl Action {
         matches!(
             self,
             Action::AddMembers { .. }
+                | Action::SpreadMember { .. }
                 | Action::JoinMembers { .. }
                 | Action::Promote { .. }
                 | Action::RemoveMember { .. }

@@ -1,7 +1,7 @@
 //! The steps of [`plan`](super::plan), in the order it tries them, on a cluster whose member
 //! list is known; and what is done without one.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 
@@ -25,6 +25,7 @@ pub(super) fn next(obs: &Observation, target: &Target, members: &[MemberView]) -
         Cluster::sick_voter,
         Cluster::grow,
         Cluster::roll,
+        Cluster::spread,
         Cluster::defragment,
     ]
     .iter()
@@ -230,7 +231,10 @@ impl<'a> Cluster<'a> {
                 reason,
             })
         };
-        let needed = self.capacity().saturating_sub(self.voters.len());
+        // A spread's learner is the one beyond the size that the next shrink makes good.
+        let spreading =
+            usize::from(self.voters.len() == self.target.size && self.crowded().is_some());
+        let needed = (self.capacity() + spreading).saturating_sub(self.voters.len());
         if learners.len() > needed {
             let l = learners
                 .iter()
@@ -533,11 +537,89 @@ impl<'a> Cluster<'a> {
             }
             return Some(self.move_leader_from(stale[0], MoveReason::Roll));
         }
-        voters
-            .iter()
-            .filter(follower)
-            .find(|v| v.healthy)
-            .and_then(|v| remove(v, RemoveReason::ScaleDown))
+        // From the node holding the most voters (the first such follower): a scale-down
+        // spreads the rest, and the surplus of a spread leaves the crowded node.
+        let per = self.voters_per_node();
+        let load = |v: &&&MemberView| self.node_of(v).and_then(|n| per.get(n)).copied();
+        let v = (voters.iter().filter(follower).filter(|v| v.healthy))
+            .min_by_key(|v| std::cmp::Reverse(load(v)))?;
+        let reason = if self.target.spread && load(&v).unwrap_or(0) > can_lose(self.target.size) {
+            RemoveReason::Spread
+        } else {
+            RemoveReason::ScaleDown
+        };
+        remove(v, reason)
+    }
+
+    /// The node member `v`'s pod was put on.
+    fn node_of(&self, v: &MemberView) -> Option<&'a str> {
+        self.obs.pod(&v.name).and_then(|p| p.node.as_deref())
+    }
+
+    /// How many voters each node holds (voters whose pod is scheduled).
+    fn voters_per_node(&self) -> BTreeMap<&'a str, usize> {
+        let mut per = BTreeMap::new();
+        for v in &self.voters {
+            if let Some(n) = self.node_of(v) {
+                *per.entry(n).or_default() += 1;
+            }
+        }
+        per
+    }
+
+    /// The node holding the most voters (the first such), when it holds more than the cluster
+    /// can lose and the cluster is spread by the operator.
+    fn crowded(&self) -> Option<&'a str> {
+        if !self.target.spread || self.obs.open_nodes.is_none() {
+            return None;
+        }
+        let per = self.voters_per_node();
+        let (node, _) = (per.iter().rev())
+            .max_by_key(|(_, c)| **c)
+            .filter(|(_, c)| **c > can_lose(self.target.size))?;
+        Some(*node)
+    }
+
+    /// The cluster as asked (every voter healthy, scheduled and current, no learner), but
+    /// one node holds more voters than the cluster can lose: one is moved off it, a member
+    /// added first on a node that then still holds no more than that ([`Action::SpreadMember`]),
+    /// when an open node allows it. Where none does, nothing moves: an addition that could
+    /// only land on a crowded node would be removed again, round after round.
+    fn spread(&self) -> Option<Action> {
+        let size = self.target.size;
+        let open = self
+            .obs
+            .open_nodes
+            .as_ref()
+            .filter(|_| self.target.spread)?;
+        if size < 3
+            || self.voters.len() != size
+            || self.members.len() != size
+            || self.healthy < size
+            || self.obs.leader.is_none()
+        {
+            return None;
+        }
+        let per = self.voters_per_node();
+        if per.values().sum::<usize>() != size {
+            return None;
+        }
+        let lose = can_lose(size);
+        let crowded = self.crowded()?;
+        let avoid: Vec<String> = (per.iter())
+            .filter(|(_, c)| **c >= lose)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        if open.iter().all(|n| avoid.contains(n)) {
+            return None;
+        }
+        if let Some(w) = self.catching_up() {
+            return Some(w);
+        }
+        Some(Action::SpreadMember {
+            crowded: crowded.to_string(),
+            avoid,
+        })
     }
 
     /// A voter whose pod is being deleted but still answers, and that [`voters_without_pod`]
@@ -695,6 +777,12 @@ impl<'a> Cluster<'a> {
             reason: DeleteReason::Outdated,
         })
     }
+}
+
+/// How many voters a cluster of `size` can lose and keep quorum: a node holding more takes
+/// quorum with it.
+fn can_lose(size: usize) -> usize {
+    size.saturating_sub(1) / 2
 }
 
 /// For clusters with volumes: a member's pod that ended (evicted, its node rebooted) is

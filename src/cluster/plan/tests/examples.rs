@@ -1056,3 +1056,191 @@ fn scheduled_defragmentation_takes_followers_first_the_leader_last_and_only_a_wh
     rolling.defrag_due = ["m1".to_string()].into();
     assert!(!matches!(plan(&rolling, &t), Action::Defragment { .. }));
 }
+
+fn spreading(size: usize) -> Target {
+    Target {
+        spread: true,
+        ..target(size)
+    }
+}
+
+#[test]
+fn a_node_holding_more_voters_than_the_cluster_can_lose_gets_one_moved_off_it() {
+    let piled = |open: &[&str]| {
+        (cluster().voter("m1").on("a").voter("m2").on("a"))
+            .voter("m3")
+            .on("b")
+            .led_by("m1")
+            .open(open)
+            .build()
+    };
+    // Losing node a would cost quorum: a member is added, kept off a and b.
+    assert_eq!(
+        plan(&piled(&["a", "b", "c"]), &spreading(3)),
+        Action::SpreadMember {
+            crowded: "a".into(),
+            avoid: vec!["a".into(), "b".into()],
+        }
+    );
+    // No node to move to (c cordoned or down), nodes not known, or the user places the
+    // members: nothing moves.
+    assert_eq!(plan(&piled(&["a", "b"]), &spreading(3)), Action::Steady);
+    let mut unknown = piled(&["a", "b", "c"]);
+    unknown.open_nodes = None;
+    assert_eq!(plan(&unknown, &spreading(3)), Action::Steady);
+    assert_eq!(plan(&piled(&["a", "b", "c"]), &target(3)), Action::Steady);
+    // Spread already: nothing to do.
+    let spread = (cluster().voter("m1").on("a").voter("m2").on("b"))
+        .voter("m3")
+        .on("c")
+        .led_by("m1")
+        .open(&["a", "b", "c"])
+        .build();
+    assert_eq!(plan(&spread, &spreading(3)), Action::Steady);
+    // A member not healthy, or not scheduled: that first, never a spread.
+    let mut sick = piled(&["a", "b", "c"]);
+    sick.members.as_mut().unwrap()[2].healthy = false;
+    assert!(!matches!(
+        plan(&sick, &spreading(3)),
+        Action::SpreadMember { .. }
+    ));
+    let mut unscheduled = piled(&["a", "b", "c"]);
+    unscheduled.pods[2].node = None;
+    assert_eq!(plan(&unscheduled, &spreading(3)), Action::Steady);
+    // A voter that has not caught up: the spread waits, as a roll does.
+    let mut behind = piled(&["a", "b", "c"]);
+    behind.members.as_mut().unwrap()[1].caught_up = false;
+    assert!(matches!(plan(&behind, &spreading(3)), Action::Wait { .. }));
+}
+
+#[test]
+fn the_surplus_of_a_spread_leaves_the_crowded_node_and_never_the_leader() {
+    // The added member promoted on c: a follower on a goes (m1 leads there).
+    let obs = (cluster().voter("m1").on("a").voter("m2").on("a"))
+        .voter("m3")
+        .on("b")
+        .voter("m4")
+        .on("c")
+        .led_by("m1")
+        .open(&["a", "b", "c"])
+        .build();
+    assert_eq!(
+        plan(&obs, &spreading(3)),
+        Action::RemoveMember {
+            name: "m2".into(),
+            id: 2,
+            reason: RemoveReason::Spread,
+        }
+    );
+    // A plain scale-down 5 → 3 removes from the fullest node first, too.
+    let five = (cluster().voter("m1").on("a").voter("m2").on("b"))
+        .voter("m3")
+        .on("c")
+        .voter("m4")
+        .on("c")
+        .voter("m5")
+        .on("b")
+        .led_by("m1")
+        .build();
+    assert_eq!(
+        plan(&five, &target(4)),
+        Action::RemoveMember {
+            name: "m2".into(),
+            id: 2,
+            reason: RemoveReason::ScaleDown,
+        }
+    );
+}
+
+#[test]
+fn five_members_move_only_while_one_node_holds_three() {
+    let five = |nodes: [&str; 5]| {
+        nodes
+            .iter()
+            .enumerate()
+            .fold(cluster(), |c, (i, n)| c.voter(&format!("m{}", i + 1)).on(n))
+            .led_by("m1")
+            .open(&["a", "b", "c"])
+            .build()
+    };
+    // Two per node at most: any one node may go.
+    assert_eq!(
+        plan(&five(["a", "a", "b", "b", "c"]), &spreading(5)),
+        Action::Steady
+    );
+    // Three on a: the new member goes where fewer than two are (b or c).
+    assert_eq!(
+        plan(&five(["a", "a", "a", "b", "c"]), &spreading(5)),
+        Action::SpreadMember {
+            crowded: "a".into(),
+            avoid: vec!["a".into()],
+        }
+    );
+}
+
+/// The spread as the operator carries it out, each step applied to the observation as the
+/// act would leave it (the new member's pod on the first open node not avoided, started
+/// and caught up): from every member on one node to one per node, in a bounded number of
+/// steps and with never fewer than three healthy voters.
+#[test]
+fn a_cluster_piled_on_one_node_spreads_one_member_at_a_time_and_stops() {
+    let mut obs = (cluster().voter("m1").on("a").voter("m2").on("a"))
+        .voter("m3")
+        .on("a")
+        .led_by("m1")
+        .open(&["a", "b", "c"])
+        .build();
+    let t = spreading(3);
+    let mut next_id = 4;
+    for _ in 0..20 {
+        let voters = |o: &Observation| {
+            o.members
+                .iter()
+                .flatten()
+                .filter(|m| !m.is_learner && m.healthy)
+                .count()
+        };
+        assert!(voters(&obs) >= 3);
+        let a = plan(&obs, &t);
+        eprintln!(
+            "{a:?} {:?}",
+            obs.pods
+                .iter()
+                .map(|p| (&p.name, &p.node))
+                .collect::<Vec<_>>()
+        );
+        match a {
+            Action::SpreadMember { avoid, .. } => {
+                let open = obs.open_nodes.clone().unwrap_or_default();
+                let node = open.iter().find(|n| !avoid.contains(n)).unwrap().clone();
+                let name = format!("m{next_id}");
+                let mut m = member(&name, next_id, true, true);
+                m.caught_up = true;
+                obs.members.as_mut().unwrap().push(m);
+                obs.pods.push(PodView {
+                    node: Some(node),
+                    ..running(&name)
+                });
+                next_id += 1;
+            }
+            Action::Promote { id, .. } => {
+                let members = obs.members.as_mut().unwrap();
+                members.iter_mut().find(|m| m.id == id).unwrap().is_learner = false;
+            }
+            Action::RemoveMember { id, reason, .. } => {
+                assert_eq!(reason, RemoveReason::Spread);
+                obs.members.as_mut().unwrap().retain(|m| m.id != id);
+            }
+            Action::DeletePod { name, .. } => obs.pods.retain(|p| p.name != name),
+            Action::DeleteClaim { name } => {
+                obs.claims.remove(&name);
+            }
+            Action::Steady => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(plan(&obs, &t), Action::Steady);
+    let mut nodes: Vec<&str> = obs.pods.iter().filter_map(|p| p.node.as_deref()).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["a", "b", "c"]);
+}

@@ -22,6 +22,7 @@ fn target(size: usize) -> Target {
         node_grace: MINUTE / 2,
         volume_loss_after: Duration::ZERO,
         max_learners: 1,
+        spread: false,
     }
 }
 
@@ -47,6 +48,7 @@ fn running(name: &str) -> PodView {
         current: true,
         failing: None,
         node_lost: None,
+        node: None,
     }
 }
 
@@ -78,6 +80,7 @@ fn cluster() -> Fixture {
             applied: BTreeMap::new(),
             defrag_due: BTreeSet::new(),
             ca_rotation_due: false,
+            open_nodes: None,
         },
     }
 }
@@ -153,6 +156,21 @@ impl Fixture {
         for p in self.obs.pods.iter_mut().filter(|p| p.name == name) {
             p.node_lost = Some(for_);
         }
+        self
+    }
+
+    /// The pod of the member added last runs on node `node`.
+    fn on(mut self, node: &str) -> Self {
+        let name = self.last().name.clone();
+        for p in self.obs.pods.iter_mut().filter(|p| p.name == name) {
+            p.node = Some(node.into());
+        }
+        self
+    }
+
+    /// The nodes a new member could be put on.
+    fn open(mut self, nodes: &[&str]) -> Self {
+        self.obs.open_nodes = Some(nodes.iter().map(|n| n.to_string()).collect());
         self
     }
 

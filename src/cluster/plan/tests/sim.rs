@@ -79,6 +79,7 @@ impl Sim {
                     current: p.current,
                     failing: None,
                     node_lost: None,
+                    node: None,
                 })
                 .collect(),
             bootstrapped: true,
@@ -95,6 +96,7 @@ impl Sim {
             known_members: self.members.iter().map(|m| m.name.clone()).collect(),
             unpublished: BTreeSet::new(),
             ca_rotation_due: false,
+            open_nodes: None,
             nospace: Default::default(),
             space_exhausted: false,
             applied: Default::default(),
