@@ -85,20 +85,25 @@ pub fn client_service(cluster: &EtcdCluster) -> Service {
 }
 
 /// The PodDisruptionBudget `<cluster>`: a drain or any other eviction may take members only
-/// while a quorum of `spec.size` stays up (`minAvailable` = size/2 + 1). Members that are not
-/// ready may always be evicted: they count towards no quorum, and a crash-looping member must
-/// not block a node's drain. `None` below two members, where there is no quorum to keep and a
-/// budget would only block every drain. The operator's own pod deletions are not evictions.
-pub fn disruption_budget(cluster: &EtcdCluster) -> Option<PodDisruptionBudget> {
+/// while a quorum stays up: of `spec.size`, or of the `pods` the members have now when there
+/// are more (`minAvailable` = n/2 + 1). A roll that adds first, a spread or a scale-down runs
+/// with a voter more than the size for a while, and a budget of the size alone then let a
+/// drain take two of four voters (2 of 4 is no quorum: found by the chaos run). Members that
+/// are not ready may always be evicted: they count towards no quorum, and a crash-looping
+/// member must not block a node's drain. `None` below two members, where there is no quorum to
+/// keep and a budget would only block every drain. The operator's own pod deletions are not
+/// evictions.
+pub fn disruption_budget(cluster: &EtcdCluster, pods: usize) -> Option<PodDisruptionBudget> {
     let size = cluster.spec.size;
     if size < 2 {
         return None;
     }
+    let members = i32::try_from(pods).unwrap_or(i32::MAX).max(size);
     let name = cluster.name_any();
     Some(PodDisruptionBudget {
         metadata: meta(cluster, &name, "disruption-budget"),
         spec: Some(PodDisruptionBudgetSpec {
-            min_available: Some(IntOrString::Int(size / 2 + 1)),
+            min_available: Some(IntOrString::Int(members / 2 + 1)),
             selector: Some(LabelSelector {
                 match_labels: Some(selector(&name)),
                 ..LabelSelector::default()
@@ -979,7 +984,15 @@ mod tests {
                 size,
                 ..Default::default()
             });
-            let pdb = disruption_budget(&c);
+            // More pods than the size (a surge): a quorum of them.
+            let surge = disruption_budget(&c, usize::try_from(size + 1).unwrap())
+                .and_then(|p| p.spec?.min_available);
+            assert_eq!(
+                surge,
+                min.map(|_| IntOrString::Int((size + 1) / 2 + 1)),
+                "size {size}, one more"
+            );
+            let pdb = disruption_budget(&c, 0);
             assert_eq!(
                 pdb.as_ref()
                     .and_then(|p| p.spec.as_ref()?.min_available.clone()),

@@ -2,6 +2,7 @@
 //! depends on, applied before anything is observed (only what the caches show differs).
 
 use super::*;
+use k8s_openapi::api::core::v1::Pod;
 
 /// Server-side applies the headless and the client Service, and the PodDisruptionBudget (or
 /// deletes it when the cluster is too small to need one); only what the caches show differs
@@ -25,7 +26,12 @@ pub async fn ensure_services(handles: &Handles, cluster: &EtcdCluster) -> Result
             .map_err(|source| Error::ApplyService { name, source })?;
     }
     let budgets = handles.caches.budgets.group(&ns, &name);
-    match resources::disruption_budget(cluster) {
+    // Member pods that run or start (not ended, not being deleted), as the cache shows them:
+    // before a surplus voter is promoted, a pass has passed here with its pod counted.
+    let pods = (handles.caches.pods.group(&ns, &name))
+        .map(|ps| ps.iter().filter(|p| counts_for_budget(p)).count())
+        .unwrap_or(0);
+    match resources::disruption_budget(cluster, pods) {
         Some(budget) if in_place(&budgets, &budget) == Some(true) => {}
         // Known to be absent.
         None if budgets.as_ref().is_some_and(|b| b.is_empty()) => {}
@@ -47,6 +53,12 @@ pub async fn ensure_services(handles: &Handles, cluster: &EtcdCluster) -> Result
         },
     }
     Ok(())
+}
+
+/// Whether `pod` is one the budget's quorum counts: not ended, not being deleted.
+fn counts_for_budget(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
 /// Whether the cached object named like `want` holds `want` (see [`holds`]); `None` when the
