@@ -747,26 +747,20 @@ mod tests {
         nodes.apply(Event::Init);
         nodes.apply(Event::InitApply(node("a", "True", t, t)));
         nodes.apply(Event::InitApply(node("b", "False", t, t)));
-        let mut tainted = node("c", "True", t, t);
-        tainted.spec = Some(NodeSpec {
-            taints: Some(vec![Taint {
-                key: "node-role.kubernetes.io/control-plane".into(),
-                effect: "NoSchedule".into(),
-                ..Taint::default()
-            }]),
-            ..NodeSpec::default()
-        });
-        nodes.apply(Event::InitApply(tainted));
-        let mut soft = node("d", "True", t, t);
-        soft.spec = Some(NodeSpec {
-            taints: Some(vec![Taint {
-                key: "spot".into(),
-                effect: "PreferNoSchedule".into(),
-                ..Taint::default()
-            }]),
-            ..NodeSpec::default()
-        });
-        nodes.apply(Event::InitApply(soft));
+        let tainted = |name: &str, key: &str, effect: &str| Node {
+            spec: Some(NodeSpec {
+                taints: Some(vec![Taint {
+                    key: key.into(),
+                    effect: effect.into(),
+                    ..Taint::default()
+                }]),
+                ..NodeSpec::default()
+            }),
+            ..node(name, "True", t, t)
+        };
+        let control_plane = tainted("c", "node-role.kubernetes.io/control-plane", "NoSchedule");
+        nodes.apply(Event::InitApply(control_plane));
+        nodes.apply(Event::InitApply(tainted("d", "spot", "PreferNoSchedule")));
         nodes.apply(Event::InitDone);
         let open = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect());
         assert_eq!(nodes.open(), open(&["a", "d"]));
