@@ -53,6 +53,7 @@ e2e:
 	$(CARGO) build -p e2e --tests --bins
 	$(CARGO) build -p kubectl-etcd
 	$(CARGO) build --bin etcd-operator
+	hack/build-tools.sh prometheus >/dev/null
 	hack/with-cluster.sh sh -c 'hack/image.sh && $(CARGO) test -p e2e -- --test-threads=2'
 
 ## cluster-cycle-test: up, down, up, down must leave the machine as it was.

@@ -8,6 +8,9 @@
 #   local-path          local-path-provisioner   (github.com/rancher/local-path-provisioner)
 #   promtool            promtool                 (github.com/prometheus/prometheus/cmd/promtool:
 #                                                 checks and unit-tests the chart's alerts)
+#   prometheus          prometheus               (the same module's server, Kubernetes discovery
+#                                                 only: scrapes the local cluster in the e2e test
+#                                                 of the alerts)
 #   s3s-fs              s3s-fs                   (crates.io s3s-fs, a fast S3 server on a directory,
 #                                                 for the backup benchmark; 0.14.1 is the newest
 #                                                 that builds with rustc 1.95)
@@ -64,6 +67,11 @@ case "$tool" in
     out=$cache/prometheus/$v/bin
     # Without service-discovery plugins: rules need none, and the build is much smaller.
     GOFLAGS="$GOFLAGS -tags=remove_all_sd" gobuild "$dir" "$out" promtool github.com/prometheus/prometheus/cmd/promtool ;;
+  prometheus)
+    dir=$here/prometheus; v=$(modver "$dir" github.com/prometheus/prometheus)
+    out=$cache/prometheus/$v/bin
+    # Kubernetes service discovery only (the e2e test of the alerts finds the pods with it).
+    GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" gobuild "$dir" "$out" prometheus github.com/prometheus/prometheus/cmd/prometheus ;;
   s3s-fs)
     v=0.14.1
     out=$cache/s3s-fs/$v/bin

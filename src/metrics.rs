@@ -353,6 +353,17 @@ impl Metrics {
             .available
             .get_or_create(&labels)
             .set(i64::from(available));
+        // A counter first exported at 1 has no increase to Prometheus (`increase()` starts at
+        // its first sample): the first failed backup would never fire EtcdBackupFailed. Each
+        // cluster's counters are exported at 0 as soon as it is seen, before any backup.
+        for result in ["succeeded", "failed"] {
+            let _ = self.backups.results.get_or_create(&ResultLabels {
+                namespace: labels.namespace.clone(),
+                name: labels.name.clone(),
+                result,
+            });
+        }
+        let _ = self.defrag_reclaimed.get_or_create(&labels);
         let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         let key = (labels.namespace, labels.name);
         match phases.get(&key) {
@@ -538,6 +549,24 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("name=\"a\""), "{text}");
+    }
+
+    #[test]
+    fn a_clusters_counters_start_at_zero_before_its_first_backup_or_defragmentation() {
+        let m = Metrics::new();
+        m.cluster_state("ns", "a", "Running", (3, 3, true));
+        let text = m.encode();
+        for line in [
+            "etcd_operator_backups_total{namespace=\"ns\",name=\"a\",result=\"failed\"} 0",
+            "etcd_operator_backups_total{namespace=\"ns\",name=\"a\",result=\"succeeded\"} 0",
+            "etcd_operator_defragmentation_reclaimed_bytes_total{namespace=\"ns\",name=\"a\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        m.backup_result("ns", "a", false);
+        assert!(m.encode().contains(
+            "etcd_operator_backups_total{namespace=\"ns\",name=\"a\",result=\"failed\"} 1"
+        ));
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub mod backups;
 
 pub mod nodes;
 
+pub mod prometheus;
+
 #[cfg(test)]
 mod tests {
     use std::io::{BufRead, BufReader, Read, Write};
