@@ -29,6 +29,18 @@ pub enum Error {
     },
 }
 
+/// Whether setting up the Lease may succeed if tried again: the API server unreachable, busy
+/// or failing, or another replica creating the Lease at the same moment. Refusals (no right to
+/// the Lease, an invalid name) end the start-up with the error.
+fn transient(e: &kube_lease_manager::LeaseManagerError) -> bool {
+    use kube_lease_manager::LeaseManagerError as E;
+    match e {
+        E::KubeError(kube::Error::Api(s)) => s.code >= 500 || s.code == 429 || s.code == 409,
+        E::KubeError(_) | E::LeaseAlreadyExists(_) => true,
+        _ => false,
+    }
+}
+
 /// Lease settings.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -73,12 +85,30 @@ impl Leadership {
         watch_client: Client,
         settings: Settings,
     ) -> Result<Self, Error> {
-        let manager = LeaseManagerBuilder::new(client.clone(), &settings.name)
-            .with_namespace(&settings.namespace)
-            .with_identity(&settings.identity)
-            .with_duration(settings.duration.as_secs())
-            .with_grace(settings.grace.as_secs())
-            .build()
+        use backon::Retryable;
+        let build = || {
+            LeaseManagerBuilder::new(client.clone(), &settings.name)
+                .with_namespace(&settings.namespace)
+                .with_identity(&settings.identity)
+                .with_duration(settings.duration.as_secs())
+                .with_grace(settings.grace.as_secs())
+                .build()
+        };
+        // A replica started while the API server is away (restarted by its kubelet during an
+        // outage, or with its node) waits for it: exiting would put it in its kubelet's
+        // crash-loop back-off, up to 5 minutes without a standby after the server is back.
+        let manager = build
+            .retry(crate::kube::exponential(
+                Duration::from_millis(250),
+                Duration::from_secs(2),
+            ))
+            .when(transient)
+            .notify(|e, after| {
+                warn!(
+                    "setting up the Lease {}/{}: {e}; trying again in {after:?}",
+                    settings.namespace, settings.name
+                )
+            })
             .await
             .map_err(|source| Error::Setup {
                 namespace: settings.namespace.clone(),
@@ -246,6 +276,45 @@ where
         tokio::select! {
             _ = work() => return,
             _ = lost => info!("standing by: the {what} stops"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Status;
+    use kube_lease_manager::LeaseManagerError as E;
+
+    use super::transient;
+
+    fn api(code: u16) -> E {
+        E::KubeError(kube::Error::Api(
+            Status::failure("m", "r").with_code(code).boxed(),
+        ))
+    }
+
+    #[test]
+    fn the_lease_is_set_up_again_while_the_api_server_is_away_or_busy_not_when_it_refuses() {
+        for e in [
+            api(500),
+            api(503),
+            api(429),
+            api(409),
+            E::LeaseAlreadyExists("etcd-operator".into()),
+            // What a refused connection is to the client (the server stopped).
+            E::KubeError(kube::Error::Service(Box::new(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            )))),
+        ] {
+            assert!(transient(&e), "{e}");
+        }
+        for e in [
+            api(403),
+            api(404),
+            api(422),
+            E::InconsistentState("x".into()),
+        ] {
+            assert!(!transient(&e), "{e}");
         }
     }
 }
