@@ -54,6 +54,52 @@ func TestTheSameSeedGivesTheSameScheduleAndEveryKindComes(t *testing.T) {
 	if seen[OperatorLeaderKill] < 5 || seen[OperatorStandbyKill] < 5 || len(seen) != 2 {
 		t.Errorf("operator faults: %v", seen)
 	}
+	platform := PlatformSchedule(42, 60)
+	if !reflect.DeepEqual(platform, PlatformSchedule(42, 60)) || reflect.DeepEqual(platform, PlatformSchedule(43, 60)) {
+		t.Fatal("the platform schedule is not the seed's alone")
+	}
+	seen = map[Kind]int{}
+	for _, s := range platform {
+		seen[s.Kind]++
+		if s.Quiet < 5*time.Second || s.Quiet > 15*time.Second {
+			t.Errorf("platform fault after %v", s.Quiet)
+		}
+		if s.Hold < time.Second || s.Hold > 10*time.Second || s.Kind == ContainerdRestart && s.Hold > 5*time.Second {
+			t.Errorf("%s held %v", s.Kind, s.Hold)
+		}
+	}
+	if seen[APIServerOutage] < 5 || seen[ContainerdRestart] < 5 || len(seen) != 2 {
+		t.Errorf("platform faults: %v", seen)
+	}
+}
+
+func TestANodeIsHeldByOneLaneAtATime(t *testing.T) {
+	s := newShare()
+	nodes := []string{"a", "b", "c"}
+	s.take("b")
+	if n, ok := s.takeFree(nodes, 1); !ok || n != "c" {
+		t.Fatalf("took %q %v while b was held", n, ok)
+	}
+	s.take("a")
+	if n, ok := s.takeFree(nodes, 0); ok {
+		t.Fatalf("took %q while every node was held", n)
+	}
+	got := make(chan struct{})
+	go func() {
+		s.take("b")
+		close(got)
+	}()
+	select {
+	case <-got:
+		t.Fatal("b taken twice")
+	case <-time.After(50 * time.Millisecond):
+	}
+	s.release("b")
+	select {
+	case <-got:
+	case <-time.After(time.Second):
+		t.Fatal("b never taken after its release")
+	}
 }
 
 func TestInvariantsCatchAvailableButUnwritableTwoRemovedAtOnceAndARemovedMemberBack(t *testing.T) {

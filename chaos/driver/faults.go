@@ -60,8 +60,9 @@ var Kinds = []struct {
 	{MemberKill, 1, 0, 0, 0},
 	{MemberPause, 1, 3 * time.Second, 10 * time.Second, 0},
 	{MemberPodDelete, 1, 0, 0, 0},
-	{APIServerOutage, 1, 4 * time.Second, 10 * time.Second, 0},
-	{ContainerdRestart, 1, time.Second, 5 * time.Second, 0},
+	// The platform lane's (PlatformSchedule), beside the main schedule.
+	{APIServerOutage, 0, 4 * time.Second, 10 * time.Second, 0},
+	{ContainerdRestart, 0, time.Second, 5 * time.Second, 0},
 	// Longer than the operator's node grace (30 s) now and then: the member is replaced.
 	{NodeStop, 1, 15 * time.Second, 35 * time.Second, 0},
 	{NodePartition, 1, 8 * time.Second, 25 * time.Second, 0},
@@ -141,6 +142,32 @@ func OperatorSchedule(seed int64, n int) []Step {
 			k = OperatorLeaderKill
 		}
 		steps = append(steps, Step{Kind: k, Choice: rnd.Intn(1 << 20), Quiet: time.Duration(5+rnd.Intn(11)) * time.Second})
+	}
+	return steps
+}
+
+// PlatformSchedule is the platform's faults, beside the main schedule and the operator's
+// lane: kube-apiserver stopped (one time in three) or a node's containerd restarted, each held
+// as Kinds says, Quiet (5 to 15 s) after the last one is over. A cluster survives either
+// together with any one fault of the main schedule: etcd serves without the API server and
+// its containers run on without containerd; what they take is the operator's hands (it can
+// neither read nor change anything, nor start a pod on that node) in the middle of whatever
+// the main schedule has it doing. From the seed as well.
+func PlatformSchedule(seed int64, n int) []Step {
+	rnd := rand.New(rand.NewSource(seed + 2))
+	hold := map[Kind][2]time.Duration{}
+	for _, k := range Kinds {
+		hold[k.Kind] = [2]time.Duration{k.HoldFrom, k.HoldTo}
+	}
+	steps := make([]Step, 0, n)
+	for i := 0; i < n; i++ {
+		k := ContainerdRestart
+		if rnd.Intn(3) == 0 {
+			k = APIServerOutage
+		}
+		h := hold[k]
+		steps = append(steps, Step{Kind: k, Choice: rnd.Intn(1 << 20), Quiet: time.Duration(5+rnd.Intn(11)) * time.Second,
+			Hold: h[0] + time.Duration(rnd.Int63n(int64(h[1]-h[0])))})
 	}
 	return steps
 }
@@ -230,8 +257,31 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 	if err != nil || len(nodes) == 0 {
 		return "", nil, fmt.Errorf("no nodes: %v", err)
 	}
+	// The node is held from the fault's start to its end: the platform lane's containerd
+	// restarts take a node the main schedule does not hold, and the other way round.
 	node := nodes[s.Choice%len(nodes)]
-	switch s.Kind {
+	if s.Kind == ContainerdRestart {
+		var ok bool
+		if node, ok = e.share.takeFree(nodes, s.Choice); !ok {
+			return "", nil, fmt.Errorf("every node held by the main schedule")
+		}
+	} else {
+		e.share.take(node)
+	}
+	target, end, err := e.onNode(s.Kind, node)
+	if end == nil {
+		e.share.release(node)
+		return target, nil, err
+	}
+	return target, func() error {
+		defer e.share.release(node)
+		return end()
+	}, err
+}
+
+// onNode does a node's fault; the returned undo ends it.
+func (e *Env) onNode(kind Kind, node string) (string, func() error, error) {
+	switch kind {
 	case ContainerdRestart:
 		return e.around(node, []string{"stop", "containerd", node}, []string{"start", "containerd", node})
 	case NodeStop:
@@ -244,7 +294,7 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 			"--delete-emptydir-data", "--timeout=150s")
 		return node, uncordon, err
 	}
-	return "", nil, fmt.Errorf("unknown fault %s", s.Kind)
+	return "", nil, fmt.Errorf("unknown fault %s", kind)
 }
 
 // change asks the operator for a change by patching the EtcdCluster's spec: the size between

@@ -34,6 +34,57 @@ type Env struct {
 	rotations int
 	// What each restored cluster held as its restore completed (see followRestore).
 	followed *followed
+	// What the main schedule and the platform lane share (set up by the run).
+	share *share
+}
+
+// share keeps the main schedule and the platform lane, which run at once, out of each other's
+// way where the machine, not the cluster, would not survive both: a kube-apiserver outage waits
+// for a command of the main schedule that needs the server (a drain, a patch, a pod deleted:
+// api read-locked around them), and a node is restarted or stopped by one of them at a time.
+type share struct {
+	api  sync.RWMutex
+	mu   sync.Mutex
+	free *sync.Cond
+	busy map[string]bool
+}
+
+func newShare() *share {
+	s := &share{busy: map[string]bool{}}
+	s.free = sync.NewCond(&s.mu)
+	return s
+}
+
+// take waits until no one else holds node, and holds it.
+func (s *share) take(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.busy[node] {
+		s.free.Wait()
+	}
+	s.busy[node] = true
+}
+
+// takeFree holds the first node from choice on (modulo their number) that no one holds; false
+// when all are held.
+func (s *share) takeFree(nodes []string, choice int) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range nodes {
+		n := nodes[(choice+i)%len(nodes)]
+		if !s.busy[n] {
+			s.busy[n] = true
+			return n, true
+		}
+	}
+	return "", false
+}
+
+func (s *share) release(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.busy, node)
+	s.free.Broadcast()
 }
 
 type followed struct {
@@ -253,6 +304,13 @@ func (e *Env) nodes() ([]string, error) {
 	n := strings.Fields(out)
 	sort.Strings(n)
 	return n, nil
+}
+
+// nodeReady: the node's Ready condition is True.
+func (e *Env) nodeReady(node string) bool {
+	out, err := e.exec(10*time.Second, e.Kubectl, "get", "node", node, "-o",
+		`jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+	return err == nil && strings.TrimSpace(out) == "True"
 }
 
 // signalPod sends sig to the processes named comm in pod's containers, found through the

@@ -243,7 +243,7 @@ func Run(cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("set-up: the backups' store: %w", err)
 	}
 	defer store.Stop()
-	e.store = store
+	e.store, e.share = store, newShare()
 	if err := e.install(&cfg); err != nil {
 		return nil, fmt.Errorf("set-up: %w", err)
 	}
@@ -312,24 +312,29 @@ func Run(cfg Config) (*Report, error) {
 			runErr = e.arm(cfg.CrashPoints)
 		}
 	}
-	var faults, operatorFaults []Fault
+	var faults, operatorFaults, platformFaults []Fault
 	if runErr == nil {
-		lctx, stopLane := context.WithCancel(context.Background())
-		laneDone := make(chan struct{})
+		lctx, stopLanes := context.WithCancel(context.Background())
+		var lanes sync.WaitGroup
+		lanes.Add(2)
 		go func() {
-			defer close(laneDone)
+			defer lanes.Done()
 			operatorFaults = e.operatorLane(lctx, cfg.Seed, start)
 		}()
+		go func() {
+			defer lanes.Done()
+			platformFaults = e.platformLane(lctx, cfg.Seed, start)
+		}()
 		faults, runErr = e.faults(&cfg, endpoint, start)
-		stopLane()
-		<-laneDone
+		stopLanes()
+		lanes.Wait()
 	}
 	// The backups and restores asked for are done by now, or soon: the cluster is healthy.
 	unsettled := e.settle(e.backups, e.restores, 4*time.Minute)
 	if e.rotations > 0 && string(e.creds.CA()) == string(caStart) {
 		unsettled = append(unsettled, fmt.Sprintf("the CA was rotated %d times, yet the client Secret has the CA it started with", e.rotations))
 	}
-	faults = mergeFaults(append(measured, faults...), operatorFaults)
+	faults = mergeFaults(append(measured, faults...), append(operatorFaults, platformFaults...))
 	stopPoll()
 	stopWorkload()
 	wg.Wait()
@@ -478,17 +483,23 @@ func (e *Env) faults(cfg *Config, endpoint string, start time.Time) ([]Fault, er
 		if time.Since(start) >= cfg.Duration {
 			break
 		}
+		// The API server is there for what the fault needs of it (the platform lane's
+		// outages wait), not for the recovery, which they strike in the middle of.
+		e.share.api.RLock()
 		f := Fault{Step: s, At: time.Since(start), Placement: e.placement()}
 		target, undo, err := e.inject(s)
+		e.share.api.RUnlock()
 		f.Target = target
 		if err != nil {
 			f.Error = err.Error()
 		}
 		if undo != nil {
 			time.Sleep(s.Hold)
+			e.share.api.RLock()
 			if err := undo(); err != nil {
 				f.Error += "; ending it: " + err.Error()
 			}
+			e.share.api.RUnlock()
 		}
 		f.Ended = time.Since(start)
 		if changes[s.Kind] && err == nil {
@@ -583,9 +594,11 @@ func (e *Env) operatorLane(ctx context.Context, seed int64, start time.Time) []F
 			return done
 		case <-time.After(s.Quiet):
 		}
+		e.share.api.RLock()
 		before := e.operatorRestarts()
 		f := Fault{Step: s, At: time.Since(start)}
 		target, _, err := e.inject(s)
+		e.share.api.RUnlock()
 		f.Target, f.Ended = target, time.Since(start)
 		if err != nil {
 			f.Error = err.Error()
@@ -594,6 +607,54 @@ func (e *Env) operatorLane(ctx context.Context, seed int64, start time.Time) []F
 		}) == nil {
 			f.Recovered = time.Since(start)
 		}
+		done = append(done, f)
+	}
+	return done
+}
+
+// platformLane runs PlatformSchedule until ctx ends, beside the main schedule: each fault
+// held, ended, and recovered from once the API server answers again and an operator replica
+// leads (an outage), or the node is Ready (containerd); then Quiet. An outage waits for a
+// command of the main schedule that needs the server; containerd is restarted on a node the
+// main schedule does not hold.
+func (e *Env) platformLane(ctx context.Context, seed int64, start time.Time) []Fault {
+	var done []Fault
+	for _, s := range PlatformSchedule(seed, 100000) {
+		select {
+		case <-ctx.Done():
+			return done
+		case <-time.After(s.Quiet):
+		}
+		outage := s.Kind == APIServerOutage
+		if outage {
+			e.share.api.Lock()
+		}
+		f := Fault{Step: s, At: time.Since(start)}
+		target, undo, err := e.inject(s)
+		f.Target = target
+		if err != nil {
+			f.Error = err.Error()
+		}
+		if undo != nil {
+			time.Sleep(s.Hold)
+			if err := undo(); err != nil {
+				f.Error += "; ending it: " + err.Error()
+			}
+		}
+		if outage {
+			e.share.api.Unlock()
+		}
+		f.Ended = time.Since(start)
+		if f.Error == "" && until("the platform back after "+string(s.Kind), 4*time.Minute, func() bool {
+			if outage {
+				return e.operatorsReady(1)
+			}
+			return e.nodeReady(target)
+		}) == nil {
+			f.Recovered = time.Since(start)
+		}
+		logf("platform: %s on %s (held %v): back %v after its end %s", s.Kind, target,
+			s.Hold.Round(time.Second), (f.Recovered - f.Ended).Round(100*time.Millisecond), f.Error)
 		done = append(done, f)
 	}
 	return done

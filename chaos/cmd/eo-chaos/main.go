@@ -188,8 +188,18 @@ func printSchedule(args []string) error {
 	seed := fs.Int64("seed", 1, "the run's seed")
 	count := fs.Int("count", 20, "how many faults")
 	_ = fs.Parse(args)
-	for i, s := range driver.Schedule(*seed, *count) {
-		fmt.Printf("%3d. %-38s hold %-6v choice %-8d then quiet %v\n", i+1, s.Kind, s.Hold.Round(time.Second), s.Choice, s.Quiet)
+	for _, lane := range []struct {
+		name  string
+		steps []driver.Step
+	}{
+		{"the main schedule", driver.Schedule(*seed, *count)},
+		{"the operator's lane", driver.OperatorSchedule(*seed, *count)},
+		{"the platform lane", driver.PlatformSchedule(*seed, *count)},
+	} {
+		fmt.Println(lane.name + ":")
+		for i, s := range lane.steps {
+			fmt.Printf("%3d. %-38s hold %-6v choice %-8d then quiet %v\n", i+1, s.Kind, s.Hold.Round(time.Second), s.Choice, s.Quiet)
+		}
 	}
 	return nil
 }
