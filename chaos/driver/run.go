@@ -526,8 +526,8 @@ func (e *Env) faults(cfg *Config, endpoint string, start time.Time) ([]Fault, er
 		if recErr == nil {
 			f.Recovered = since
 		}
-		logf("%d. %s on %s (held %v): healthy again %v after its end %s", i+1, s.Kind, target,
-			s.Hold.Round(time.Second), (f.Recovered - f.Ended).Round(100*time.Millisecond), f.Error)
+		logf("%d. %s on %s (held %v): healthy again %s after its end %s", i+1, s.Kind, target,
+			s.Hold.Round(time.Second), backAfter(f), f.Error)
 		done = append(done, f)
 		if recErr != nil {
 			return done, fmt.Errorf("after %s on %s: %w", s.Kind, target, recErr)
@@ -538,6 +538,14 @@ func (e *Env) faults(cfg *Config, endpoint string, start time.Time) ([]Fault, er
 	return done, until("the cluster healthy at the end", cfg.Recovery, func() bool {
 		return e.healthy() && e.operatorsReady(2)
 	})
+}
+
+// backAfter: how long after its end the fault was recovered from, or "never".
+func backAfter(f Fault) string {
+	if f.Recovered == 0 {
+		return "never"
+	}
+	return (f.Recovered - f.Ended).Round(100 * time.Millisecond).String()
 }
 
 // placement: the member pods per node, "node=count" sorted by node.
@@ -653,8 +661,8 @@ func (e *Env) platformLane(ctx context.Context, seed int64, start time.Time) []F
 		}) == nil {
 			f.Recovered = time.Since(start)
 		}
-		logf("platform: %s on %s (held %v): back %v after its end %s", s.Kind, target,
-			s.Hold.Round(time.Second), (f.Recovered - f.Ended).Round(100*time.Millisecond), f.Error)
+		logf("platform: %s on %s (held %v): back %s after its end %s", s.Kind, target,
+			s.Hold.Round(time.Second), backAfter(f), f.Error)
 		done = append(done, f)
 	}
 	return done

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -58,6 +59,8 @@ func startStore(root, out string) (*Store, error) {
 	cmd := exec.Command(filepath.Join(strings.TrimSpace(string(dir)), "s3s-fs"), "--host", BridgeIP,
 		"--port", strconv.Itoa(port), "--access-key", "test", "--secret-key", "test", data)
 	cmd.Stdout, cmd.Stderr = log, log
+	// Gone with the run even when it dies without its deferred Stop (a fatal error, a kill).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
