@@ -47,14 +47,15 @@ unit:
 	cd chaos && ETCD_BIN=$$(../hack/build-tools.sh etcd-3.6)/etcd go test ./...
 
 ## e2e: the operator image (release build) imported into the local cluster, then the suite, which
-## installs the operator through the chart in each test's namespace.
+## installs the operator through the chart in each test's namespace (hack/e2e.sh: the long idle
+## tests beside the others, tests/nodes.rs last and alone).
 e2e:
 	hack/deps.sh
 	$(CARGO) build -p e2e --tests --bins
 	$(CARGO) build -p kubectl-etcd
 	$(CARGO) build --bin etcd-operator
 	hack/build-tools.sh prometheus >/dev/null
-	hack/with-cluster.sh sh -c 'hack/image.sh && $(CARGO) test -p e2e -- --test-threads=2'
+	hack/with-cluster.sh sh -c 'hack/image.sh && CARGO=$(CARGO) hack/e2e.sh'
 
 ## cluster-cycle-test: up, down, up, down must leave the machine as it was.
 cluster-cycle-test:

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The e2e suite on the local cluster (KUBECONFIG set: run it through hack/with-cluster.sh), the
+# test binaries built already (`cargo build -p e2e --tests`).
+#
+# cargo runs one test binary after another, so a binary of one long, mostly idle test holds
+# the whole suite: tests/scheduled.rs waits three minutes for cron ticks. It and
+# tests/alerts.rs run beside the others (each test has its own namespace); tests/nodes.rs stops, partitions and drains the
+# nodes everything else runs on, so it runs last and alone.
+#
+#   hack/e2e.sh              the suite
+#   E2E_TEST_THREADS=N       tests at once within a binary (default 2)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo=${CARGO:-cargo}
+threads=${E2E_TEST_THREADS:-2}
+beside=(scheduled alerts)
+last=nodes
+
+main=()
+for f in e2e/tests/*.rs; do
+  t=$(basename "$f" .rs)
+  case " ${beside[*]} $last " in *" $t "*) ;; *) main+=(--test "$t") ;; esac
+done
+
+# The test binary of tests/NAME.rs (cargo holds its build directory's lock for as long as
+# `cargo test` runs, so the binaries beside it are run directly, as cargo would: from the
+# package's directory).
+executable() {
+  "$cargo" test -p e2e --test "$1" --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$1"
+}
+
+log=target/e2e-beside.log
+mkdir -p target
+bins=()
+for t in "${beside[@]}"; do
+  b=$(executable "$t")
+  [ -x "$b" ] || { echo "no test binary for tests/$t.rs: cargo build -p e2e --tests" >&2; exit 1; }
+  bins+=("$b")
+done
+(
+  cd e2e
+  for b in "${bins[@]}"; do
+    echo "     Running $b"
+    "$b" --test-threads="$threads" || exit 1
+  done
+) >"$log" 2>&1 &
+beside_pid=$!
+trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
+
+status=0
+"$cargo" test -p e2e --lib --bins "${main[@]}" -- --test-threads="$threads" || status=$?
+beside_status=0
+wait "$beside_pid" || beside_status=$?
+trap - EXIT
+echo "--- ${beside[*]} (run beside the others) ---"
+cat "$log"
+[ "$status" -eq 0 ] && [ "$beside_status" -eq 0 ] || exit 1
+"$cargo" test -p e2e --test "$last" -- --test-threads="$threads"
