@@ -147,8 +147,9 @@ func OperatorSchedule(seed int64, n int) []Step {
 }
 
 // PlatformSchedule is the platform's faults, beside the main schedule and the operator's
-// lane: kube-apiserver stopped (one time in three) or a node's containerd restarted, each held
-// as Kinds says, Quiet (5 to 15 s) after the last one is over. A cluster survives either
+// lane: kube-apiserver stopped (one time in five) or a node's containerd restarted, each held
+// as Kinds says, Quiet (5 to 15 s) after the last one is over; an outage comes OutageSpacing
+// after the one before at the soonest (platformLane waits). A cluster survives either
 // together with any one fault of the main schedule: etcd serves without the API server and
 // its containers run on without containerd; what they take is the operator's hands (it can
 // neither read nor change anything, nor start a pod on that node) in the middle of whatever
@@ -162,7 +163,7 @@ func PlatformSchedule(seed int64, n int) []Step {
 	steps := make([]Step, 0, n)
 	for i := 0; i < n; i++ {
 		k := ContainerdRestart
-		if rnd.Intn(3) == 0 {
+		if rnd.Intn(5) == 0 {
 			k = APIServerOutage
 		}
 		h := hold[k]
@@ -171,6 +172,13 @@ func PlatformSchedule(seed int64, n int) []Step {
 	}
 	return steps
 }
+
+// OutageSpacing is the least time from one kube-apiserver outage of the platform lane to the
+// next. The control plane itself needs it: after each outage kube-controller-manager's
+// informers list everything again, and with an outage every half minute its EndpointSlice
+// controller answered "informer cache is out of date" for minutes, leaving a new member's
+// address unpublished (a run that measured kube-controller-manager, not the operator).
+const OutageSpacing = 90 * time.Second
 
 // inject does the fault; the returned undo (nil when the fault ends by itself) ends it.
 // target says what it was done to.

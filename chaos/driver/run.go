@@ -627,13 +627,18 @@ func (e *Env) operatorLane(ctx context.Context, seed int64, start time.Time) []F
 // main schedule does not hold.
 func (e *Env) platformLane(ctx context.Context, seed int64, start time.Time) []Fault {
 	var done []Fault
+	var lastOutage time.Time
 	for _, s := range PlatformSchedule(seed, 100000) {
+		outage := s.Kind == APIServerOutage
+		wait := s.Quiet
+		if outage && !lastOutage.IsZero() {
+			wait = max(wait, OutageSpacing-time.Since(lastOutage))
+		}
 		select {
 		case <-ctx.Done():
 			return done
-		case <-time.After(s.Quiet):
+		case <-time.After(wait):
 		}
-		outage := s.Kind == APIServerOutage
 		if outage {
 			e.share.api.Lock()
 		}
@@ -651,6 +656,7 @@ func (e *Env) platformLane(ctx context.Context, seed int64, start time.Time) []F
 		}
 		if outage {
 			e.share.api.Unlock()
+			lastOutage = time.Now()
 		}
 		f.Ended = time.Since(start)
 		if f.Error == "" && until("the platform back after "+string(s.Kind), 4*time.Minute, func() bool {
