@@ -58,18 +58,11 @@ func TestTheSameSeedGivesTheSameScheduleAndEveryKindComes(t *testing.T) {
 	if !reflect.DeepEqual(platform, PlatformSchedule(42, 60)) || reflect.DeepEqual(platform, PlatformSchedule(43, 60)) {
 		t.Fatal("the platform schedule is not the seed's alone")
 	}
-	seen = map[Kind]int{}
 	for _, s := range platform {
-		seen[s.Kind]++
-		if s.Quiet < 5*time.Second || s.Quiet > 15*time.Second {
-			t.Errorf("platform fault after %v", s.Quiet)
+		if s.Kind != ContainerdRestart || s.Quiet < 10*time.Second || s.Quiet > 20*time.Second ||
+			s.Hold < time.Second || s.Hold > 5*time.Second {
+			t.Errorf("platform fault %+v", s)
 		}
-		if s.Hold < time.Second || s.Hold > 10*time.Second || s.Kind == ContainerdRestart && s.Hold > 5*time.Second {
-			t.Errorf("%s held %v", s.Kind, s.Hold)
-		}
-	}
-	if seen[APIServerOutage] < 5 || seen[ContainerdRestart] < 5 || len(seen) != 2 {
-		t.Errorf("platform faults: %v", seen)
 	}
 }
 

@@ -60,8 +60,8 @@ var Kinds = []struct {
 	{MemberKill, 1, 0, 0, 0},
 	{MemberPause, 1, 3 * time.Second, 10 * time.Second, 0},
 	{MemberPodDelete, 1, 0, 0, 0},
+	{APIServerOutage, 1, 4 * time.Second, 10 * time.Second, 0},
 	// The platform lane's (PlatformSchedule), beside the main schedule.
-	{APIServerOutage, 0, 4 * time.Second, 10 * time.Second, 0},
 	{ContainerdRestart, 0, time.Second, 5 * time.Second, 0},
 	// Longer than the operator's node grace (30 s) now and then: the member is replaced.
 	{NodeStop, 1, 15 * time.Second, 35 * time.Second, 0},
@@ -146,39 +146,33 @@ func OperatorSchedule(seed int64, n int) []Step {
 	return steps
 }
 
-// PlatformSchedule is the platform's faults, beside the main schedule and the operator's
-// lane: kube-apiserver stopped (one time in five) or a node's containerd restarted, each held
-// as Kinds says, Quiet (5 to 15 s) after the last one is over; an outage comes OutageSpacing
-// after the one before at the soonest (platformLane waits). A cluster survives either
-// together with any one fault of the main schedule: etcd serves without the API server and
-// its containers run on without containerd; what they take is the operator's hands (it can
-// neither read nor change anything, nor start a pod on that node) in the middle of whatever
-// the main schedule has it doing. From the seed as well.
+// PlatformSchedule is the platform lane's faults, beside the main schedule and the operator's
+// lane: a node's containerd restarted, held as Kinds says, Quiet (10 to 20 s) after the last
+// one is over. A cluster survives it together with any one fault of the main schedule (the
+// containers run on without containerd); what it takes is a node's hands (no pod starts or
+// stops there meanwhile) in the middle of whatever the main schedule has the operator doing:
+// a member's replacement, a roll, a restore. From the seed as well.
+//
+// The API server's outages stay in the main schedule: run in a lane as well (every 30 to 90
+// s), they kept the operator away for most of the run (each costs it about 40 s: the
+// kubernetes Service's route back on every node, its Lease renewed again) and
+// kube-controller-manager's EndpointSlice controller minutes behind, so that the main
+// schedule's faults took minutes each and came too seldom to be counted.
 func PlatformSchedule(seed int64, n int) []Step {
 	rnd := rand.New(rand.NewSource(seed + 2))
-	hold := map[Kind][2]time.Duration{}
+	var from, to time.Duration
 	for _, k := range Kinds {
-		hold[k.Kind] = [2]time.Duration{k.HoldFrom, k.HoldTo}
+		if k.Kind == ContainerdRestart {
+			from, to = k.HoldFrom, k.HoldTo
+		}
 	}
 	steps := make([]Step, 0, n)
 	for i := 0; i < n; i++ {
-		k := ContainerdRestart
-		if rnd.Intn(5) == 0 {
-			k = APIServerOutage
-		}
-		h := hold[k]
-		steps = append(steps, Step{Kind: k, Choice: rnd.Intn(1 << 20), Quiet: time.Duration(5+rnd.Intn(11)) * time.Second,
-			Hold: h[0] + time.Duration(rnd.Int63n(int64(h[1]-h[0])))})
+		steps = append(steps, Step{Kind: ContainerdRestart, Choice: rnd.Intn(1 << 20),
+			Quiet: time.Duration(10+rnd.Intn(11)) * time.Second, Hold: from + time.Duration(rnd.Int63n(int64(to-from)))})
 	}
 	return steps
 }
-
-// OutageSpacing is the least time from one kube-apiserver outage of the platform lane to the
-// next. The control plane itself needs it: after each outage kube-controller-manager's
-// informers list everything again, and with an outage every half minute its EndpointSlice
-// controller answered "informer cache is out of date" for minutes, leaving a new member's
-// address unpublished (a run that measured kube-controller-manager, not the operator).
-const OutageSpacing = 90 * time.Second
 
 // inject does the fault; the returned undo (nil when the fault ends by itself) ends it.
 // target says what it was done to.

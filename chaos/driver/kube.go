@@ -39,11 +39,9 @@ type Env struct {
 }
 
 // share keeps the main schedule and the platform lane, which run at once, out of each other's
-// way where the machine, not the cluster, would not survive both: a kube-apiserver outage waits
-// for a command of the main schedule that needs the server (a drain, a patch, a pod deleted:
-// api read-locked around them), and a node is restarted or stopped by one of them at a time.
+// way where the machine, not the cluster, would not survive both: a node is restarted,
+// stopped, partitioned or drained by one of them at a time.
 type share struct {
-	api  sync.RWMutex
 	mu   sync.Mutex
 	free *sync.Cond
 	busy map[string]bool

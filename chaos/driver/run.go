@@ -483,23 +483,17 @@ func (e *Env) faults(cfg *Config, endpoint string, start time.Time) ([]Fault, er
 		if time.Since(start) >= cfg.Duration {
 			break
 		}
-		// The API server is there for what the fault needs of it (the platform lane's
-		// outages wait), not for the recovery, which they strike in the middle of.
-		e.share.api.RLock()
 		f := Fault{Step: s, At: time.Since(start), Placement: e.placement()}
 		target, undo, err := e.inject(s)
-		e.share.api.RUnlock()
 		f.Target = target
 		if err != nil {
 			f.Error = err.Error()
 		}
 		if undo != nil {
 			time.Sleep(s.Hold)
-			e.share.api.RLock()
 			if err := undo(); err != nil {
 				f.Error += "; ending it: " + err.Error()
 			}
-			e.share.api.RUnlock()
 		}
 		f.Ended = time.Since(start)
 		if changes[s.Kind] && err == nil {
@@ -602,11 +596,9 @@ func (e *Env) operatorLane(ctx context.Context, seed int64, start time.Time) []F
 			return done
 		case <-time.After(s.Quiet):
 		}
-		e.share.api.RLock()
 		before := e.operatorRestarts()
 		f := Fault{Step: s, At: time.Since(start)}
 		target, _, err := e.inject(s)
-		e.share.api.RUnlock()
 		f.Target, f.Ended = target, time.Since(start)
 		if err != nil {
 			f.Error = err.Error()
@@ -621,26 +613,15 @@ func (e *Env) operatorLane(ctx context.Context, seed int64, start time.Time) []F
 }
 
 // platformLane runs PlatformSchedule until ctx ends, beside the main schedule: each fault
-// held, ended, and recovered from once the API server answers again and an operator replica
-// leads (an outage), or the node is Ready (containerd); then Quiet. An outage waits for a
-// command of the main schedule that needs the server; containerd is restarted on a node the
-// main schedule does not hold.
+// held, ended, and recovered from once the node is Ready; then Quiet. containerd is restarted
+// on a node the main schedule does not hold.
 func (e *Env) platformLane(ctx context.Context, seed int64, start time.Time) []Fault {
 	var done []Fault
-	var lastOutage time.Time
 	for _, s := range PlatformSchedule(seed, 100000) {
-		outage := s.Kind == APIServerOutage
-		wait := s.Quiet
-		if outage && !lastOutage.IsZero() {
-			wait = max(wait, OutageSpacing-time.Since(lastOutage))
-		}
 		select {
 		case <-ctx.Done():
 			return done
-		case <-time.After(wait):
-		}
-		if outage {
-			e.share.api.Lock()
+		case <-time.After(s.Quiet):
 		}
 		f := Fault{Step: s, At: time.Since(start)}
 		target, undo, err := e.inject(s)
@@ -654,15 +635,8 @@ func (e *Env) platformLane(ctx context.Context, seed int64, start time.Time) []F
 				f.Error += "; ending it: " + err.Error()
 			}
 		}
-		if outage {
-			e.share.api.Unlock()
-			lastOutage = time.Now()
-		}
 		f.Ended = time.Since(start)
-		if f.Error == "" && until("the platform back after "+string(s.Kind), 4*time.Minute, func() bool {
-			if outage {
-				return e.operatorsReady(1)
-			}
+		if f.Error == "" && until("the node Ready after "+string(s.Kind), 4*time.Minute, func() bool {
 			return e.nodeReady(target)
 		}) == nil {
 			f.Recovered = time.Since(start)
