@@ -9,8 +9,11 @@
 //! - [`error`]: why a backup (or the reading of a restore's snapshot) failed;
 //! - [`naming`]: periodic names, retention that keeps the right ones, and a schedule anchored
 //!   on status;
-//! - [`schedule`]: one run of a CronJob schedule (`etcd-operator backup create`).
+//! - [`schedule`]: one run of a CronJob schedule (`etcd-operator backup create`);
+//! - [`chunk`]: the continuous archive's chunks (the changes between full snapshots), and
+//!   their replay to a revision or a time.
 
+pub mod chunk;
 pub mod compress;
 pub mod controller;
 pub mod endpoint;
