@@ -235,6 +235,11 @@ func (e *Env) inject(s Step) (target string, undo func() error, err error) {
 		}
 		return r.Name + " of " + other + " from " + r.Backup, nil, err
 	case PauseAndLeaderKill:
+		// A leader to kill first: the lane and the crash points often have the one that holds
+		// the Lease restarting, and the fault is both at once, not a freeze alone.
+		_ = until("a Ready operator replica holding the Lease", time.Minute, func() bool {
+			return e.operatorsReady(1)
+		})
 		member, undo, err := e.inject(Step{Kind: MemberPause, Choice: s.Choice})
 		if err != nil {
 			return "", undo, err
