@@ -429,8 +429,19 @@ pub fn delete_under(endpoint: &str, prefix: &str) -> Result<(), String> {
 /// Panics unless every key a [`Writer`] had acknowledged (`acked`) is served through
 /// `endpoint`.
 pub fn assert_acked_present(endpoint: &str, acked: &[u64]) {
-    let keys = keys_under(endpoint, "e2e-writer/")
-        .unwrap_or_else(|e| panic!("reading the keys through {endpoint}: {e}"));
+    // Read as a client would, retrying for a while: right after every member pod was replaced,
+    // this host's kube-proxy may not route the Service to the new pods yet (the operator reads
+    // through it from its own node); the data is what is judged here, not the route.
+    let start = Instant::now();
+    let keys = loop {
+        match keys_under(endpoint, "e2e-writer/") {
+            Ok(keys) => break keys,
+            Err(e) if start.elapsed() > Duration::from_secs(30) => {
+                panic!("reading the keys through {endpoint}: {e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    };
     let lost: Vec<&u64> = acked
         .iter()
         .filter(|n| !keys.contains(&format!("e2e-writer/{n}")))
