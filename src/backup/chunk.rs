@@ -262,6 +262,61 @@ pub fn replay_plan(
     Ok(plan)
 }
 
+/// Where an archiver starts, or starts again (after an operator restart, a leader change, a
+/// watch cut), for a cluster whose archive it finds in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// Archive the changes after this revision: the end of the chunks that follow the newest
+    /// full snapshot without a gap, or that snapshot's own revision.
+    After(i64),
+    /// There is no full snapshot to start from: take one first.
+    NoSnapshot,
+    /// etcd has compacted the changes the archive lacks (revisions `after + 1` to `compacted`):
+    /// take a full snapshot now, and report the gap.
+    Gap {
+        /// The last revision archived.
+        after: i64,
+        /// etcd's compaction revision: the changes up to it are gone.
+        compacted: i64,
+    },
+}
+
+/// Where to resume, from the chunks in the store (their `(from, to)`), the revision of the
+/// newest full snapshot (if any), and etcd's compaction revision (a watch can start only
+/// after it).
+pub fn resume(chunks: &[(i64, i64)], snapshot: Option<i64>, compacted: i64) -> Resume {
+    let Some(snapshot) = snapshot else {
+        return Resume::NoSnapshot;
+    };
+    let mut sorted = chunks.to_vec();
+    sorted.sort_unstable();
+    let mut covered = snapshot;
+    for (from, to) in sorted {
+        if from <= covered + 1 && to > covered {
+            covered = to;
+        }
+    }
+    if covered < compacted {
+        Resume::Gap {
+            after: covered,
+            compacted,
+        }
+    } else {
+        Resume::After(covered)
+    }
+}
+
+/// The chunks retention deletes: those wholly at or before the oldest full snapshot kept,
+/// which no restore replays any more (a restore starts from a kept snapshot). A chunk that
+/// reaches past it stays.
+pub fn expired(chunks: &[(i64, i64)], oldest_kept_snapshot: i64) -> Vec<(i64, i64)> {
+    chunks
+        .iter()
+        .copied()
+        .filter(|(_, to)| *to <= oldest_kept_snapshot)
+        .collect()
+}
+
 /// The changes of `chunks` (in replay order) after revision `after` up to `target`, one step
 /// per revision, each step's changes in the order etcd reported them: what a restore applies
 /// to the snapshot, one transaction per step. A revision replayed twice (chunks overlapping)
@@ -577,6 +632,34 @@ mod tests {
                 target: 41
             })
         );
+    }
+
+    #[test]
+    fn an_archiver_resumes_after_the_last_chunk_or_takes_a_snapshot_when_etcd_compacted() {
+        let chunks = [(11, 20), (21, 30), (41, 50)];
+        assert_eq!(resume(&chunks, None, 0), Resume::NoSnapshot);
+        // After the snapshot at 10: the chunks up to 30 follow it; 41-50 lies past a gap.
+        assert_eq!(resume(&chunks, Some(10), 25), Resume::After(30));
+        assert_eq!(resume(&[], Some(10), 5), Resume::After(10));
+        // etcd compacted past what the archive holds: a snapshot, and the gap reported.
+        assert_eq!(
+            resume(&chunks, Some(10), 35),
+            Resume::Gap {
+                after: 30,
+                compacted: 35
+            }
+        );
+        // A newer snapshot (taken at such a gap) starts the chain again.
+        assert_eq!(resume(&chunks, Some(40), 35), Resume::After(50));
+        assert_eq!(resume(&chunks, Some(45), 45), Resume::After(50));
+    }
+
+    #[test]
+    fn retention_deletes_the_chunks_no_kept_snapshot_needs() {
+        let chunks = [(11, 20), (21, 30), (31, 40)];
+        assert_eq!(expired(&chunks, 30), vec![(11, 20), (21, 30)]);
+        assert_eq!(expired(&chunks, 25), vec![(11, 20)]);
+        assert_eq!(expired(&chunks, 5), vec![]);
     }
 
     #[test]
