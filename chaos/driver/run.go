@@ -484,18 +484,8 @@ func (e *Env) faults(cfg *Config, endpoint string, start time.Time) ([]Fault, er
 			break
 		}
 		f := Fault{Step: s, At: time.Since(start), Placement: e.placement()}
-		target, undo, err := e.inject(s)
-		f.Target = target
-		if err != nil {
-			f.Error = err.Error()
-		}
-		if undo != nil {
-			time.Sleep(s.Hold)
-			if err := undo(); err != nil {
-				f.Error += "; ending it: " + err.Error()
-			}
-		}
-		f.Ended = time.Since(start)
+		err := e.strike(&f, start)
+		target := f.Target
 		if changes[s.Kind] && err == nil {
 			logf("%d. %s: %s; the next fault strikes while it is under way", i+1, s.Kind, target)
 			done = append(done, f)
@@ -532,6 +522,24 @@ func (e *Env) faults(cfg *Config, endpoint string, start time.Time) ([]Fault, er
 	return done, until("the cluster healthy at the end", cfg.Recovery, func() bool {
 		return e.healthy() && e.operatorsReady(2)
 	})
+}
+
+// strike does f's fault, holds it for its Hold, and ends it: f's Target, Error and Ended set.
+// The error is the injection's (the fault did not happen, or not wholly).
+func (e *Env) strike(f *Fault, start time.Time) error {
+	target, undo, err := e.inject(f.Step)
+	f.Target = target
+	if err != nil {
+		f.Error = err.Error()
+	}
+	if undo != nil {
+		time.Sleep(f.Hold)
+		if err := undo(); err != nil {
+			f.Error += "; ending it: " + err.Error()
+		}
+	}
+	f.Ended = time.Since(start)
+	return err
 }
 
 // backAfter: how long after its end the fault was recovered from, or "never".
@@ -624,24 +632,13 @@ func (e *Env) platformLane(ctx context.Context, seed int64, start time.Time) []F
 		case <-time.After(s.Quiet):
 		}
 		f := Fault{Step: s, At: time.Since(start)}
-		target, undo, err := e.inject(s)
-		f.Target = target
-		if err != nil {
-			f.Error = err.Error()
-		}
-		if undo != nil {
-			time.Sleep(s.Hold)
-			if err := undo(); err != nil {
-				f.Error += "; ending it: " + err.Error()
-			}
-		}
-		f.Ended = time.Since(start)
+		_ = e.strike(&f, start)
 		if f.Error == "" && until("the node Ready after "+string(s.Kind), 4*time.Minute, func() bool {
-			return e.nodeReady(target)
+			return e.nodeReady(f.Target)
 		}) == nil {
 			f.Recovered = time.Since(start)
 		}
-		logf("platform: %s on %s (held %v): back %s after its end %s", s.Kind, target,
+		logf("platform: %s on %s (held %v): back %s after its end %s", s.Kind, f.Target,
 			s.Hold.Round(time.Second), backAfter(f), f.Error)
 		done = append(done, f)
 	}
