@@ -148,6 +148,12 @@ pub fn host_pid(pod: &str) -> Option<u32> {
     )
 }
 
+/// The host PID of the etcd process of member pod `pod` (its HOSTNAME is the member's name),
+/// when this machine runs it (the local cluster's node is this host).
+pub fn etcd_pid(pod: &str) -> Option<u32> {
+    host_process(b"/usr/local/bin/etcd\0", &format!("HOSTNAME={pod}"))
+}
+
 /// The host PID of a process whose command line starts with `cmdline` and whose environment
 /// holds `env` (`NAME=value`): how tests find a container's process on the local cluster's
 /// node, which is this host.

@@ -98,8 +98,7 @@ fn value_of(sample: &Value) -> f64 {
 
 /// Freezes (SIGSTOP) or thaws (SIGCONT) the etcd of member pod `pod` (on this host).
 fn signal_member(pod: &str, sig: &str) {
-    let pid = e2e::host_process(b"/usr/local/bin/etcd\0", &format!("HOSTNAME={pod}"))
-        .unwrap_or_else(|| panic!("{pod}'s etcd on this host"));
+    let pid = e2e::etcd_pid(pod).unwrap_or_else(|| panic!("{pod}'s etcd on this host"));
     let status = std::process::Command::new("kill")
         .args([sig, &pid.to_string()])
         .status()

@@ -7,13 +7,8 @@
 // the benchmark with the error in its message.
 #![allow(clippy::unwrap_used)]
 
-use e2e::{Kubectl, Operator, condition, get, healthy_at_size, pod_names, until};
+use e2e::{Kubectl, Operator, condition, etcd_pid, get, healthy_at_size, pod_names, until};
 use serde_json::Value;
-
-/// Host PID of the etcd process of member pod `pod` (its HOSTNAME is the member name).
-fn etcd_pid(pod: &str) -> Option<u32> {
-    e2e::host_process(b"/usr/local/bin/etcd\0", &format!("HOSTNAME={pod}"))
-}
 
 /// Seconds since an RFC 3339 time (the node's clock is this host's).
 fn seconds_since(time: &str) -> i64 {

@@ -13,8 +13,6 @@
 //! - Several changes share a revision when one transaction made them; replay applies them as
 //!   one step, in the order etcd reported them.
 
-use std::collections::BTreeMap;
-
 use aws_lc_rs::digest::{SHA256, digest};
 
 /// The first bytes of every chunk.
@@ -352,26 +350,6 @@ pub fn revision_at(chunks: &[Chunk], unix_ms: i64) -> Option<i64> {
         .max()
 }
 
-/// The key space after applying `steps` to `start`: what a replay leaves, as a model.
-pub fn apply(
-    mut start: BTreeMap<Vec<u8>, Vec<u8>>,
-    steps: &[(i64, Vec<Change>)],
-) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    for (_, changes) in steps {
-        for c in changes {
-            match c {
-                Change::Put { key, value } => {
-                    start.insert(key.clone(), value.clone());
-                }
-                Change::Delete { key } => {
-                    start.remove(key);
-                }
-            }
-        }
-    }
-    start
-}
-
 /// Cuts the archive's stream of changes into chunks: from the revision after `after`, each
 /// chunk due when it holds `max_bytes` of changes or has been open `interval_ms`, whichever
 /// comes first, and covering every revision up to the last the watch has vouched for (its
@@ -484,7 +462,29 @@ fn change_len(c: &Change) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+
+    /// The key space after applying `steps` to `start`: what a replay leaves, as a model.
+    fn apply(
+        mut start: BTreeMap<Vec<u8>, Vec<u8>>,
+        steps: &[(i64, Vec<Change>)],
+    ) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        for (_, changes) in steps {
+            for c in changes {
+                match c {
+                    Change::Put { key, value } => {
+                        start.insert(key.clone(), value.clone());
+                    }
+                    Change::Delete { key } => {
+                        start.remove(key);
+                    }
+                }
+            }
+        }
+        start
+    }
 
     fn put(revision: i64, key: &str, value: &str) -> Event {
         Event {
