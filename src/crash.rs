@@ -6,7 +6,7 @@
 //! `FAILPOINTS='after-member-add=20%return;after-member-remove=20%return'`.
 
 /// Every crash point, by name.
-pub const POINTS: [&str; 8] = [
+pub const POINTS: [&str; 9] = [
     // etcd accepted a new member; its pod does not exist yet, or waits at its gate.
     "after-member-add",
     // A member's pod was created; it is not Ready yet.
@@ -24,6 +24,9 @@ pub const POINTS: [&str; 8] = [
     "after-recovery-handoff",
     // Scheduled upkeep: a member was defragmented; the status does not say so yet.
     "after-defragment",
+    // Continuous archiving: a chunk was stored; the status does not count it yet, and the
+    // changes after it are only in etcd's history.
+    "after-archive-chunk",
 ];
 
 /// Exits here when crash point `name` is armed and fires: its name goes to the container's

@@ -95,6 +95,13 @@ pub enum Error {
     /// etcd answered without a field it always sends.
     #[error("etcd answered {0} without {1}")]
     Malformed(&'static str, &'static str),
+    /// A watch could not be opened, or its stream broke.
+    #[error("watching from revision {revision}: {source}")]
+    Watch {
+        revision: i64,
+        #[source]
+        source: etcd_client::Error,
+    },
 }
 
 impl Error {
@@ -120,6 +127,7 @@ impl Error {
             Error::Defragment { .. } => "etcd_defragment",
             Error::Read { .. } => "etcd_read",
             Error::Malformed(..) => "etcd_malformed",
+            Error::Watch { .. } => "etcd_watch",
         }
     }
 
@@ -355,6 +363,19 @@ impl Etcd {
             ConnectOptions::new().with_connect_timeout(connect_timeout),
         )
         .await
+    }
+
+    /// A watch of the whole key space from `revision` on (inclusive): what a continuous
+    /// archive reads. etcd cancels it at once, with its compaction revision, when `revision`
+    /// has been compacted.
+    pub async fn watch_all(&mut self, revision: i64) -> Result<etcd_client::WatchStream> {
+        let options = etcd_client::WatchOptions::new()
+            .with_all_keys()
+            .with_start_revision(revision);
+        self.client
+            .watch(vec![0u8], Some(options))
+            .await
+            .map_err(|source| Error::Watch { revision, source })
     }
 
     /// The snapshot of the member behind this connection, as etcd streams it: the database in

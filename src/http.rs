@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
-use crate::restore::serve::{Snapshots, parse_path};
+use crate::restore::serve::{Asked, Snapshots, after_of, parse_path};
 
 type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 
@@ -66,8 +66,11 @@ pub async fn serve(
                     let snapshots = snapshots.clone();
                     async move {
                         Ok::<_, Infallible>(match (parse_path(req.uri().path()), snapshots) {
-                            (Some((ns, cluster)), Some(snapshots)) => {
+                            (Some((ns, cluster, Asked::Snapshot)), Some(snapshots)) => {
                                 snapshot(&req, &snapshots, ns, cluster).await
+                            }
+                            (Some((ns, cluster, Asked::Changes)), Some(snapshots)) => {
+                                changes(&req, &snapshots, ns, cluster).await
                             }
                             _ => respond(&req, &metrics)
                                 .map(|b| b.map_err(|n| match n {}).boxed_unsync()),
@@ -82,6 +85,61 @@ pub async fn serve(
     }))
 }
 
+fn bearer(req: &Request<Incoming>) -> Option<&str> {
+    req.headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+fn refused(ns: &str, cluster: &str, status: StatusCode, message: String) -> Response<Body> {
+    warn!(ns, cluster, %status, "refused a restore's request: {message}");
+    let mut response = Response::new(
+        Full::new(Bytes::from(format!("{message}\n")))
+            .map_err(|n| match n {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = status;
+    response
+}
+
+/// The archived changes a point-in-time restore's seed replays, one transaction per line.
+async fn changes(
+    req: &Request<Incoming>,
+    snapshots: &Snapshots,
+    ns: &str,
+    cluster: &str,
+) -> Response<Body> {
+    let Some(after) = after_of(req.uri().query()) else {
+        let message = "the query must give after=REVISION".to_string();
+        return refused(ns, cluster, StatusCode::BAD_REQUEST, message);
+    };
+    match snapshots.changes(ns, cluster, bearer(req), after).await {
+        Ok(lines) => {
+            info!(
+                ns,
+                cluster,
+                after,
+                lines = lines.len(),
+                "serving a restore's changes"
+            );
+            let mut body = lines.join("\n");
+            body.push('\n');
+            let mut response = Response::new(
+                Full::new(Bytes::from(body))
+                    .map_err(|n| match n {})
+                    .boxed_unsync(),
+            );
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/x-ndjson"),
+            );
+            response
+        }
+        Err((status, message)) => refused(ns, cluster, status, message),
+    }
+}
+
 /// The snapshot of the restore pending on `ns`/`cluster`, streamed, to the holder of its token.
 async fn snapshot(
     req: &Request<Incoming>,
@@ -89,11 +147,7 @@ async fn snapshot(
     ns: &str,
     cluster: &str,
 ) -> Response<Body> {
-    let bearer = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+    let bearer = bearer(req);
     match snapshots.open(ns, cluster, bearer).await {
         Ok(opened) => {
             info!(
@@ -112,16 +166,7 @@ async fn snapshot(
             }
             response
         }
-        Err((status, message)) => {
-            warn!(ns, cluster, %status, "refused a snapshot request: {message}");
-            let mut response = Response::new(
-                Full::new(Bytes::from(format!("{message}\n")))
-                    .map_err(|n| match n {})
-                    .boxed_unsync(),
-            );
-            *response.status_mut() = status;
-            response
-        }
+        Err((status, message)) => refused(ns, cluster, status, message),
     }
 }
 

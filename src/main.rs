@@ -412,6 +412,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         client: client.clone(),
         events: report::Reporter::new(recorder.clone(), "Backup"),
         metrics: metrics.clone(),
+        leading: leadership.subscribe(),
+        archives: backup::archive::Archives::default(),
     });
     let restores = std::sync::Arc::new(restore::controller::Context {
         client: client.clone(),

@@ -144,6 +144,8 @@ struct BackupSeries {
     last_success: Family<ClusterLabels, Gauge>,
     interval: Family<ClusterLabels, Gauge>,
     results: Family<ResultLabels, Counter>,
+    archive_lag: Family<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    archive_revision: Family<ClusterLabels, Gauge>,
 }
 
 impl BackupSeries {
@@ -169,6 +171,17 @@ impl BackupSeries {
             "backups",
             "Backups taken, by cluster and result (succeeded, failed)",
             self.results.clone(),
+        );
+        registry.register(
+            "archive_lag_seconds",
+            "How long the oldest change a cluster's continuous archive received and has not yet \
+             stored has waited (0: everything received is stored)",
+            self.archive_lag.clone(),
+        );
+        registry.register(
+            "archive_revision",
+            "The newest revision of a cluster stored by its continuous archive",
+            self.archive_revision.clone(),
         );
     }
 }
@@ -396,6 +409,8 @@ impl Metrics {
         self.defrag_reclaimed.remove(&labels);
         self.backups.last_success.remove(&labels);
         self.backups.interval.remove(&labels);
+        self.backups.archive_lag.remove(&labels);
+        self.backups.archive_revision.remove(&labels);
         for result in ["succeeded", "failed"] {
             self.backups.results.remove(&ResultLabels {
                 namespace: labels.namespace.clone(),
@@ -436,6 +451,22 @@ impl Metrics {
                 gauge.set(secs);
             }
         }
+    }
+
+    /// A cluster's continuous archive: its lag, and the newest revision it stored.
+    pub fn archive(&self, namespace: &str, cluster: &str, lag: Duration, revision: i64) {
+        let labels = ClusterLabels {
+            namespace: namespace.into(),
+            name: cluster.into(),
+        };
+        self.backups
+            .archive_lag
+            .get_or_create(&labels)
+            .set(lag.as_secs_f64());
+        self.backups
+            .archive_revision
+            .get_or_create(&labels)
+            .set(revision);
     }
 
     /// A backup of a cluster ended.

@@ -22,11 +22,13 @@ pub const USAGE: &str = "\
 etcd-gate restore --url http://IP:port/PATH (--token T | --token-file F) --sha256 [HEX]
         --data-dir DIR --name NAME
         --initial-cluster NAME=URL --initial-advertise-peer-urls URL --initial-cluster-token T
-        [--bump-revision N] -- PROGRAM [ARG...]
+        [--bump-revision N] [--changes-url http://IP:port/PATH] -- PROGRAM [ARG...]
     fetch the snapshot at URL (Authorization: Bearer T, or the token in file F, read when it
     is needed: a restarted seed that holds its data needs none), check its sha256 (if given: etcd's own
     trailing hash is checked by the restore tool either way), restore it into DIR
-    with the etcdutl (or etcdctl) beside PROGRAM, then run PROGRAM; at once if DIR holds data";
+    with the etcdutl (or etcdctl) beside PROGRAM, then run PROGRAM; at once if DIR holds data.
+    With --changes-url, the archived changes served there (after the restored revision) are
+    applied to the restored data by PROGRAM on loopback ports before it is put in place";
 
 /// How long the fetch is tried before the gate gives up (the container restarts).
 const FETCH_DEADLINE: Duration = Duration::from_secs(1800);
@@ -47,6 +49,8 @@ pub struct Restore {
     peer_urls: String,
     cluster_token: String,
     bump_revision: u64,
+    /// A point-in-time restore's archived changes: where the operator serves them.
+    changes: Option<(SocketAddr, String)>,
     program: String,
     program_args: Vec<String>,
 }
@@ -87,7 +91,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
                     .clone(),
             ),
         };
-        const KNOWN: [&str; 11] = [
+        const KNOWN: [&str; 12] = [
             "--url",
             "--token",
             "--token-file",
@@ -98,6 +102,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
             "--initial-advertise-peer-urls",
             "--initial-cluster-token",
             "--bump-revision",
+            "--changes-url",
             "--poll-ms",
         ];
         if !KNOWN.contains(&key.as_str()) {
@@ -107,10 +112,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
     }
     let mut take = |k: &str| values.remove(k).ok_or_else(|| format!("{k} is required"));
     let url = take("--url")?;
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("--url {url}: only http://IP:port/PATH is supported"))?;
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (addr, path) = http_url("--url", &url)?;
     // Empty for a snapshot served straight from a member's etcd (a recovery from lost
     // quorum): no hash is known before it is read, and it ends with etcd's own sha256 of
     // itself, which `snapshot restore` checks.
@@ -125,6 +127,10 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
             .map_err(|_| format!("--bump-revision {v}: not a number"))?,
         None => 0,
     };
+    let changes = match values.remove("--changes-url") {
+        Some(u) => Some(http_url("--changes-url", &u)?),
+        None => None,
+    };
     let token = match (values.remove("--token"), values.remove("--token-file")) {
         (Some(v), None) => Token::Value(v),
         (None, Some(f)) => Token::File(PathBuf::from(f)),
@@ -133,12 +139,8 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
     let mut take = |k: &str| values.remove(k).ok_or_else(|| format!("{k} is required"));
     let (program, program_args) = command.split_first().ok_or("nothing to run after `--`")?;
     Ok(Restore {
-        addr: endpoint(&format!("http://{host}"))?,
-        path: if path.is_empty() {
-            "/".into()
-        } else {
-            path.into()
-        },
+        addr,
+        path,
         token,
         sha256,
         data_dir: PathBuf::from(take("--data-dir")?),
@@ -147,9 +149,20 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
         peer_urls: take("--initial-advertise-peer-urls")?,
         cluster_token: take("--initial-cluster-token")?,
         bump_revision,
+        changes,
         program: program.clone(),
         program_args: program_args.to_vec(),
     })
+}
+
+/// `http://IP:port/PATH`, the only URL form the gate speaks to.
+fn http_url(flag: &str, url: &str) -> Result<(SocketAddr, String), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{flag} {url}: only http://IP:port/PATH is supported"))?;
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    Ok((endpoint(&format!("http://{host}"))?, path.to_string()))
 }
 
 /// `dir` with `suffix` appended to its last component.
@@ -302,7 +315,8 @@ impl Restore {
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-token", &self.cluster_token])
             .args(["--initial-advertise-peer-urls", &self.peer_urls]);
-        if is_etcdutl && self.bump_revision > 0 {
+        let bumped = is_etcdutl && self.bump_revision > 0;
+        if bumped {
             command
                 .arg(format!("--bump-revision={}", self.bump_revision))
                 .arg("--mark-compacted");
@@ -320,6 +334,23 @@ impl Restore {
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
+        }
+        if let Some((addr, path)) = &self.changes {
+            let token = self.token.read()?;
+            let from = super::replay::Changes {
+                addr: *addr,
+                path,
+                token: &token,
+            };
+            let bump = if bumped { self.bump_revision } else { 0 };
+            super::replay::replay(
+                &self.program,
+                &self.program_args,
+                &staging,
+                &self.name,
+                bump,
+                &from,
+            )?;
         }
         std::fs::rename(&staging, &self.data_dir).map_err(|e| {
             format!(
@@ -352,12 +383,20 @@ mod tests {
             "--url=http://10.0.0.9:8080/restores/ns/c/snapshot --token t --sha256={sha} \
              --data-dir=/var/etcd/data --name=c-x --initial-cluster=c-x=http://c-x.c.ns.svc:2380 \
              --initial-advertise-peer-urls=http://c-x.c.ns.svc:2380 --initial-cluster-token=u1 \
-             --bump-revision=100 -- /usr/local/bin/etcd --name=c-x"
+             --bump-revision=100 --changes-url=http://10.0.0.9:8080/restores/ns/c/changes \
+             -- /usr/local/bin/etcd --name=c-x"
         )))
         .unwrap();
         assert_eq!(r.addr, "10.0.0.9:8080".parse::<SocketAddr>().unwrap());
         assert_eq!(r.path, "/restores/ns/c/snapshot");
         assert_eq!(r.bump_revision, 100);
+        assert_eq!(
+            r.changes,
+            Some((
+                "10.0.0.9:8080".parse().unwrap(),
+                "/restores/ns/c/changes".into()
+            ))
+        );
         assert_eq!(r.program_args, vec!["--name=c-x"]);
         // A recovery's snapshot comes straight from a member: no hash is known before it is
         // read (etcd's own trailing hash is checked by the restore tool).

@@ -139,6 +139,112 @@ pub struct BackupPolicy {
     /// weeks and `monthly` months that have one (UTC). Replaces `maxBackups` when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<TieredRetention>,
+    /// Continuous archiving (an extension of this operator): from each periodic snapshot on,
+    /// every change etcd makes is written to the same storage in chunks
+    /// (`<path>_chunks/<from revision>-<to revision>`), so that an EtcdRestore with
+    /// `restoreTo` can bring the cluster back to any revision or moment the archive holds.
+    /// Needs `backupIntervalInSecond` > 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<ContinuousArchive>,
+}
+
+/// How changes are archived between periodic snapshots.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContinuousArchive {
+    /// A chunk is written at least this often (while there are changes): `5s`, `1m`; 1s to
+    /// 10m, 5s when unset. The recovery point: changes of the last interval may be lost with
+    /// the whole cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(s|m))+$"))]
+    pub flush_interval: Option<String>,
+    /// ... or as soon as it holds this many bytes of changes: `8Mi`, `512Ki`, or bytes
+    /// (quoted); 64Ki to 256Mi, 8Mi when unset. The operator holds about one chunk per
+    /// archived cluster in memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(Ki|Mi)?$"))]
+    pub max_chunk_bytes: Option<String>,
+}
+
+impl ContinuousArchive {
+    /// `flushInterval`, parsed and bounded.
+    pub fn flush_interval(&self) -> std::time::Duration {
+        let d = self
+            .flush_interval
+            .as_deref()
+            .and_then(super::cluster::parse_duration)
+            .unwrap_or(std::time::Duration::from_secs(5));
+        d.clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(600),
+        )
+    }
+
+    /// `maxChunkBytes`, parsed and bounded.
+    pub fn max_chunk_bytes(&self) -> usize {
+        let parse = |t: &str| -> Option<usize> {
+            let (digits, unit) = match t.strip_suffix("Ki") {
+                Some(d) => (d, 1 << 10),
+                None => match t.strip_suffix("Mi") {
+                    Some(d) => (d, 1 << 20),
+                    None => (t, 1),
+                },
+            };
+            digits.parse::<usize>().ok()?.checked_mul(unit)
+        };
+        self.max_chunk_bytes
+            .as_deref()
+            .and_then(parse)
+            .unwrap_or(8 << 20)
+            .clamp(64 << 10, 256 << 20)
+    }
+}
+
+/// The continuous archive of a periodic backup, as the operator last saw it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveStatus {
+    /// The oldest revision a restore can reach: the oldest full snapshot kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_revision: Option<i64>,
+    /// When that snapshot was taken, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_time: Option<String>,
+    /// The newest revision archived: every change up to it is stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_revision: Option<i64>,
+    /// When the newest archived change was received, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_time: Option<String>,
+    /// How long the oldest change not yet stored has waited, in milliseconds, when the status
+    /// was written (0: everything received is stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_milliseconds: Option<i64>,
+    /// Chunks written since archiving began for this backup.
+    #[serde(default)]
+    pub chunks: i64,
+    /// Bytes of chunks written since archiving began for this backup.
+    #[serde(default)]
+    pub bytes: i64,
+    /// The last time etcd had compacted changes the archive lacked: revisions a restore can
+    /// never reach (a full snapshot was taken at once after it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_gap: Option<ArchiveGap>,
+    /// Why archiving is not running, when it is not.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// Revisions missing from an archive.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveGap {
+    /// The first revision missing.
+    pub from: i64,
+    /// The last revision missing.
+    pub to: i64,
+    /// When it was found, RFC 3339.
+    pub time: String,
 }
 
 /// Grandfather-father-son retention counts; each 0 or unset keeps none by that tier.
@@ -221,6 +327,9 @@ pub struct EtcdBackupStatus {
     /// Full path of the newest snapshot in its storage.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub path: String,
+    /// The continuous archive, for a periodic backup with `backupPolicy.continuous`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveStatus>,
 }
 
 /// Label of the EtcdBackups one schedule (a CronJob running `etcd-operator backup create`)

@@ -688,6 +688,13 @@ pub struct RestoreHandoff {
     /// `sha256`); empty for a restore from a backup. Its pod is kept until the seed serves.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub member: String,
+    /// For a point-in-time restore: the storage key of the full snapshot chosen (the spec's
+    /// path names the backup, not one object); empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub object: String,
+    /// For a point-in-time restore: the revision the archived changes are replayed up to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_revision: Option<i64>,
 }
 
 impl EtcdCluster {

@@ -12,9 +12,9 @@ pub mod restore;
 pub mod validation;
 
 pub use backup::{
-    BackupCompression, BackupPhase, BackupPolicy, CompressionAlgorithm, EtcdBackup, EtcdBackupSpec,
-    EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION,
-    TieredRetention,
+    ArchiveGap, ArchiveStatus, BackupCompression, BackupPhase, BackupPolicy, CompressionAlgorithm,
+    ContinuousArchive, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION,
+    SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION, TieredRetention,
 };
 pub use cluster::{
     AutoCompaction, AutoCompactionMode, AutoTls, ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES,
@@ -28,8 +28,8 @@ pub use common::{
     StorageType,
 };
 pub use restore::{
-    EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase, StorageSection,
-    VerifiedObject,
+    EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase, RestoreTo,
+    StorageSection, VerifiedObject,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -55,6 +55,28 @@ pub struct EtcdRestoreSpec {
     /// The EtcdCluster to restore into: its spec is used for the restored cluster, and its
     /// current members are removed first.
     pub etcd_cluster: EtcdClusterRef,
+
+    /// Point-in-time restore (an extension of this operator): the storage path is then that
+    /// of a periodic EtcdBackup with `backupPolicy.continuous` (its `path`, as in its spec),
+    /// and the cluster is restored to exactly the key space it had at this revision or
+    /// moment: the newest full snapshot before it, then the archived changes up to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_to: Option<RestoreTo>,
+}
+
+/// The point a restore goes to: one of `revision` and `time`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = validation::restore_to_rules)]
+pub struct RestoreTo {
+    /// An etcd revision of the backed-up cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub revision: Option<i64>,
+    /// A moment, RFC 3339 (`2026-11-27T10:15:00Z`): the last change archived at or before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub time: Option<String>,
 }
 
 /// A storage section (an EtcdBackup's, or an EtcdCluster's `spec.recovery.backups`),
@@ -121,6 +143,7 @@ impl EtcdRestoreSpec {
             etcd_cluster: EtcdClusterRef {
                 name: cluster.to_string(),
             },
+            restore_to: None,
         }
     }
 }
@@ -183,6 +206,9 @@ pub struct EtcdRestoreStatus {
     /// where etcd supports it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_revision: Option<i64>,
+    /// For a point-in-time restore: the revision of the backed-up cluster it goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_revision: Option<i64>,
     /// The seed member, bootstrapped from the snapshot.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub seed: String,

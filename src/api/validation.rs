@@ -162,6 +162,10 @@ pub fn backup_spec_rules(schema: &mut Schema) {
         vec![rule(
             "(has(self.etcdEndpoints) && size(self.etcdEndpoints) > 0) != (has(self.clusterName) && self.clusterName != '')".into(),
             "set exactly one of spec.etcdEndpoints (an etcd cluster anywhere) and spec.clusterName (an EtcdCluster in this namespace)",
+        ),
+        rule(
+            "!has(self.backupPolicy) || !has(self.backupPolicy.continuous) || (has(self.backupPolicy.backupIntervalInSecond) && self.backupPolicy.backupIntervalInSecond > 0)".into(),
+            "spec.backupPolicy.continuous needs spec.backupPolicy.backupIntervalInSecond > 0: changes are archived from periodic full snapshots",
         )],
     );
 }
@@ -169,6 +173,17 @@ pub fn backup_spec_rules(schema: &mut Schema) {
 /// Rules of `EtcdRestore.spec`.
 pub fn restore_spec_rules(schema: &mut Schema) {
     storage_section_rules(schema, "backupStorageType");
+}
+
+/// Rules of `EtcdRestore.spec.restoreTo`.
+pub fn restore_to_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        vec![rule(
+            "has(self.revision) != has(self.time)".into(),
+            "set exactly one of spec.restoreTo.revision and spec.restoreTo.time",
+        )],
+    );
 }
 
 #[cfg(test)]

@@ -13,6 +13,8 @@
 //! - Several changes share a revision when one transaction made them; replay applies them as
 //!   one step, in the order etcd reported them.
 
+use std::collections::BTreeMap;
+
 use aws_lc_rs::digest::{SHA256, digest};
 
 /// The first bytes of every chunk.
@@ -350,6 +352,72 @@ pub fn revision_at(chunks: &[Chunk], unix_ms: i64) -> Option<i64> {
         .max()
 }
 
+/// Each key's last change in `steps`: all a replay has to apply, since what a key held
+/// before its last change no longer shows at the target. `None` is a deletion.
+pub fn last_changes(steps: &[(i64, Vec<Change>)]) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+    let mut last = BTreeMap::new();
+    for (_, changes) in steps {
+        for c in changes {
+            match c {
+                Change::Put { key, value } => last.insert(key.clone(), Some(value.clone())),
+                Change::Delete { key } => last.insert(key.clone(), None),
+            };
+        }
+    }
+    last
+}
+
+/// Bounds of one replay transaction (the seed's etcd takes up to 10,000 operations and
+/// 32 MiB per request).
+pub const TXN_MAX_OPS: usize = 1000;
+/// See [`TXN_MAX_OPS`].
+pub const TXN_MAX_BYTES: usize = 4 << 20;
+
+/// What the seed of a point-in-time restore applies: `last` as transactions of etcd's JSON
+/// gateway (`POST /v3/kv/txn`), one per line, each of at most `max_ops` operations and about
+/// `max_bytes`, then `{"end": {"txns": N, "keys": K, "after": A, "target": T}}`, which tells
+/// a whole answer from a cut one. Every operation sets a key to its value at the target or
+/// deletes it, so applying a line twice changes nothing.
+pub fn txn_lines(
+    last: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    max_ops: usize,
+    max_bytes: usize,
+    after: i64,
+    target: i64,
+) -> Vec<String> {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let mut lines = Vec::new();
+    let mut ops: Vec<serde_json::Value> = Vec::new();
+    let mut bytes = 0;
+    let flush = |ops: &mut Vec<serde_json::Value>, lines: &mut Vec<String>| {
+        if !ops.is_empty() {
+            lines.push(serde_json::json!({ "success": std::mem::take(ops) }).to_string());
+        }
+    };
+    for (key, value) in last {
+        let size = key.len() + value.as_ref().map_or(0, Vec::len);
+        if !ops.is_empty() && (ops.len() >= max_ops || bytes + size > max_bytes) {
+            flush(&mut ops, &mut lines);
+            bytes = 0;
+        }
+        bytes += size;
+        ops.push(match value {
+            Some(v) => serde_json::json!({"requestPut": {"key": b64(key), "value": b64(v)}}),
+            None => serde_json::json!({"requestDeleteRange": {"key": b64(key)}}),
+        });
+    }
+    flush(&mut ops, &mut lines);
+    let end = serde_json::json!({"end": {
+        "txns": lines.len(),
+        "keys": last.len(),
+        "after": after,
+        "target": target,
+    }});
+    lines.push(end.to_string());
+    lines
+}
+
 /// Cuts the archive's stream of changes into chunks: from the revision after `after`, each
 /// chunk due when it holds `max_bytes` of changes or has been open `interval_ms`, whichever
 /// comes first, and covering every revision up to the last the watch has vouched for (its
@@ -412,6 +480,12 @@ impl Chunker {
         self.covered
     }
 
+    /// When the open chunk's first change (or progress) arrived, if it holds any: the oldest
+    /// change received and not yet stored.
+    pub fn opened_ms(&self) -> Option<i64> {
+        self.opened_ms
+    }
+
     /// Whether the open chunk should be written now.
     pub fn due(&self, now_ms: i64) -> bool {
         self.covered >= self.from
@@ -462,8 +536,6 @@ fn change_len(c: &Change) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     /// The key space after applying `steps` to `start`: what a replay leaves, as a model.
@@ -703,5 +775,45 @@ mod tests {
         // A time between two changes goes to the earlier one.
         assert_eq!(revision_at(&[one.clone(), two.clone()], 7_500), Some(7));
         assert_eq!(revision_at(&[one, two], 2_999), None);
+    }
+
+    #[test]
+    fn a_replay_sends_each_keys_last_change_in_bounded_transactions_and_counts_them() {
+        let one = chunk(
+            3,
+            6,
+            vec![
+                put(3, "a", "1"),
+                put(4, "b", "1"),
+                del(5, "a"),
+                put(6, "b", "2"),
+            ],
+        );
+        let last = last_changes(&steps(&[one], 2, 6));
+        assert_eq!(
+            last,
+            BTreeMap::from([(b"a".to_vec(), None), (b"b".to_vec(), Some(b"2".to_vec()))])
+        );
+        let lines = txn_lines(&last, 1, TXN_MAX_BYTES, 2, 6);
+        assert_eq!(
+            lines,
+            vec![
+                r#"{"success":[{"requestDeleteRange":{"key":"YQ=="}}]}"#.to_string(),
+                r#"{"success":[{"requestPut":{"key":"Yg==","value":"Mg=="}}]}"#.to_string(),
+                r#"{"end":{"after":2,"keys":2,"target":6,"txns":2}}"#.to_string(),
+            ]
+        );
+        // Bounded by bytes as well: a value too big for one transaction goes alone.
+        let big = BTreeMap::from([
+            (b"x".to_vec(), Some(vec![b'v'; 10])),
+            (b"y".to_vec(), Some(vec![b'v'; 10])),
+        ]);
+        assert_eq!(txn_lines(&big, 1000, 15, 0, 1).len(), 3);
+        assert_eq!(txn_lines(&big, 1000, 100, 0, 1).len(), 2);
+        // Nothing to apply is still an answer with its end.
+        assert_eq!(
+            txn_lines(&BTreeMap::new(), 10, 10, 5, 5),
+            vec![r#"{"end":{"after":5,"keys":0,"target":5,"txns":0}}"#.to_string()]
+        );
     }
 }

@@ -28,7 +28,8 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMultipartOptions};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::endpoint::{CONNECT_TIMEOUT, any_endpoint, cluster_endpoint};
+use super::archive;
+use super::endpoint::{CONNECT_TIMEOUT, backup_endpoint};
 pub use super::error::Error;
 use super::location::target;
 use super::naming;
@@ -38,7 +39,7 @@ use crate::api::{
     BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION,
     SCHEDULE_PREFIX_ANNOTATION, StorageType,
 };
-use crate::etcd::{self, Endpoint, Etcd};
+use crate::etcd::{self, Etcd};
 use crate::report::Reporter;
 
 /// The field manager of backup status writes.
@@ -54,6 +55,35 @@ pub struct Context {
     pub events: Reporter,
     /// The process's metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Whether this replica leads (archiving tasks stop when it no longer does).
+    pub leading: watch::Receiver<bool>,
+    /// The continuous archives' tasks.
+    pub archives: archive::Archives,
+}
+
+/// What the archiving tasks need of this controller: its client, Events, metrics, and a full
+/// snapshot taken its own way when etcd compacted changes the archive lacks.
+fn archive_shared(ctx: &Arc<Context>) -> archive::Shared {
+    let for_snapshots = ctx.clone();
+    archive::Shared {
+        client: ctx.client.clone(),
+        events: ctx.events.clone(),
+        metrics: ctx.metrics.clone(),
+        leading: ctx.leading.clone(),
+        snapshot_now: Arc::new(move |backup: EtcdBackup| {
+            let ctx = for_snapshots.clone();
+            Box::pin(async move {
+                let ns = backup.namespace().unwrap_or_default();
+                let previous = backup.status.clone().unwrap_or_default();
+                let taken = take(&ctx, &backup, &ns).await.map_err(|e| e.to_string())?;
+                record_success(&ctx, &backup, &previous, &taken)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                finish(&ctx, &backup, &taken).await;
+                Ok(())
+            })
+        }),
+    }
 }
 
 /// A snapshot taken.
@@ -94,32 +124,6 @@ fn timeout_of(backup: &EtcdBackup) -> Duration {
     }
 }
 
-/// The endpoint the backup reads from. `clientTLSSecret` is the coreos way to reach endpoints
-/// that need a certificate; with `clusterName` the cluster's own is used unless the spec names
-/// one.
-async fn endpoint_of(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Endpoint, Error> {
-    let spec = &backup.spec;
-    let tls = match spec.client_tls_secret.as_deref().filter(|s| !s.is_empty()) {
-        Some(name) => {
-            let secrets = crate::kube::cache::SecretApi::live(&ctx.client, ns);
-            Some(
-                crate::cluster::tls::read_client(
-                    &secrets,
-                    "spec.clientTLSSecret",
-                    name,
-                    time::OffsetDateTime::now_utc(),
-                )
-                .await?,
-            )
-        }
-        None => None,
-    };
-    match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
-        Some(cluster) => cluster_endpoint(&ctx.client, ns, cluster, tls).await,
-        None => any_endpoint(&spec.etcd_endpoints, tls).await,
-    }
-}
-
 /// Prunes what the backup's retention no longer keeps: `maxBackups` of a periodic backup, and
 /// a schedule's `--keep-snapshots`.
 async fn retain(backup: &EtcdBackup, target: &Target) {
@@ -131,6 +135,7 @@ async fn retain(backup: &EtcdBackup, target: &Target) {
             naming::parse,
         )
         .await;
+        super::pitr::prune_chunks(target.store.as_ref(), target.location.as_ref()).await;
     }
     if let Some((prefix, keep)) = scheduled_retention(backup) {
         prune(
@@ -146,7 +151,7 @@ async fn retain(backup: &EtcdBackup, target: &Target) {
 /// Takes one snapshot as the spec asks.
 async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Error> {
     let spec = &backup.spec;
-    let endpoint = endpoint_of(ctx, backup, ns).await?;
+    let endpoint = backup_endpoint(&ctx.client, backup, ns).await?;
     let (target, spec_path) = target(&ctx.client, ns, spec.into()).await?;
     let status = etcd::status(&endpoint, CONNECT_TIMEOUT)
         .await
@@ -353,6 +358,7 @@ fn last_success(backup: &EtcdBackup) -> Option<Timestamp> {
 
 async fn reconcile(backup: Arc<EtcdBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
+    ctx.archives.ensure(&archive_shared(&ctx), &backup);
     let result = reconcile_inner(&backup, &ctx).await;
     ctx.metrics.reconciled(
         "etcdbackup",
@@ -410,6 +416,7 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
                     message.clone(),
                 )],
                 observed_generation: generation,
+                archive: None,
                 ..previous
             };
             write_status(ctx, backup, &status).await?;
@@ -451,6 +458,8 @@ async fn record_success(
             .then(|| i64::try_from(taken.verified.snapshot_size).unwrap_or(i64::MAX)),
         sha256: taken.verified.sha256.clone(),
         path: taken.path.clone(),
+        // The archiver's own field (its own field manager): this manager never owns it.
+        archive: None,
     };
     write_status(ctx, backup, &status).await?;
     info!(

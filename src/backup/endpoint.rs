@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
 
 use super::error::Error;
-use crate::api::{EtcdCluster, MemberRole};
+use crate::api::{EtcdBackup, EtcdCluster, MemberRole};
 use crate::etcd::{self, ClientTls, Endpoint};
 
 /// Bounds each connection to etcd (the snapshot as a whole has its own limit).
@@ -99,4 +99,34 @@ pub async fn any_endpoint(
         }
     }
     leader.ok_or_else(|| Error::Unreachable(endpoints.join(", ")))
+}
+
+/// The endpoint the backup reads from. `clientTLSSecret` is the coreos way to reach endpoints
+/// that need a certificate; with `clusterName` the cluster's own is used unless the spec names
+/// one.
+pub async fn backup_endpoint(
+    client: &Client,
+    backup: &EtcdBackup,
+    ns: &str,
+) -> Result<Endpoint, Error> {
+    let spec = &backup.spec;
+    let tls = match spec.client_tls_secret.as_deref().filter(|s| !s.is_empty()) {
+        Some(name) => {
+            let secrets = crate::kube::cache::SecretApi::live(client, ns);
+            Some(
+                crate::cluster::tls::read_client(
+                    &secrets,
+                    "spec.clientTLSSecret",
+                    name,
+                    time::OffsetDateTime::now_utc(),
+                )
+                .await?,
+            )
+        }
+        None => None,
+    };
+    match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
+        Some(cluster) => cluster_endpoint(client, ns, cluster, tls).await,
+        None => any_endpoint(&spec.etcd_endpoints, tls).await,
+    }
 }

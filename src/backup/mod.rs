@@ -11,8 +11,12 @@
 //!   on status;
 //! - [`schedule`]: one run of a CronJob schedule (`etcd-operator backup create`);
 //! - [`chunk`]: the continuous archive's chunks (the changes between full snapshots), and
-//!   their replay to a revision or a time.
+//!   their replay to a revision or a time;
+//! - [`archive`]: the task that writes them, one per archiving backup;
+//! - [`pitr`]: a restore to a revision or a time, planned from the store, and the changes
+//!   its seed replays.
 
+pub mod archive;
 pub mod chunk;
 pub mod compress;
 pub mod controller;
@@ -20,6 +24,7 @@ pub mod endpoint;
 pub mod error;
 pub mod location;
 pub mod naming;
+pub mod pitr;
 pub mod schedule;
 pub mod snapshot;
 pub mod storage;

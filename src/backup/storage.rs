@@ -106,6 +106,20 @@ pub struct Target {
     pub metadata: Metadata,
 }
 
+impl Target {
+    /// The same store and settings, for another object in it.
+    pub fn with_location(&self, location: Path) -> Target {
+        let key = self.location.as_ref();
+        let base = self.url.strip_suffix(key).unwrap_or(&self.url);
+        Target {
+            store: self.store.clone(),
+            url: format!("{base}{location}"),
+            location,
+            metadata: self.metadata.clone(),
+        }
+    }
+}
+
 /// How metadata reaches an object after its upload. The sha256 of a snapshot is known only
 /// once the stream has ended, after the multipart upload (which carries the object's metadata)
 /// was created, and object_store has no call that changes metadata later; so the one request

@@ -338,6 +338,9 @@ pub struct SeedRestore {
     pub cluster_token: String,
     /// `--bump-revision` (with `--mark-compacted`); 0 for none (etcdutl before 3.5.10).
     pub bump_revision: u64,
+    /// For a point-in-time restore: where the operator serves the archived changes the seed
+    /// replays onto the snapshot before etcd serves anyone.
+    pub changes_url: Option<String>,
 }
 
 /// How the seed gets its bearer token.
@@ -392,6 +395,9 @@ fn gated_command(gate: &Gate) -> Vec<String> {
         ];
         if r.bump_revision > 0 {
             command.push(format!("--bump-revision={}", r.bump_revision));
+        }
+        if let Some(url) = &r.changes_url {
+            command.push(format!("--changes-url={url}"));
         }
         command.extend(["--".into(), ETCD_BINARY.into()]);
         return command;
@@ -1035,6 +1041,7 @@ mod tests {
                 initial_cluster: "example-s=http://example-s.example.ns.svc:2380".into(),
                 cluster_token: "uid-1".into(),
                 bump_revision: 1000,
+                changes_url: Some("http://10.0.0.9:8080/restores/ns/example/changes".into()),
             }),
         };
         let pod = member_pod(
@@ -1060,6 +1067,7 @@ mod tests {
             "--initial-cluster-token=uid-1",
             "--initial-advertise-peer-urls=http://example-s.example.ns.svc:2380",
             "--bump-revision=1000",
+            "--changes-url=http://10.0.0.9:8080/restores/ns/example/changes",
         ] {
             assert!(command.iter().any(|c| c == flag), "{flag} in {command:?}");
         }

@@ -46,9 +46,10 @@ use crate::backup::endpoint::cluster_endpoint;
 use crate::backup::error::Error as BackupError;
 use crate::backup::location::{Storage, target};
 use crate::backup::naming;
+use crate::backup::pitr;
 use crate::backup::snapshot::{self, Verifier};
 use crate::backup::storage;
-use crate::cluster::act::bump_for;
+use crate::cluster::act::{BUMP_MARGIN, bump_for};
 use crate::kube::restore_token;
 use crate::report::Reporter;
 
@@ -127,6 +128,12 @@ pub enum Error {
         #[source]
         source: snapshot::Error,
     },
+    /// A point-in-time restore the archive cannot give (or a store that did not answer).
+    #[error("spec.restoreTo: {0}")]
+    Pitr(#[from] pitr::Error),
+    /// `spec.restoreTo.time` is not RFC 3339.
+    #[error("spec.restoreTo.time {0:?} is not an RFC 3339 time")]
+    BadTime(String),
     /// The API server.
     #[error("{what}: {source}")]
     Kube {
@@ -147,6 +154,9 @@ impl Error {
             Error::Mismatch { .. } => "SnapshotHashMismatch",
             Error::Busy { .. } => "RestoreInProgress",
             Error::Safety { .. } => "SafetySnapshotFailed",
+            Error::Pitr(pitr::Error::Store { .. }) => "SnapshotUnreadable",
+            Error::Pitr(_) => "ArchiveUnusable",
+            Error::BadTime(_) => "InvalidSource",
             Error::Kube { .. } => "ApiError",
         }
     }
@@ -154,10 +164,17 @@ impl Error {
     /// Whether trying again cannot help until the spec changes: the snapshot itself is wrong,
     /// or another restore holds the cluster.
     fn is_final(&self) -> bool {
-        matches!(
-            self,
-            Error::Missing(_) | Error::Corrupt { .. } | Error::Mismatch { .. } | Error::Busy { .. }
-        )
+        match self {
+            Error::Pitr(e) => e.is_final(),
+            e => matches!(
+                e,
+                Error::Missing(_)
+                    | Error::Corrupt { .. }
+                    | Error::Mismatch { .. }
+                    | Error::Busy { .. }
+                    | Error::BadTime(_)
+            ),
+        }
     }
 }
 
@@ -649,6 +666,38 @@ async fn reconcile_inner(restore: &EtcdRestore, ctx: &Context) -> Result<Action,
     start(ctx, restore, &cluster, uid).await
 }
 
+/// Where `spec.restoreTo` goes, if it is set.
+fn point_of(restore: &EtcdRestore) -> Result<Option<pitr::Point>, Error> {
+    let Some(to) = &restore.spec.restore_to else {
+        return Ok(None);
+    };
+    match (to.revision, to.time.as_deref()) {
+        (Some(r), _) => Ok(Some(pitr::Point::Revision(r))),
+        (None, Some(t)) => t
+            .parse()
+            .map(|t| Some(pitr::Point::Time(t)))
+            .map_err(|_| Error::BadTime(t.to_string())),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The snapshot to restore, its coreos-style path, and for a point-in-time restore its plan
+/// (the spec's path then names the backup, and the plan picks the snapshot).
+async fn source_of(
+    ctx: &Context,
+    restore: &EtcdRestore,
+) -> Result<(storage::Target, String, Option<pitr::Plan>), Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let (target, path) = target(&ctx.client, &ns, Storage::from(&restore.spec)).await?;
+    let Some(point) = point_of(restore)? else {
+        return Ok((target, path, None));
+    };
+    let key = target.location.to_string();
+    let plan = pitr::plan(target.store.as_ref(), &key, point).await?;
+    let path = format!("{}{}", path.strip_suffix(&key).unwrap_or(""), plan.object);
+    Ok((target.with_location(plan.object.clone()), path, Some(plan)))
+}
+
 /// Verifies the snapshot, keeps the cluster as it is, and hands the restore to the cluster's
 /// task (an annotation on the EtcdCluster).
 async fn start(
@@ -659,7 +708,7 @@ async fn start(
 ) -> Result<Action, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
-    let (target, path) = target(&ctx.client, &ns, Storage::from(&restore.spec)).await?;
+    let (target, path, plan) = source_of(ctx, restore).await?;
     let verified = verified_object(ctx, restore, &target, &path).await?;
     let safety = safety_snapshot(&ctx.client, &ns, &cluster_name, &target, &path).await?;
     let token_sha256 = restore_token::issue(&ctx.client, cluster)
@@ -671,6 +720,12 @@ async fn start(
             ),
             source,
         })?;
+    let mut bump = bump_for(safety.as_ref().map(|(_, r)| *r));
+    if let Some(p) = &plan {
+        // The archive shows how far the old cluster went past the snapshot.
+        let past = u64::try_from(p.archived - p.snapshot_revision).unwrap_or(0);
+        bump = bump.max(past + BUMP_MARGIN);
+    }
     let handoff = RestoreHandoff {
         name: restore.name_any(),
         uid: uid.clone(),
@@ -678,18 +733,27 @@ async fn start(
         token_sha256,
         // What the seed receives: the snapshot itself (the operator decompresses it on the way).
         sha256: verified.snapshot_sha256.clone(),
-        bump_revision: bump_for(safety.as_ref().map(|(_, r)| *r)),
+        bump_revision: bump,
         pre_restore_path: safety.as_ref().map(|(p, _)| p.clone()).unwrap_or_default(),
         member: String::new(),
+        object: plan
+            .as_ref()
+            .map(|p| p.object.to_string())
+            .unwrap_or_default(),
+        to_revision: plan.as_ref().map(|p| p.target),
     };
     let value = serde_json::to_string(&handoff).unwrap_or_default();
     set_finalizer(ctx, restore, true).await?;
     patch_annotation(ctx, &ns, &cluster_name, Some(value)).await?;
     let note = format!(
-        "verified {} ({} bytes, sha256 {}); {}; the cluster's members are being replaced",
+        "verified {} ({} bytes, sha256 {}){}; {}; the cluster's members are being replaced",
         target.url,
         verified.size,
         verified.sha256,
+        plan.as_ref().map_or(String::new(), |p| format!(
+            ", then {} chunks of archived changes up to revision {}",
+            p.chunks, p.target
+        )),
         match &safety {
             Some((p, r)) => format!("the cluster as it was (revision {r}) is kept at {p}"),
             None => "the cluster did not answer, so there was nothing to keep".into(),
@@ -700,6 +764,7 @@ async fn start(
     next.size = Some(verified.size);
     next.verified = Some(verified);
     next.pre_restore_path = handoff.pre_restore_path;
+    next.target_revision = handoff.to_revision;
     write_status(ctx, restore, &next).await?;
     info!(restore = restore.name_any(), "{note}");
     ctx.events

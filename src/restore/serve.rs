@@ -20,10 +20,12 @@ use hyper::StatusCode;
 use hyper::body::Bytes;
 use kube::{Api, Client};
 use object_store::ObjectStoreExt;
+use object_store::path::Path;
 
-use crate::api::{EtcdCluster, EtcdRestore};
+use crate::api::{EtcdCluster, EtcdRestore, RestoreHandoff};
 use crate::backup::compress::{Unpack, ZSTD_MAGIC};
 use crate::backup::location::{Storage, target};
+use crate::backup::pitr;
 use crate::cluster::handles::Sources;
 use crate::etcd::{Endpoint, Etcd};
 use crate::kube::restore_token;
@@ -47,22 +49,47 @@ pub struct Opened {
     pub body: BoxStream<'static, Result<Bytes, std::io::Error>>,
 }
 
-/// The request path's namespace and cluster, for `/restores/<namespace>/<cluster>/snapshot`.
-pub fn parse_path(path: &str) -> Option<(&str, &str)> {
-    let rest = path.strip_prefix("/restores/")?.strip_suffix("/snapshot")?;
+/// What a seed asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// `/restores/<namespace>/<cluster>/snapshot`: the snapshot.
+    Snapshot,
+    /// `/restores/<namespace>/<cluster>/changes?after=R`: a point-in-time restore's changes.
+    Changes,
+}
+
+/// The request path's namespace, cluster and what is asked for.
+pub fn parse_path(path: &str) -> Option<(&str, &str, Asked)> {
+    let rest = path.strip_prefix("/restores/")?;
+    let (rest, asked) = match rest.strip_suffix("/snapshot") {
+        Some(r) => (r, Asked::Snapshot),
+        None => (rest.strip_suffix("/changes")?, Asked::Changes),
+    };
     let (ns, cluster) = rest.split_once('/')?;
-    (!ns.is_empty() && !cluster.is_empty() && !cluster.contains('/')).then_some((ns, cluster))
+    (!ns.is_empty() && !cluster.is_empty() && !cluster.contains('/'))
+        .then_some((ns, cluster, asked))
+}
+
+/// `after=R` of a changes request's query.
+pub fn after_of(query: Option<&str>) -> Option<i64> {
+    query?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("after="))?
+        .parse()
+        .ok()
 }
 
 impl Snapshots {
     /// Opens the snapshot of the restore pending on `cluster` in `ns`, if `bearer` is its
     /// token; otherwise the status code and message to answer with.
-    pub async fn open(
+    /// The restore pending on `cluster` in `ns`, if `bearer` is its token; otherwise the status
+    /// code and message to answer with.
+    async fn authorized(
         &self,
         ns: &str,
         cluster: &str,
         bearer: Option<&str>,
-    ) -> Result<Opened, (StatusCode, String)> {
+    ) -> Result<RestoreHandoff, (StatusCode, String)> {
         let internal = |e: String| (StatusCode::BAD_GATEWAY, e);
         let clusters: Api<EtcdCluster> = Api::namespaced(self.client.clone(), ns);
         let not_found = || {
@@ -89,20 +116,16 @@ impl Snapshots {
         if !allowed {
             return Err((StatusCode::FORBIDDEN, "wrong or missing token".into()));
         }
-        if !handoff.member.is_empty() {
-            let ep = self
-                .sources
-                .get(ns, cluster, &handoff.member)
-                .ok_or_else(|| {
-                    (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("member {} is not known to this replica", handoff.member),
-                    )
-                })?;
-            return from_member(&ep)
-                .await
-                .map_err(|e| internal(format!("snapshot of member {}: {e}", handoff.member)));
-        }
+        Ok(handoff)
+    }
+
+    /// The storage of the EtcdRestore `handoff` names, if it still exists.
+    async fn storage_of(
+        &self,
+        ns: &str,
+        handoff: &RestoreHandoff,
+    ) -> Result<crate::backup::storage::Target, (StatusCode, String)> {
+        let internal = |e: String| (StatusCode::BAD_GATEWAY, e);
         let restores: Api<EtcdRestore> = Api::namespaced(self.client.clone(), ns);
         let restore = restores
             .get_opt(&handoff.name)
@@ -118,6 +141,38 @@ impl Snapshots {
         let (store, _) = target(&self.client, ns, Storage::from(&restore.spec))
             .await
             .map_err(|e| internal(e.to_string()))?;
+        Ok(store)
+    }
+
+    /// Opens the snapshot of the restore pending on `cluster` in `ns`, if `bearer` is its
+    /// token; otherwise the status code and message to answer with.
+    pub async fn open(
+        &self,
+        ns: &str,
+        cluster: &str,
+        bearer: Option<&str>,
+    ) -> Result<Opened, (StatusCode, String)> {
+        let internal = |e: String| (StatusCode::BAD_GATEWAY, e);
+        let handoff = self.authorized(ns, cluster, bearer).await?;
+        if !handoff.member.is_empty() {
+            let ep = self
+                .sources
+                .get(ns, cluster, &handoff.member)
+                .ok_or_else(|| {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("member {} is not known to this replica", handoff.member),
+                    )
+                })?;
+            return from_member(&ep)
+                .await
+                .map_err(|e| internal(format!("snapshot of member {}: {e}", handoff.member)));
+        }
+        let mut store = self.storage_of(ns, &handoff).await?;
+        if !handoff.object.is_empty() {
+            // A point-in-time restore: the spec names the backup, the hand-off its snapshot.
+            store = store.with_location(Path::from(handoff.object.as_str()));
+        }
         let got = store
             .store
             .get(&store.location)
@@ -126,6 +181,40 @@ impl Snapshots {
         unpacked(got.meta.size, got.into_stream())
             .await
             .map_err(|e| internal(format!("reading {}: {e}", store.url)))
+    }
+
+    /// The archived changes a point-in-time restore's seed replays after revision `after`
+    /// (what its restored snapshot holds), as transactions one per line
+    /// ([`crate::backup::pitr::changes`]): every chunk read and checked before the first line.
+    pub async fn changes(
+        &self,
+        ns: &str,
+        cluster: &str,
+        bearer: Option<&str>,
+        after: i64,
+    ) -> Result<Vec<String>, (StatusCode, String)> {
+        let handoff = self.authorized(ns, cluster, bearer).await?;
+        let (Some(target), false) = (handoff.to_revision, handoff.object.is_empty()) else {
+            return Err((
+                StatusCode::NOT_FOUND,
+                format!(
+                    "the restore pending on EtcdCluster {ns}/{cluster} is not to a point in time"
+                ),
+            ));
+        };
+        let store = self.storage_of(ns, &handoff).await?;
+        let key = store.location.to_string();
+        let snapshot = pitr::snapshot_revision(&key, &handoff.object).unwrap_or(after);
+        pitr::changes(store.store.as_ref(), &key, snapshot, after, target)
+            .await
+            .map_err(|e| {
+                let status = match e {
+                    pitr::Error::Beyond { .. } => StatusCode::CONFLICT,
+                    pitr::Error::Store { .. } => StatusCode::BAD_GATEWAY,
+                    _ => StatusCode::UNPROCESSABLE_ENTITY,
+                };
+                (status, e.to_string())
+            })
     }
 }
 
@@ -225,8 +314,16 @@ mod tests {
     fn only_a_restore_path_is_served() {
         assert_eq!(
             parse_path("/restores/ns/example/snapshot"),
-            Some(("ns", "example"))
+            Some(("ns", "example", Asked::Snapshot))
         );
+        assert_eq!(
+            parse_path("/restores/ns/example/changes"),
+            Some(("ns", "example", Asked::Changes))
+        );
+        assert_eq!(after_of(Some("after=1234")), Some(1234));
+        assert_eq!(after_of(Some("x=1&after=7")), Some(7));
+        assert_eq!(after_of(Some("after=x")), None);
+        assert_eq!(after_of(None), None);
         for bad in [
             "/restores//example/snapshot",
             "/restores/ns/snapshot",

@@ -41,6 +41,7 @@ pub(super) async fn recover_from_member(
         bump_revision: bump_for(revision_before),
         pre_restore_path: String::new(),
         member: name.to_string(),
+        ..RestoreHandoff::default()
     };
     let value = serde_json::to_string(&handoff).unwrap_or_default();
     annotate(pass.handles, cluster, Some(value)).await?;

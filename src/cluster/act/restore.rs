@@ -62,7 +62,7 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
         peers: vec![],
         restore: Some(SeedRestore {
             uid: handoff.uid.clone(),
-            url,
+            url: url.clone(),
             token: if handoff.token_sha256.is_empty() {
                 SeedToken::Value(handoff.token.clone())
             } else {
@@ -77,6 +77,9 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
             } else {
                 0
             },
+            changes_url: handoff
+                .to_revision
+                .and_then(|_| Some(format!("{}/changes", url.strip_suffix("/snapshot")?))),
         }),
     };
     create_pod(pass, cluster, &name, args, Some(&gate), Claim::New).await?;

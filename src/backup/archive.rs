@@ -1,0 +1,478 @@
+//! Continuous archiving (issue 29): every change a cluster makes, from a periodic backup's
+//! full snapshot on, written to the backup's storage in gap-free chunks ([`super::chunk`]).
+//!
+//! One task per periodic EtcdBackup with `backupPolicy.continuous`, while this replica leads,
+//! with one watch of the whole key space. It starts from what the store holds: after the
+//! chunks that follow the newest full snapshot, or after that snapshot itself
+//! ([`chunk::resume`]), so an operator restart, a leader change, a member change or a cut
+//! watch archive every change once, with no gap (chunks are named by their revisions; one
+//! written twice after a crash covers the same revisions and a restore takes it once). A
+//! chunk is written when it is due (the flush interval or its size); until then it is all the
+//! task holds. A write that fails drops the watch: archiving starts again from what the store
+//! holds, so nothing is lost while etcd keeps its history, and memory stays one chunk.
+//! If etcd has compacted changes the archive lacks, the gap is recorded in status and an
+//! Event, and a full snapshot is taken at once, from which archiving goes on.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
+use kube::{Api, Client, ResourceExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::chunk::{self, Change, Chunker, Event, Resume};
+use super::endpoint::{CONNECT_TIMEOUT, backup_endpoint};
+use super::location::{Storage, target};
+use super::pitr;
+use crate::api::{ArchiveGap, ArchiveStatus, ContinuousArchive, EtcdBackup};
+use crate::etcd::{Endpoint, Etcd};
+use crate::report::Reporter;
+
+/// The field manager of `status.archive` (the backup controller's never owns it).
+const MANAGER: &str = "etcd-operator-archive";
+/// How often the task looks at the open chunk.
+const TICK: Duration = Duration::from_millis(100);
+/// How often the status is written at most, and the EtcdBackup read again.
+const STATUS_EVERY: Duration = Duration::from_secs(5);
+const RECHECK_EVERY: Duration = Duration::from_secs(30);
+/// Between attempts after a failure, growing to the maximum.
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Takes a full snapshot of a backup now (the backup controller's own way), after a gap.
+pub type SnapshotNow =
+    Arc<dyn Fn(EtcdBackup) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// What every archiving task shares.
+#[derive(Clone)]
+pub struct Shared {
+    /// API client.
+    pub client: Client,
+    /// Publishes Events.
+    pub events: Reporter,
+    /// The process's metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Whether this replica leads: tasks run only while it does.
+    pub leading: watch::Receiver<bool>,
+    /// A full snapshot now.
+    pub snapshot_now: SnapshotNow,
+}
+
+struct Running {
+    spec: ContinuousArchive,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+/// The archiving tasks, by EtcdBackup UID.
+#[derive(Default)]
+pub struct Archives {
+    running: Mutex<HashMap<String, Running>>,
+}
+
+/// The archive settings of `backup`, if it archives: a periodic backup with `continuous`.
+pub fn settings_of(backup: &EtcdBackup) -> Option<ContinuousArchive> {
+    let policy = backup.spec.backup_policy.as_ref()?;
+    (policy.backup_interval_in_second.unwrap_or(0) > 0)
+        .then(|| policy.continuous.clone())
+        .flatten()
+}
+
+impl Archives {
+    /// Runs a task for `backup` if it archives (one, with its current settings), and stops
+    /// the one it had if it no longer does. Called on every reconcile of the backup.
+    pub fn ensure(&self, shared: &Shared, backup: &EtcdBackup) {
+        let Some(uid) = backup.metadata.uid.clone() else {
+            return;
+        };
+        let wanted = settings_of(backup);
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running.retain(|_, r| !r.handle.is_finished());
+        if let Some(r) = running.get(&uid)
+            && Some(&r.spec) != wanted.as_ref()
+            && let Some(old) = running.remove(&uid)
+        {
+            old.handle.abort();
+        }
+        let Some(spec) = wanted else { return };
+        if running.contains_key(&uid) || !*shared.leading.borrow() {
+            return;
+        }
+        let task = Task {
+            shared: shared.clone(),
+            backup: backup.clone(),
+            spec: spec.clone(),
+        };
+        let handle = tokio::spawn(task.run());
+        running.insert(uid, Running { spec, handle });
+    }
+}
+
+/// Why one attempt of a task ended.
+enum Ended {
+    /// For good: the backup is gone or changed, or this replica no longer leads.
+    Stop,
+    /// Start again at once (after a gap and its snapshot).
+    Again,
+}
+
+struct Task {
+    shared: Shared,
+    backup: EtcdBackup,
+    spec: ContinuousArchive,
+}
+
+/// Why [`archive`] returned without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It was asked to stop (the open chunk was written first).
+    Stopped,
+    /// etcd had compacted revisions `from..=to`, which the archive lacks: a full snapshot is
+    /// needed before archiving goes on.
+    Compacted {
+        /// First revision lost.
+        from: i64,
+        /// Last revision lost.
+        to: i64,
+    },
+}
+
+fn now_ms() -> i64 {
+    Timestamp::now().as_millisecond()
+}
+
+fn ms_to_rfc3339(ms: i64) -> Option<String> {
+    Timestamp::from_millisecond(ms).ok().map(|t| t.to_string())
+}
+
+/// Where archiving of `key`'s backup starts: after the chunks that follow its newest full
+/// snapshot (or after that snapshot); `None` before the first full snapshot. Also sets the
+/// archive's first revision and time (the oldest full snapshot) in `status`.
+pub async fn start_after(
+    store: &dyn ObjectStore,
+    key: &str,
+    status: &watch::Sender<ArchiveStatus>,
+) -> Result<Option<i64>, String> {
+    let snapshots = pitr::snapshots(store, key)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ranges = pitr::chunk_ranges(store, key)
+        .await
+        .map_err(|e| e.to_string())?;
+    let after = match chunk::resume(&ranges, snapshots.last().map(|s| s.0), 0) {
+        Resume::After(r) => Some(r),
+        Resume::NoSnapshot | Resume::Gap { .. } => None,
+    };
+    status.send_modify(|s| {
+        s.first_revision = snapshots.first().map(|s| s.0);
+        s.first_time = snapshots.first().map(|s| s.1.to_string());
+        if let Some(a) = after {
+            s.last_revision = Some(s.last_revision.unwrap_or(a).max(a));
+        }
+    });
+    Ok(after)
+}
+
+/// The changes of one watch response, received now.
+fn events_of(response: &etcd_client::WatchResponse, received: i64) -> Vec<Event> {
+    response
+        .events()
+        .iter()
+        .filter_map(|e| {
+            let kv = e.kv()?;
+            let change = match e.event_type() {
+                etcd_client::EventType::Put => Change::Put {
+                    key: kv.key().to_vec(),
+                    value: kv.value().to_vec(),
+                },
+                etcd_client::EventType::Delete => Change::Delete {
+                    key: kv.key().to_vec(),
+                },
+            };
+            Some(Event {
+                revision: kv.mod_revision(),
+                unix_ms: received,
+                change,
+            })
+        })
+        .collect()
+}
+
+/// Archives `endpoint`'s changes after revision `after` into `key`'s archive in `store`, chunk
+/// by chunk as they fall due, until `stop` resolves (the open chunk is written first), etcd
+/// reports the changes compacted, or something fails (the open chunk is then dropped: the
+/// next run starts from what the store holds). `status` follows what is stored, and the lag.
+pub async fn archive(
+    endpoint: &Endpoint,
+    store: &dyn ObjectStore,
+    key: &str,
+    settings: &ContinuousArchive,
+    after: i64,
+    status: &watch::Sender<ArchiveStatus>,
+    stop: impl Future<Output = ()>,
+) -> Result<Outcome, String> {
+    let mut etcd = Etcd::connect_streaming(endpoint, CONNECT_TIMEOUT)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut watch = etcd.watch_all(after + 1).await.map_err(|e| e.to_string())?;
+    let interval_ms = i64::try_from(settings.flush_interval().as_millis()).unwrap_or(5000);
+    let mut chunker = Chunker::new(after, settings.max_chunk_bytes(), interval_ms);
+    let mut tick = tokio::time::interval(TICK);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            message = watch.message() => {
+                let response = message
+                    .map_err(|e| format!("the watch broke: {e}"))?
+                    .ok_or("the watch ended")?;
+                if response.canceled() {
+                    let compacted = response.compact_revision();
+                    if compacted <= 0 {
+                        return Err(format!("etcd cancelled the watch: {}", response.cancel_reason()));
+                    }
+                    return Ok(Outcome::Compacted { from: chunker.covered() + 1, to: compacted - 1 });
+                }
+                let received = now_ms();
+                chunker.push(events_of(&response, received), received);
+            }
+            _ = tick.tick() => {
+                if chunker.due(now_ms()) {
+                    flush(store, key, &mut chunker, status).await?;
+                }
+                let lag = chunker.opened_ms().map_or(0, |t| (now_ms() - t).max(0));
+                status.send_if_modified(|s| {
+                    let changed = s.lag_milliseconds != Some(lag);
+                    s.lag_milliseconds = Some(lag);
+                    changed
+                });
+            }
+            _ = &mut stop => {
+                flush(store, key, &mut chunker, status).await?;
+                return Ok(Outcome::Stopped);
+            }
+        }
+    }
+}
+
+/// Writes the open chunk, if it holds anything.
+async fn flush(
+    store: &dyn ObjectStore,
+    key: &str,
+    chunker: &mut Chunker,
+    status: &watch::Sender<ArchiveStatus>,
+) -> Result<(), String> {
+    let Some(chunk) = chunker.take() else {
+        return Ok(());
+    };
+    let name = chunk::name(key, chunk.from, chunk.to);
+    let body = chunk.encode();
+    let size = body.len();
+    store
+        .put(&Path::from(name.as_str()), PutPayload::from(body))
+        .await
+        .map_err(|e| format!("writing {name}: {e}"))?;
+    crate::crash::point("after-archive-chunk");
+    status.send_modify(|s| {
+        s.chunks += 1;
+        s.bytes += i64::try_from(size).unwrap_or(i64::MAX);
+        s.last_revision = Some(chunk.to);
+        if let Some(last) = chunk.events.last() {
+            s.last_time = ms_to_rfc3339(last.unix_ms);
+        }
+    });
+    Ok(())
+}
+
+impl Task {
+    fn ns(&self) -> String {
+        self.backup.namespace().unwrap_or_default()
+    }
+
+    /// The cluster the metrics are labelled with: `clusterName`, else the backup's name.
+    fn cluster(&self) -> String {
+        self.backup
+            .spec
+            .cluster_name
+            .clone()
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| self.backup.name_any())
+    }
+
+    async fn run(self) {
+        let initial = self
+            .backup
+            .status
+            .as_ref()
+            .and_then(|s| s.archive.clone())
+            .unwrap_or_default();
+        let (status, seen) = watch::channel(initial);
+        let mut leading = self.shared.leading.clone();
+        let mut delay = RETRY_MIN;
+        info!(
+            backup = self.backup.name_any(),
+            "continuous archiving starts"
+        );
+        loop {
+            if !*leading.borrow() {
+                return;
+            }
+            let attempt = self.attempt(&status);
+            let result = tokio::select! {
+                r = attempt => r,
+                () = self.write_statuses(seen.clone()) => Ok(Ended::Stop),
+            };
+            match result {
+                Ok(Ended::Stop) => return,
+                Ok(Ended::Again) => delay = RETRY_MIN,
+                Err(why) => {
+                    warn!(
+                        backup = self.backup.name_any(),
+                        "continuous archiving: {why}"
+                    );
+                    status.send_modify(|s| s.message = why);
+                    let current = status.borrow().clone();
+                    self.write_status(&current).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = leading.changed() => {}
+                    }
+                    delay = (delay * 2).min(RETRY_MAX);
+                }
+            }
+        }
+    }
+
+    /// Whether the backup is still there, with this UID and these settings.
+    async fn still_wanted(&self) -> Result<bool, String> {
+        let api: Api<EtcdBackup> = Api::namespaced(self.shared.client.clone(), &self.ns());
+        let current = api
+            .get_opt(&self.backup.name_any())
+            .await
+            .map_err(|e| format!("reading EtcdBackup {}: {e}", self.backup.name_any()))?;
+        Ok(current.is_some_and(|b| {
+            b.metadata.uid == self.backup.metadata.uid
+                && b.metadata.deletion_timestamp.is_none()
+                && settings_of(&b).as_ref() == Some(&self.spec)
+        }))
+    }
+
+    /// Resolves when this replica stops leading or the backup is no longer archived.
+    async fn until_unwanted(&self) {
+        let mut leading = self.shared.leading.clone();
+        loop {
+            tokio::select! {
+                _ = leading.changed() => {
+                    if !*leading.borrow() {
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep(RECHECK_EVERY) => {
+                    if matches!(self.still_wanted().await, Ok(false)) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One watch, from where the store's archive ends, until it fails or the task stops.
+    async fn attempt(&self, status: &watch::Sender<ArchiveStatus>) -> Result<Ended, String> {
+        if !self.still_wanted().await? {
+            return Ok(Ended::Stop);
+        }
+        let ns = self.ns();
+        let (store, _) = target(&self.shared.client, &ns, Storage::from(&self.backup.spec))
+            .await
+            .map_err(|e| e.to_string())?;
+        let key = store.location.to_string();
+        let Some(after) = start_after(store.store.as_ref(), &key, status).await? else {
+            return Err("waiting for the first full snapshot of this backup".into());
+        };
+        let endpoint = backup_endpoint(&self.shared.client, &self.backup, &ns)
+            .await
+            .map_err(|e| e.to_string())?;
+        status.send_modify(|s| s.message.clear());
+        let outcome = archive(
+            &endpoint,
+            store.store.as_ref(),
+            &key,
+            &self.spec,
+            after,
+            status,
+            self.until_unwanted(),
+        )
+        .await?;
+        match outcome {
+            Outcome::Stopped => Ok(Ended::Stop),
+            Outcome::Compacted { from, to } => self.gap(status, from, to).await,
+        }
+    }
+
+    /// etcd compacted changes the archive lacks: the gap is recorded and a full snapshot taken
+    /// now; archiving then starts again after it.
+    async fn gap(
+        &self,
+        status: &watch::Sender<ArchiveStatus>,
+        from: i64,
+        to: i64,
+    ) -> Result<Ended, String> {
+        let note = format!(
+            "etcd compacted revisions {from} to {to} before they were archived: a restore can \
+             never reach them; taking a full snapshot now, and archiving from it"
+        );
+        warn!(backup = self.backup.name_any(), "{note}");
+        status.send_modify(|s| {
+            s.last_gap = Some(ArchiveGap {
+                from,
+                to,
+                time: Timestamp::now().to_string(),
+            });
+        });
+        let current = status.borrow().clone();
+        self.write_status(&current).await;
+        self.shared
+            .events
+            .publish(&self.backup, EventType::Warning, "ArchiveGap", note)
+            .await;
+        (self.shared.snapshot_now)(self.backup.clone()).await?;
+        Ok(Ended::Again)
+    }
+
+    /// Follows the archive's status: the metrics at once, `status.archive` at most every
+    /// [`STATUS_EVERY`]. Never returns.
+    async fn write_statuses(&self, mut seen: watch::Receiver<ArchiveStatus>) {
+        loop {
+            if seen.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            let current = seen.borrow_and_update().clone();
+            self.shared.metrics.archive(
+                &self.ns(),
+                &self.cluster(),
+                Duration::from_millis(
+                    u64::try_from(current.lag_milliseconds.unwrap_or(0)).unwrap_or(0),
+                ),
+                current.last_revision.unwrap_or(0),
+            );
+            self.write_status(&current).await;
+            tokio::time::sleep(STATUS_EVERY).await;
+        }
+    }
+
+    async fn write_status(&self, archive: &ArchiveStatus) {
+        let status = serde_json::json!({ "archive": archive });
+        if let Err(e) =
+            crate::report::apply_status(&self.shared.client, &self.backup, MANAGER, &status).await
+        {
+            warn!(
+                backup = self.backup.name_any(),
+                "writing the archive's status: {e}"
+            );
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Point-in-time restores (issue 29): which full snapshot and which archived changes bring a
+//! cluster back to a revision or a moment, read from the store and checked before anything
+//! of them is used; and the changes a seed replays, as it receives them.
+//!
+//! A periodic backup of `path` stores its full snapshots as `<path>_v<revision>_<time>`
+//! ([`super::naming`]) and its archive as `<path>_chunks/<from>-<to>` ([`super::chunk`]).
+//! A restore to revision T starts from the newest full snapshot at or before T whose archive
+//! reaches T without a gap; a restore to a moment goes to the last change archived at or
+//! before it.
+
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use object_store::ObjectStore;
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+
+use super::chunk::{self, Chunk, ChunkError};
+use super::naming;
+
+/// Why a point-in-time restore cannot be planned or served. Every message names its cause.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Listing or reading the store.
+    #[error("{what}: {source}")]
+    Store {
+        /// What was read.
+        what: String,
+        #[source]
+        source: object_store::Error,
+    },
+    /// A chunk is corrupt, or the archive has a gap or ends too soon.
+    #[error(transparent)]
+    Chunk(#[from] ChunkError),
+    /// No full snapshot of the backup is old enough.
+    #[error("no full snapshot of {path} at or before {target}: the oldest kept is {oldest}")]
+    TooEarly {
+        /// The backup's path.
+        path: String,
+        /// The point asked for.
+        target: String,
+        /// The oldest snapshot there is (or "none").
+        oldest: String,
+    },
+    /// The snapshot the seed restored already holds changes after the target (taken while
+    /// it was written): an older snapshot is needed.
+    #[error("the restored snapshot holds revision {after}, past the target {target}")]
+    Beyond {
+        /// The snapshot's revision.
+        after: i64,
+        /// The target.
+        target: i64,
+    },
+}
+
+impl Error {
+    /// Whether the archive itself cannot give this restore (as opposed to a store that did
+    /// not answer).
+    pub fn is_final(&self) -> bool {
+        !matches!(self, Error::Store { .. })
+    }
+}
+
+/// Where a restore goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    /// A revision of the backed-up cluster.
+    Revision(i64),
+    /// A moment.
+    Time(Timestamp),
+}
+
+impl std::fmt::Display for Point {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Point::Revision(r) => write!(f, "revision {r}"),
+            Point::Time(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+/// A restore to a point, planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The full snapshot's key.
+    pub object: Path,
+    /// Its revision (by its name: it may hold a few more, written while it was taken).
+    pub snapshot_revision: i64,
+    /// The revision the changes are replayed up to.
+    pub target: i64,
+    /// The chunks replayed, checked.
+    pub chunks: usize,
+    /// The last revision the archive holds after that snapshot: the old cluster went at least
+    /// that far.
+    pub archived: i64,
+}
+
+/// The periodic snapshots of `key`: (revision, time, object key), oldest first.
+pub async fn snapshots(
+    store: &dyn ObjectStore,
+    key: &str,
+) -> Result<Vec<(i64, Timestamp, String)>, Error> {
+    let dir = key.rsplit_once('/').map(|(d, _)| Path::from(d));
+    let listed = store
+        .list_with_delimiter(dir.as_ref())
+        .await
+        .map_err(|source| Error::Store {
+            what: format!("listing the snapshots of {key}"),
+            source,
+        })?;
+    let mut out: Vec<_> = listed
+        .objects
+        .into_iter()
+        .filter_map(|o| {
+            let name = o.location.to_string();
+            let (at, revision) = naming::parse(key, &name)?;
+            let at = at.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).ok()?;
+            Some((revision, at.timestamp(), name))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The `(from, to)` of every chunk of `key`'s archive.
+pub async fn chunk_ranges(store: &dyn ObjectStore, key: &str) -> Result<Vec<(i64, i64)>, Error> {
+    let prefix = Path::from(format!("{key}_chunks"));
+    let mut listing = store.list(Some(&prefix));
+    let mut out = Vec::new();
+    while let Some(item) = listing.next().await {
+        let meta = item.map_err(|source| Error::Store {
+            what: format!("listing the archive {prefix}"),
+            source,
+        })?;
+        if let Some(range) = chunk::parse_name(meta.location.as_ref()) {
+            out.push(range);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// One chunk, read and checked.
+pub async fn read_chunk(
+    store: &dyn ObjectStore,
+    key: &str,
+    (from, to): (i64, i64),
+) -> Result<Chunk, Error> {
+    let name = chunk::name(key, from, to);
+    let what = || format!("reading {name}");
+    let got = store
+        .get(&Path::from(name.as_str()))
+        .await
+        .map_err(|source| Error::Store {
+            what: what(),
+            source,
+        })?;
+    let bytes = got.bytes().await.map_err(|source| Error::Store {
+        what: what(),
+        source,
+    })?;
+    Ok(Chunk::decode(&name, &bytes)?)
+}
+
+/// The chunks of `plan`, read and checked, in order.
+async fn read_all(
+    store: &dyn ObjectStore,
+    key: &str,
+    plan: &[(i64, i64)],
+) -> Result<Vec<Chunk>, Error> {
+    let mut out = Vec::with_capacity(plan.len());
+    for range in plan {
+        out.push(read_chunk(store, key, *range).await?);
+    }
+    Ok(out)
+}
+
+/// The last revision the archive holds without a gap after a snapshot at `snapshot`.
+fn covered(chunks: &[(i64, i64)], snapshot: i64) -> i64 {
+    match chunk::resume(chunks, Some(snapshot), 0) {
+        chunk::Resume::After(r) => r,
+        _ => snapshot,
+    }
+}
+
+/// Plans a restore of `key`'s backup to `point`: the snapshot, the target revision, and every
+/// chunk replayed read through and checked (sha256, names, no gap), so that a restore that
+/// cannot be done whole is refused before the cluster is touched.
+pub async fn plan(store: &dyn ObjectStore, key: &str, point: Point) -> Result<Plan, Error> {
+    let snaps = snapshots(store, key).await?;
+    let ranges = chunk_ranges(store, key).await?;
+    let fits = |(rev, at, _): &&(i64, Timestamp, String)| match point {
+        Point::Revision(t) => *rev <= t,
+        Point::Time(t) => *at <= t,
+    };
+    let Some((rev, _, object)) = snaps.iter().rev().find(fits).cloned() else {
+        return Err(Error::TooEarly {
+            path: key.to_string(),
+            target: point.to_string(),
+            oldest: snaps.first().map_or("none".into(), |(r, t, _)| {
+                format!("revision {r} taken at {t}")
+            }),
+        });
+    };
+    let archived = covered(&ranges, rev);
+    let target = match point {
+        Point::Revision(t) => t,
+        Point::Time(t) => {
+            let chunks = read_all(store, key, &chunk::replay_plan(&ranges, rev, archived)?).await?;
+            chunk::revision_at(&chunks, t.as_millisecond()).map_or(rev, |r| r.max(rev))
+        }
+    };
+    let replayed = chunk::replay_plan(&ranges, rev, target)?;
+    read_all(store, key, &replayed).await?;
+    Ok(Plan {
+        object: Path::from(object),
+        snapshot_revision: rev,
+        target,
+        chunks: replayed.len(),
+        archived,
+    })
+}
+
+/// What the seed of a restore of `key`'s backup replays: the changes after `after` (the
+/// revision its snapshot holds) up to `target`, as [`chunk::txn_lines`]. Every chunk is read
+/// and checked before the first line is made.
+pub async fn changes(
+    store: &dyn ObjectStore,
+    key: &str,
+    snapshot_revision: i64,
+    after: i64,
+    target: i64,
+) -> Result<Vec<String>, Error> {
+    if after > target {
+        return Err(Error::Beyond { after, target });
+    }
+    let ranges = chunk_ranges(store, key).await?;
+    let plan = chunk::replay_plan(&ranges, snapshot_revision.min(after), target)?;
+    let chunks = read_all(store, key, &plan).await?;
+    let last = chunk::last_changes(&chunk::steps(&chunks, after, target));
+    Ok(chunk::txn_lines(
+        &last,
+        chunk::TXN_MAX_OPS,
+        chunk::TXN_MAX_BYTES,
+        after,
+        target,
+    ))
+}
+
+/// Deletes the chunks of `key`'s archive that no kept full snapshot needs (wholly at or
+/// before the oldest one). A failure is only logged: the next success tries again.
+pub async fn prune_chunks(store: &dyn ObjectStore, key: &str) {
+    let (snaps, ranges) = match (snapshots(store, key).await, chunk_ranges(store, key).await) {
+        (Ok(s), Ok(r)) => (s, r),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(key, "listing the archive for retention: {e}");
+            return;
+        }
+    };
+    let Some((oldest, _, _)) = snaps.first() else {
+        return;
+    };
+    for (from, to) in chunk::expired(&ranges, *oldest) {
+        let name = chunk::name(key, from, to);
+        if let Err(e) = store.delete(&Path::from(name.as_str())).await {
+            tracing::warn!(name, "deleting an expired chunk: {e}");
+        }
+    }
+}
+
+/// The revision of the snapshot object `name` of `key`'s backup, from its name.
+pub fn snapshot_revision(key: &str, name: &str) -> Option<i64> {
+    naming::parse(key, name).map(|(_, r)| r)
+}
