@@ -4,7 +4,7 @@
 #
 # cargo runs one test binary after another, so a binary of one long, mostly idle test holds
 # the whole suite: tests/scheduled.rs waits three minutes for cron ticks. It and
-# tests/alerts.rs run beside the others (each test has its own namespace); tests/nodes.rs stops, partitions and drains the
+# tests/alerts.rs and tests/continuous.rs run beside the others (each test has its own namespace); tests/nodes.rs stops, partitions and drains the
 # nodes everything else runs on, so it runs last and alone.
 #
 #   hack/e2e.sh              the suite
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 threads=${E2E_TEST_THREADS:-2}
-beside=(scheduled alerts)
+beside=(scheduled alerts continuous)
 last=nodes
 
 main=()

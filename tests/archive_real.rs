@@ -322,6 +322,7 @@ async fn a_cluster_is_restored_to_any_revision_or_moment_its_archive_holds() {
         let plan = pitr::plan(store.as_ref(), KEY, point).await.unwrap();
         assert_eq!(plan.object.as_ref(), snap_name);
         assert_eq!(plan.archived, last_rev);
+        assert_eq!(plan.highest, last_rev);
         let (etcd_view, _) = key_space(&source.client_url, plan.target).await;
         assert_eq!(etcd_view, expected, "etcd's own view at {}", plan.target);
         let server = Server::start(

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use etcd_operator::api::{
-    EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreSpec, RestorePhase, StorageSection,
+    EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreSpec, RestorePhase, RestoreTo, StorageSection,
+    StorageType,
 };
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, ObjectMeta, PostParams};
@@ -25,10 +26,11 @@ pub struct Args {
     /// store of the cluster's newest succeeded EtcdBackup.
     #[arg(long)]
     from: String,
-    /// Restore to this revision (needs continuous backup, not in this operator yet).
+    /// Restore to this revision of the backed-up cluster: `--from` then names an EtcdBackup
+    /// with `backupPolicy.continuous`, whose archive holds the changes after its snapshots.
     #[arg(long, conflicts_with = "to_time")]
     to_revision: Option<i64>,
-    /// Restore to this moment, RFC 3339 (needs continuous backup, not in this operator yet).
+    /// Restore to this moment, RFC 3339 (`2026-11-27T10:15:00Z`), as `--to-revision`.
     #[arg(long)]
     to_time: Option<String>,
     /// Do not ask for confirmation.
@@ -43,12 +45,6 @@ pub struct Args {
 }
 
 pub async fn run(client: Client, ns: &str, args: Args) -> anyhow::Result<()> {
-    if args.to_revision.is_some() || args.to_time.is_some() {
-        bail!(
-            "--to-revision and --to-time restore to a point between backups, which needs \
-             continuous backup; this operator restores whole snapshots only (give --from)"
-        );
-    }
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), ns);
     clusters
         .get(&args.name)
@@ -60,7 +56,17 @@ pub async fn run(client: Client, ns: &str, args: Args) -> anyhow::Result<()> {
         .await
         .map_err(|e| explain(e, "list", "etcdbackups", ns))?
         .items;
-    let (spec, what) = spec_of(&args.name, &args.from, &all)?;
+    let to = match (args.to_revision, &args.to_time) {
+        (None, None) => None,
+        (revision, time) => Some(RestoreTo {
+            revision,
+            time: time.clone(),
+        }),
+    };
+    let (spec, what) = match to {
+        None => spec_of(&args.name, &args.from, &all)?,
+        Some(to) => point_spec_of(&args.name, &args.from, &all, to)?,
+    };
     if !args.yes && !confirmed(ns, &args.name, &what)? {
         bail!("not confirmed: nothing was changed");
     }
@@ -127,6 +133,50 @@ pub fn spec_of(
     Ok((
         spec,
         format!("{from} (in the store of EtcdBackup {})", store.name_any()),
+    ))
+}
+
+/// A restore to a point: the spec names the archiving EtcdBackup `from`'s path (its snapshots
+/// and its chunks) and the point. Pure.
+pub fn point_spec_of(
+    cluster: &str,
+    from: &str,
+    backups: &[EtcdBackup],
+    to: RestoreTo,
+) -> anyhow::Result<(EtcdRestoreSpec, String)> {
+    let b = backups
+        .iter()
+        .find(|b| b.name_any() == from)
+        .with_context(|| {
+            format!(
+                "--from {from}: a restore to a revision or a time names an EtcdBackup of this \
+                 namespace with backupPolicy.continuous"
+            )
+        })?;
+    if etcd_operator::backup::archive::settings_of(b).is_none() {
+        bail!(
+            "EtcdBackup {from} does not archive changes (spec.backupPolicy.continuous on a \
+             periodic backup): it can restore its snapshots only (leave out --to-revision and \
+             --to-time)"
+        );
+    }
+    let path = match b.spec.storage_type {
+        StorageType::S3 => b.spec.s3.as_ref().map(|s| s.path.clone()),
+        StorageType::Abs => b.spec.abs.as_ref().map(|s| s.path.clone()),
+        StorageType::Gcs => b.spec.gcs.as_ref().map(|s| s.path.clone()),
+        StorageType::Oss => b.spec.oss.as_ref().map(|s| s.path.clone()),
+    }
+    .with_context(|| format!("EtcdBackup {from} names no storage path"))?;
+    let point = match (&to.revision, &to.time) {
+        (Some(r), _) => format!("revision {r}"),
+        (None, Some(t)) => t.clone(),
+        (None, None) => bail!("give --to-revision or --to-time"),
+    };
+    let mut spec = EtcdRestoreSpec::of(StorageSection::from(&b.spec), &path, cluster);
+    spec.restore_to = Some(to);
+    Ok((
+        spec,
+        format!("EtcdBackup {from}'s archive ({path}) at {point}"),
     ))
 }
 
@@ -219,5 +269,41 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no succeeded EtcdBackup"), "{e}");
+    }
+
+    #[test]
+    fn a_restore_to_a_point_names_an_archiving_backup_s_path_and_the_point() {
+        let backup = |continuous: bool| -> EtcdBackup {
+            let mut policy = json!({"backupIntervalInSecond": 3600});
+            if continuous {
+                policy["continuous"] = json!({"flushInterval": "5s"});
+            }
+            serde_json::from_value(json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+                "metadata": {"name": "archived"},
+                "spec": {"clusterName": "example", "storageType": "S3",
+                    "s3": {"path": "bucket/etcd/example", "awsSecret": "aws"},
+                    "backupPolicy": policy}
+            }))
+            .unwrap()
+        };
+        let to = RestoreTo {
+            revision: Some(1234),
+            time: None,
+        };
+        let (spec, what) =
+            point_spec_of("example", "archived", &[backup(true)], to.clone()).unwrap();
+        assert_eq!(spec.s3.as_ref().unwrap().path, "bucket/etcd/example");
+        assert_eq!(spec.restore_to, Some(to.clone()));
+        assert!(what.contains("revision 1234"), "{what}");
+        let refused = point_spec_of("example", "archived", &[backup(false)], to.clone());
+        assert!(
+            refused
+                .unwrap_err()
+                .to_string()
+                .contains("does not archive changes"),
+            "a backup without an archive is named"
+        );
+        assert!(point_spec_of("example", "other", &[backup(true)], to).is_err());
     }
 }

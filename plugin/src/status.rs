@@ -36,7 +36,24 @@ pub struct Report {
     pub leader: Option<String>,
     pub members: Vec<MemberRow>,
     pub last_backup: Option<BackupRow>,
+    /// The continuous archive, where one runs.
+    pub archive: Option<ArchiveRow>,
     pub events: Vec<EventRow>,
+}
+
+/// A cluster's continuous archive (an EtcdBackup with `backupPolicy.continuous`).
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveRow {
+    pub backup: String,
+    /// The earliest revision a restore can reach.
+    pub first_revision: Option<i64>,
+    /// The newest change stored.
+    pub last_revision: Option<i64>,
+    pub last_time: Option<String>,
+    /// How long the oldest change received and not yet stored had waited.
+    pub lag_milliseconds: Option<i64>,
+    pub message: String,
 }
 
 /// One member.
@@ -186,6 +203,7 @@ pub fn report(
         conditions: status.conditions.clone(),
         members,
         last_backup: last_backup(&cluster.name_any(), backups, now),
+        archive: archive_of(&cluster.name_any(), backups),
         events: recent(events),
     }
 }
@@ -215,6 +233,25 @@ fn last_backup(cluster: &str, backups: &[EtcdBackup], now: Timestamp) -> Option<
             })
         })
         .min_by_key(|b| b.age_seconds)
+}
+
+/// The archive of the cluster's archiving backup, if one runs.
+fn archive_of(cluster: &str, backups: &[EtcdBackup]) -> Option<ArchiveRow> {
+    backups
+        .iter()
+        .filter(|b| b.spec.cluster_name.as_deref() == Some(cluster))
+        .filter(|b| etcd_operator::backup::archive::settings_of(b).is_some())
+        .find_map(|b| {
+            let a = b.status.as_ref()?.archive.clone()?;
+            Some(ArchiveRow {
+                backup: b.name_any(),
+                first_revision: a.first_revision,
+                last_revision: a.last_revision,
+                last_time: a.last_time,
+                lag_milliseconds: a.lag_milliseconds,
+                message: a.message,
+            })
+        })
 }
 
 /// The newest Events, oldest first.
@@ -341,6 +378,22 @@ pub fn text(r: &Report) -> String {
         ),
         None => "Last backup: none succeeded\n".into(),
     });
+    if let Some(a) = &r.archive {
+        let or_dash = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
+        out.push_str(&format!(
+            "Archive: {}, revisions {} to {} (newest change {}), lag {} ms{}\n",
+            a.backup,
+            or_dash(a.first_revision),
+            or_dash(a.last_revision),
+            a.last_time.as_deref().unwrap_or("-"),
+            or_dash(a.lag_milliseconds),
+            if a.message.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", a.message)
+            }
+        ));
+    }
     out.push_str("Events:\n");
     let mut rows = vec![vec![
         "AT".into(),
@@ -422,9 +475,12 @@ mod tests {
         let backup: EtcdBackup = serde_json::from_value(json!({
             "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
             "metadata": {"name": "nightly"},
-            "spec": {"clusterName": "example", "storageType": "S3", "s3": {"path": "b/k"}},
+            "spec": {"clusterName": "example", "storageType": "S3", "s3": {"path": "b/k"},
+                "backupPolicy": {"backupIntervalInSecond": 3600, "continuous": {}}},
             "status": {"succeeded": true, "lastSuccessDate": "2026-11-26T10:00:00Z",
-                "path": "b/k", "etcdRevision": 99, "size": 4096}
+                "path": "b/k", "etcdRevision": 99, "size": 4096,
+                "archive": {"firstRevision": 99, "lastRevision": 180, "lagMilliseconds": 40,
+                    "lastTime": "2026-11-26T10:04:59Z", "chunks": 3, "bytes": 900}}
         }))
         .unwrap();
         let zones = BTreeMap::from([("n1".to_string(), "z1".to_string())]);
@@ -451,6 +507,12 @@ mod tests {
         );
         assert!(
             shown.contains("example-b  follower  3.6.16   true     117         3"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(
+                "Archive: nightly, revisions 99 to 180 (newest change 2026-11-26T10:04:59Z), lag 40 ms"
+            ),
             "{shown}"
         );
     }

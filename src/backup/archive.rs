@@ -107,6 +107,7 @@ impl Archives {
             shared: shared.clone(),
             backup: backup.clone(),
             spec: spec.clone(),
+            failing_since: Mutex::new(None),
         };
         let handle = tokio::spawn(task.run());
         running.insert(uid, Running { spec, handle });
@@ -125,6 +126,9 @@ struct Task {
     shared: Shared,
     backup: EtcdBackup,
     spec: ContinuousArchive,
+    /// Since when archiving has failed without a watch opened since: the lag then counts
+    /// from it (nothing received is stored, and nothing is received).
+    failing_since: Mutex<Option<std::time::Instant>>,
 }
 
 /// Why [`archive`] returned without an error.
@@ -397,6 +401,7 @@ impl Task {
             .await
             .map_err(|e| e.to_string())?;
         status.send_modify(|s| s.message.clear());
+        *self.failing_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let outcome = archive(
             &endpoint,
             store.store.as_ref(),

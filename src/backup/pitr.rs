@@ -89,9 +89,11 @@ pub struct Plan {
     pub target: i64,
     /// The chunks replayed, checked.
     pub chunks: usize,
-    /// The last revision the archive holds after that snapshot: the old cluster went at least
-    /// that far.
+    /// The last revision the archive holds after that snapshot without a gap.
     pub archived: i64,
+    /// The highest revision anything in the archive holds (a later snapshot, a chunk after a
+    /// gap): the old cluster went at least that far.
+    pub highest: i64,
 }
 
 /// The periodic snapshots of `key`: (revision, time, object key), oldest first.
@@ -211,7 +213,14 @@ pub async fn plan(store: &dyn ObjectStore, key: &str, point: Point) -> Result<Pl
     };
     let replayed = chunk::replay_plan(&ranges, rev, target)?;
     read_all(store, key, &replayed).await?;
+    let highest = snaps
+        .iter()
+        .map(|s| s.0)
+        .chain(ranges.iter().map(|r| r.1))
+        .max()
+        .unwrap_or(rev);
     Ok(Plan {
+        highest,
         object: Path::from(object),
         snapshot_revision: rev,
         target,

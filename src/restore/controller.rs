@@ -723,7 +723,7 @@ async fn start(
     let mut bump = bump_for(safety.as_ref().map(|(_, r)| *r));
     if let Some(p) = &plan {
         // The archive shows how far the old cluster went past the snapshot.
-        let past = u64::try_from(p.archived - p.snapshot_revision).unwrap_or(0);
+        let past = u64::try_from(p.highest - p.snapshot_revision).unwrap_or(0);
         bump = bump.max(past + BUMP_MARGIN);
     }
     let handoff = RestoreHandoff {
