@@ -10,6 +10,9 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "bench/archive.rs"]
+mod archive;
+
 use e2e::{
     CLK_TCK, Kubectl, OperatorProcess, Writer, all_ready, client_endpoint, cluster_healthy,
     cpu_ticks, get, healthy_at_size, member_pods, names_of, pod_names, put_value, rss_kib, until,
@@ -851,6 +854,11 @@ fn main() {
         ],
     );
 
+    // `BENCH_ONLY=archive`: continuous archiving and a restore to a revision (issue 29's rows).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("archive") {
+        print_table(vec![], Duration::ZERO, archive::rows(&k, ns, &operator));
+        return;
+    }
     // `BENCH_ONLY=backup`: backups and restores (issue 28's rows).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("backup") {
         print_table(vec![], Duration::ZERO, backup_rows(&k, ns, &operator));

@@ -1,0 +1,206 @@
+//! Issue 29's rows (`BENCH_ONLY=archive`): continuous archiving of a 1-member cluster into the
+//! fast S3 server (s3s-fs) while clients write small values at a steady 5,000 writes per
+//! second, then a restore to the last revision (100,000 writes after the full snapshot) beside
+//! the restore of that snapshot alone.
+
+use std::time::{Duration, Instant};
+
+use e2e::{Kubectl, OperatorProcess, healthy_at_size, until};
+use serde_json::{Value, json};
+
+use super::{Row, apply_cluster, rss_kib, secs};
+
+/// Writes per second asked for, and in all.
+const RATE: u64 = 5_000;
+const WRITES: u64 = 100_000;
+/// Concurrent writers.
+const WRITERS: u64 = 64;
+
+/// [`WRITES`] puts of 100-byte values on 10,000 keys, paced to [`RATE`] a second: the
+/// revision of the last and the rate reached.
+fn load(endpoint: &str) -> (i64, f64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = etcd_client::Client::connect([endpoint], None)
+            .await
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        let writers = (0..WRITERS).map(|w| {
+            let mut kv = client.kv_client();
+            async move {
+                let mut last = 0;
+                for i in (w..WRITES).step_by(usize::try_from(WRITERS).unwrap()) {
+                    let due = start + Duration::from_micros(i * 1_000_000 / RATE);
+                    tokio::time::sleep_until(due).await;
+                    let r = kv
+                        .put(format!("load/{:05}", i % 10_000), vec![b'v'; 100], None)
+                        .await
+                        .unwrap();
+                    last = r.header().unwrap().revision();
+                }
+                last
+            }
+        });
+        let last = futures::future::join_all(writers)
+            .await
+            .into_iter()
+            .max()
+            .unwrap();
+        (last, WRITES as f64 / start.elapsed().as_secs_f64())
+    })
+}
+
+fn backup_status(k: &Kubectl, ns: &str) -> Value {
+    e2e::get(k, ns, "etcdbackup/arch")["status"].clone()
+}
+
+/// An EtcdRestore of `arch` from `s3`, applied and waited for to Completed: how long it took.
+fn restore(k: &Kubectl, ns: &str, name: &str, s3: Value, to: Option<Value>) -> Duration {
+    let mut spec = json!({"etcdCluster": {"name": "arch"}, "backupStorageType": "S3", "s3": s3});
+    if let Some(to) = to {
+        spec["restoreTo"] = to;
+    }
+    let restore = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+        "metadata": {"name": name}, "spec": spec});
+    let start = Instant::now();
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&restore.to_string()));
+    until(&format!("EtcdRestore {name} Completed"), 900, || {
+        let s = e2e::get(k, ns, &format!("etcdrestore/{name}"))["status"].clone();
+        assert_ne!(s["phase"], "Failed", "{s}");
+        s["phase"] == "Completed"
+    });
+    start.elapsed()
+}
+
+pub fn rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
+    apply_cluster(k, ns, "arch", 1);
+    until("arch Available", 600, || healthy_at_size(k, ns, "arch", 1));
+    let endpoint = format!("http://{}:2379", e2e::member_ip(k, ns, "arch"));
+    let _ = k.run(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "bench-aws",
+            "-n",
+            ns,
+            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
+        ],
+        None,
+    );
+    let fast = e2e::stores::S3sFs::start("127.0.0.1");
+    fast.create_bucket("bench");
+    let s3 = |path: &str| json!({"path": path, "awsSecret": "bench-aws", "endpoint": fast.url, "forcePathStyle": true});
+    let idle = rss_kib(operator.pid());
+    let backup = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "arch"}, "spec": {"clusterName": "arch", "storageType": "S3",
+        "s3": s3("bench/arch"), "backupPolicy": {"backupIntervalInSecond": 3600,
+            "continuous": {"flushInterval": "1s"}}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&backup.to_string()));
+    until("the full snapshot", 300, || {
+        backup_status(k, ns)["succeeded"] == true
+    });
+    let snapshot = backup_status(k, ns);
+    let snapshot_revision = snapshot["etcdRevision"].as_i64().unwrap();
+    until("archiving to start", 120, || {
+        backup_status(k, ns)["archive"]["lastRevision"].as_i64() >= Some(snapshot_revision)
+    });
+    let base = rss_kib(operator.pid());
+
+    // The load, with the lag and the operator's memory sampled every 100 ms.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        let pid = operator.pid();
+        let operator = operator.metrics_url();
+        std::thread::spawn(move || {
+            let (mut max_lag, mut peak) = (0.0f64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let text = std::process::Command::new("curl")
+                    .args(["-sf", &operator])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+                    .unwrap_or_default();
+                for l in text.lines().filter(|l| {
+                    l.starts_with("etcd_operator_archive_lag_seconds{")
+                        && l.contains("name=\"arch\"")
+                }) {
+                    if let Some(v) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+                        max_lag = max_lag.max(v);
+                    }
+                }
+                peak = peak.max(rss_kib(pid));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (max_lag, peak)
+        })
+    };
+    let (last, rate) = load(&endpoint);
+    let loaded = Instant::now();
+    until("the archive to hold the last write", 300, || {
+        backup_status(k, ns)["archive"]["lastRevision"].as_i64() >= Some(last)
+    });
+    let caught_up = loaded.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (max_lag, peak) = sampler.join().unwrap();
+    let mib = |kib: u64| kib as f64 / 1024.0;
+
+    let object = snapshot["path"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("bench/")
+        .to_string();
+    let to_last = restore(
+        k,
+        ns,
+        "to-last",
+        s3("bench/arch"),
+        Some(json!({"revision": last})),
+    );
+    let alone = restore(
+        k,
+        ns,
+        "snapshot-alone",
+        s3(&format!("bench/{object}")),
+        None,
+    );
+    vec![
+        (
+            format!(
+                "archive lag at {rate:.0} writes/s (asked {RATE}) of 100-byte values, flushInterval 1s: the oldest change received and not yet stored, highest of samples every 100 ms"
+            ),
+            format!("{max_lag:.2} s"),
+            "1 s (the flush interval)".into(),
+            "< 2 s".into(),
+        ),
+        (
+            "the archive holding the last of 100,000 writes, after it was acknowledged".into(),
+            secs(caught_up),
+            "-".into(),
+            "".into(),
+        ),
+        (
+            format!(
+                "operator RSS added by one archiving cluster at {rate:.0} writes/s (peak less before the load)"
+            ),
+            format!("{:.1} MiB", mib(peak.saturating_sub(base))),
+            format!(
+                "{:.1} MiB before the load ({:.1} MiB idle, before the backup)",
+                mib(base),
+                mib(idle)
+            ),
+            "< 16 MiB".into(),
+        ),
+        (
+            format!(
+                "restore to the revision 100,000 writes after the full snapshot (revision {last}), EtcdRestore applied to Completed (1 member)"
+            ),
+            secs(to_last),
+            format!(
+                "{} (restore of that full snapshot alone, the same way)",
+                secs(alone)
+            ),
+            "printed".into(),
+        ),
+    ]
+}
