@@ -8,7 +8,7 @@
 //! each restored key space is exactly etcd's own `get --rev` at that point. A cut answer is
 //! refused and asked for again (its first transaction applied twice, harmlessly); a corrupt
 //! chunk is refused before anything is restored; a watch from compacted revisions reports the
-//! gap.
+//! gap; a cluster lost while changes wait for their flush leaves them stored.
 
 // Test code, helpers included (clippy.toml covers only #[test] functions): a failing
 // unwrap fails the test with the error in its message.
@@ -396,6 +396,45 @@ async fn a_cluster_is_restored_to_any_revision_or_moment_its_archive_holds() {
             from: snap_rev + 1,
             to: last_rev - 1
         }
+    );
+
+    // The cluster lost while changes wait for their flush: what was received is stored as the
+    // watch breaks, so the archive lacks only what etcd had not yet sent.
+    let cut_status = Arc::new(watch::channel(ArchiveStatus::default()).0);
+    let endpoint = source.endpoint();
+    let (cut_store, cut_tx) = (store.clone(), cut_status.clone());
+    let cut = tokio::spawn(async move {
+        let slow = ContinuousArchive {
+            flush_interval: Some("10m".into()),
+            max_chunk_bytes: None,
+        };
+        archive::archive(
+            &endpoint,
+            cut_store.as_ref(),
+            "backups/cut",
+            &slow,
+            last_rev,
+            &cut_tx,
+            std::future::pending(),
+        )
+        .await
+    });
+    write(&mut c, 4, 50).await;
+    let (_, final_rev) = key_space(&source.client_url, 0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    source.stop();
+    let ended = tokio::time::timeout(Duration::from_secs(30), cut).await;
+    assert!(
+        matches!(ended, Ok(Ok(Err(_)))),
+        "the archiver ends on the lost cluster: {ended:?}"
+    );
+    let kept = pitr::chunk_ranges(store.as_ref(), "backups/cut")
+        .await
+        .unwrap();
+    assert_eq!(
+        kept,
+        vec![(last_rev + 1, final_rev)],
+        "stored as the watch broke"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

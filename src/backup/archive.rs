@@ -208,9 +208,9 @@ fn events_of(response: &etcd_client::WatchResponse, received: i64) -> Vec<Event>
 }
 
 /// Archives `endpoint`'s changes after revision `after` into `key`'s archive in `store`, chunk
-/// by chunk as they fall due, until `stop` resolves (the open chunk is written first), etcd
-/// reports the changes compacted, or something fails (the open chunk is then dropped: the
-/// next run starts from what the store holds). `status` follows what is stored, and the lag.
+/// by chunk as they fall due, until `stop` resolves, etcd reports the changes compacted, or the
+/// watch breaks (each time the open chunk is written first), or a write fails (the next run
+/// starts from what the store holds). `status` follows what is stored, and the lag.
 pub async fn archive(
     endpoint: &Endpoint,
     store: &dyn ObjectStore,
@@ -231,10 +231,21 @@ pub async fn archive(
     loop {
         tokio::select! {
             message = watch.message() => {
-                let response = message
-                    .map_err(|e| format!("the watch broke: {e}"))?
-                    .ok_or("the watch ended")?;
+                let response = match message {
+                    Ok(Some(r)) => r,
+                    broken => {
+                        // What was received is whole up to its last revision (etcd sends a
+                        // revision's changes together): stored now, it is not lost with the
+                        // cluster, which may be what broke the watch.
+                        flush(store, key, &mut chunker, status).await?;
+                        return Err(match broken {
+                            Err(e) => format!("the watch broke: {e}"),
+                            _ => "the watch ended".into(),
+                        });
+                    }
+                };
                 if response.canceled() {
+                    flush(store, key, &mut chunker, status).await?;
                     let compacted = response.compact_revision();
                     if compacted <= 0 {
                         return Err(format!("etcd cancelled the watch: {}", response.cancel_reason()));
