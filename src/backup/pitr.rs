@@ -239,11 +239,14 @@ pub async fn changes(
     after: i64,
     target: i64,
 ) -> Result<Vec<String>, Error> {
+    // The snapshot holds at least its name's revision (read before it was taken), whatever
+    // the seed saw: a restored database that never held a key reports none.
+    let after = after.max(snapshot_revision);
     if after > target {
         return Err(Error::Beyond { after, target });
     }
     let ranges = chunk_ranges(store, key).await?;
-    let plan = chunk::replay_plan(&ranges, snapshot_revision.min(after), target)?;
+    let plan = chunk::replay_plan(&ranges, after, target)?;
     let chunks = read_all(store, key, &plan).await?;
     let last = chunk::last_changes(&chunk::steps(&chunks, after, target));
     Ok(chunk::txn_lines(
@@ -279,4 +282,60 @@ pub async fn prune_chunks(store: &dyn ObjectStore, key: &str) {
 /// The revision of the snapshot object `name` of `key`'s backup, from its name.
 pub fn snapshot_revision(key: &str, name: &str) -> Option<i64> {
     naming::parse(key, name).map(|(_, r)| r)
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt, PutPayload};
+
+    use super::*;
+    use crate::backup::chunk::{Change, Chunk, Event};
+
+    fn put(revision: i64, key: &str) -> Event {
+        Event {
+            revision,
+            unix_ms: revision,
+            change: Change::Put {
+                key: key.into(),
+                value: b"v".to_vec(),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn the_changes_start_after_the_snapshots_own_revision_whatever_the_seed_reports() {
+        let store = InMemory::new();
+        let chunk = Chunk {
+            from: 2,
+            to: 3,
+            events: vec![put(2, "a"), put(3, "b")],
+        };
+        store
+            .put(
+                &Path::from(chunk::name("b/k", 2, 3)),
+                PutPayload::from(chunk.encode()),
+            )
+            .await
+            .unwrap();
+        // A snapshot of a cluster that never held a key (revision 1) restores to a database
+        // whose revision reads 0 beneath the bump.
+        let lines = changes(&store, "b/k", 1, 0, 3).await.unwrap();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[1].contains(r#""after":1"#), "{lines:?}");
+        // A seed whose snapshot holds more than its name says replays only what follows.
+        let lines = changes(&store, "b/k", 1, 2, 3).await.unwrap();
+        assert!(lines[0].contains("Yg=="), "only b: {lines:?}");
+        assert!(matches!(
+            changes(&store, "b/k", 1, 3, 2).await,
+            Err(Error::Beyond {
+                after: 3,
+                target: 2
+            })
+        ));
+        assert!(matches!(
+            changes(&store, "b/k", 1, 1, 5).await,
+            Err(Error::Chunk(ChunkError::Short { last: 3, target: 5 }))
+        ));
+    }
 }

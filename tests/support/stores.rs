@@ -186,6 +186,11 @@ impl S3sFs {
         }
     }
 
+    /// Where the objects are: `<root>/<bucket>/<key>`.
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
     /// A bucket is a directory of the root.
     pub fn create_bucket(&self, bucket: &str) {
         std::fs::create_dir_all(self.root.join(bucket)).unwrap();

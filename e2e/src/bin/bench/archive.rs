@@ -72,6 +72,74 @@ fn restore(k: &Kubectl, ns: &str, name: &str, s3: Value, to: Option<Value>) -> D
     start.elapsed()
 }
 
+/// The recovery point: one client writes as fast as it goes through the member while its etcd
+/// is killed (SIGKILL, the member's only copy gone at once); the acknowledged writes the
+/// archive lacks, and how long before the loss the oldest of them was acknowledged.
+fn recovery_point(k: &Kubectl, ns: &str, chunks: &std::path::Path) -> Row {
+    let endpoint = format!("http://{}:2379", e2e::member_ip(k, ns, "arch"));
+    let pod = e2e::pod_names(k, ns, "arch")[0].clone();
+    let pid = e2e::etcd_pid(&pod).expect("the member's etcd process on this host");
+    // After the restores the archive resumes from a new full snapshot (the restored revision
+    // is past a compaction): wait until it archives this cluster's writes.
+    e2e::put_value(&endpoint, "rp/start", b"1").unwrap();
+    let first = e2e::revision(&endpoint);
+    until("archiving the restored cluster", 180, || {
+        backup_status(k, ns)["archive"]["lastRevision"].as_i64() >= Some(first)
+    });
+    let writer = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let mut c = etcd_client::Client::connect([endpoint.as_str()], None)
+                .await
+                .unwrap();
+            let mut acked = Vec::new();
+            for i in 0.. {
+                let put = c.put(format!("rp/{i:07}"), vec![b'r'; 100], None);
+                match tokio::time::timeout(Duration::from_secs(2), put).await {
+                    Ok(Ok(r)) => acked.push((r.header().unwrap().revision(), Instant::now())),
+                    _ => break,
+                }
+            }
+            acked
+        })
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    let lost_at = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    let acked = writer.join().unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let archived = std::fs::read_dir(chunks)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().to_string();
+            name.split_once('-')?.1.parse::<i64>().ok()
+        })
+        .max()
+        .unwrap_or(0);
+    let missing: Vec<_> = acked.iter().filter(|(r, _)| *r > archived).collect();
+    let oldest = missing
+        .iter()
+        .map(|(_, at)| lost_at.saturating_duration_since(*at))
+        .max()
+        .unwrap_or_default();
+    (
+        format!(
+            "recovery point: the member's etcd killed while one client writes ({} writes acknowledged), flushInterval 1s: acknowledged writes the archive lacks",
+            acked.len()
+        ),
+        format!(
+            "{} (the oldest acknowledged {} ms before the loss)",
+            missing.len(),
+            oldest.as_millis()
+        ),
+        "-".into(),
+        "only those of the last flush interval (<= 1 s here, <= 5 s by default)".into(),
+    )
+}
+
 pub fn rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
     apply_cluster(k, ns, "arch", 1);
     until("arch Available", 600, || healthy_at_size(k, ns, "arch", 1));
@@ -164,7 +232,9 @@ pub fn rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
         s3(&format!("bench/{object}")),
         None,
     );
+    let point = recovery_point(k, ns, &fast.root().join("bench/arch_chunks"));
     vec![
+        point,
         (
             format!(
                 "archive lag at {rate:.0} writes/s (asked {RATE}) of 100-byte values, flushInterval 1s: the oldest change received and not yet stored, highest of samples every 100 ms"
