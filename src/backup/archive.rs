@@ -44,6 +44,8 @@ const RECHECK_EVERY: Duration = Duration::from_secs(30);
 /// Between attempts after a failure, growing to the maximum.
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How often a backup without a full snapshot yet is looked at again.
+const WAIT_FOR_SNAPSHOT: Duration = Duration::from_secs(2);
 
 /// Takes a full snapshot of a backup now (the backup controller's own way), after a gap.
 pub type SnapshotNow =
@@ -120,6 +122,8 @@ enum Ended {
     Stop,
     /// Start again at once (after a gap and its snapshot).
     Again,
+    /// No full snapshot yet to start from: look again shortly.
+    Waiting,
 }
 
 struct Task {
@@ -344,6 +348,16 @@ impl Task {
             match result {
                 Ok(Ended::Stop) => return,
                 Ok(Ended::Again) => delay = RETRY_MIN,
+                Ok(Ended::Waiting) => {
+                    // The backup controller takes the first snapshot soon after the backup
+                    // appears; waiting for it is not a failure to back off from.
+                    let current = status.borrow().clone();
+                    self.write_status(&current).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(WAIT_FOR_SNAPSHOT) => {}
+                        _ = leading.changed() => {}
+                    }
+                }
                 Err(why) => {
                     warn!(
                         backup = self.backup.name_any(),
@@ -406,7 +420,10 @@ impl Task {
             .map_err(|e| e.to_string())?;
         let key = store.location.to_string();
         let Some(after) = start_after(store.store.as_ref(), &key, status).await? else {
-            return Err("waiting for the first full snapshot of this backup".into());
+            status.send_modify(|s| {
+                s.message = "waiting for the first full snapshot of this backup".into();
+            });
+            return Ok(Ended::Waiting);
         };
         let endpoint = backup_endpoint(&self.shared.client, &self.backup, &ns)
             .await
