@@ -30,7 +30,7 @@ use super::chunk::{self, Change, Chunker, Event, Resume};
 use super::endpoint::{CONNECT_TIMEOUT, backup_endpoint};
 use super::location::{Storage, target};
 use super::pitr;
-use crate::api::{ArchiveGap, ArchiveStatus, ContinuousArchive, EtcdBackup};
+use crate::api::{ArchiveGap, ArchiveStatus, ContinuousArchive, EtcdBackup, EtcdBackupSpec};
 use crate::etcd::{Endpoint, Etcd};
 use crate::report::Reporter;
 
@@ -67,7 +67,9 @@ pub struct Shared {
 }
 
 struct Running {
-    spec: ContinuousArchive,
+    /// The backup's spec it was started with: any change (the store, the path, the cluster,
+    /// the settings) starts it again.
+    spec: EtcdBackupSpec,
     handle: tokio::task::JoinHandle<()>,
 }
 
@@ -92,26 +94,28 @@ impl Archives {
         let Some(uid) = backup.metadata.uid.clone() else {
             return;
         };
-        let wanted = settings_of(backup);
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         running.retain(|_, r| !r.handle.is_finished());
         if let Some(r) = running.get(&uid)
-            && Some(&r.spec) != wanted.as_ref()
+            && r.spec != backup.spec
             && let Some(old) = running.remove(&uid)
         {
             old.handle.abort();
         }
-        let Some(spec) = wanted else { return };
+        let Some(settings) = settings_of(backup) else {
+            return;
+        };
         if running.contains_key(&uid) || !*shared.leading.borrow() {
             return;
         }
         let task = Task {
             shared: shared.clone(),
             backup: backup.clone(),
-            spec: spec.clone(),
+            spec: settings,
             failing_since: Mutex::new(None),
         };
         let handle = tokio::spawn(task.run());
+        let spec = backup.spec.clone();
         running.insert(uid, Running { spec, handle });
     }
 }
@@ -376,7 +380,8 @@ impl Task {
         }
     }
 
-    /// Whether the backup is still there, with this UID and these settings.
+    /// Whether the backup is still there, with this UID and this spec (a changed one has its
+    /// own task, started by its reconcile).
     async fn still_wanted(&self) -> Result<bool, String> {
         let api: Api<EtcdBackup> = Api::namespaced(self.shared.client.clone(), &self.ns());
         let current = api
@@ -386,7 +391,7 @@ impl Task {
         Ok(current.is_some_and(|b| {
             b.metadata.uid == self.backup.metadata.uid
                 && b.metadata.deletion_timestamp.is_none()
-                && settings_of(&b).as_ref() == Some(&self.spec)
+                && b.spec == self.backup.spec
         }))
     }
 
