@@ -5,7 +5,7 @@
 //! away while etcd compacts past the archive makes it report the gap and take a full snapshot;
 //! the cluster is destroyed (the EtcdCluster and every member deleted) and made again, then
 //! restored to the last archived revision, to a revision in the middle and to a moment in the
-//! middle: each time exactly etcd's own key space at that point, read from the old cluster
+//! middle (through `kubectl etcd restore --to-time`): each time exactly etcd's own key space at that point, read from the old cluster
 //! with `get --rev` before it went, and a revision above every one the old cluster handed out.
 
 // The e2e crate is test code against a real cluster: a failing unwrap fails the test or
@@ -93,6 +93,40 @@ fn restore(k: &Kubectl, ns: &str, name: &str, to: serde_json::Value, moto: &e2e:
         s["phase"] == "Completed"
     });
     assert!(healthy_at_size(k, ns, "example", 3));
+}
+
+/// `kubectl etcd restore example --from archived --to-time T --yes` (the plugin, found by
+/// kubectl on the PATH), waited for to Completed; the EtcdRestore it made.
+fn plugin_restore(k: &Kubectl, ns: &str, time: &str) -> String {
+    let dir = e2e::repo_root().join("target/debug");
+    assert!(
+        dir.join("kubectl-etcd").exists(),
+        "target/debug/kubectl-etcd is missing: cargo build -p kubectl-etcd (make e2e does)"
+    );
+    let status = k.plugin_ok(&dir, &["etcd", "status", "example", "-n", ns]);
+    assert!(status.contains("Archive: archived, revisions"), "{status}");
+    let out = k.plugin_ok(
+        &dir,
+        &[
+            "etcd",
+            "restore",
+            "example",
+            "-n",
+            ns,
+            "--from",
+            "archived",
+            "--to-time",
+            time,
+            "--yes",
+        ],
+    );
+    assert!(out.contains("completed"), "{out}");
+    out.split_whitespace()
+        .skip_while(|w| *w != "EtcdRestore")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(':')
+        .to_string()
 }
 
 #[test]
@@ -198,7 +232,8 @@ fn a_destroyed_cluster_comes_back_at_any_revision_or_moment_its_archive_holds() 
         healthy_at_size(&k, ns, "example", 3)
     });
 
-    // Back to the last revision before the gap, to the middle revision, to the middle moment.
+    // Back to the last revision before the gap, to the middle revision, then to the middle
+    // moment through `kubectl etcd restore --to-time`.
     for (name, to, expected, target) in [
         (
             "to-last",
@@ -213,13 +248,18 @@ fn a_destroyed_cluster_comes_back_at_any_revision_or_moment_its_archive_holds() 
             middle_revision,
         ),
         (
-            "to-moment",
+            "",
             json!({"time": middle_time.to_string()}),
             &at_middle,
             middle_revision,
         ),
     ] {
-        restore(&k, ns, name, to, &moto);
+        let name = if name.is_empty() {
+            plugin_restore(&k, ns, &middle_time.to_string())
+        } else {
+            restore(&k, ns, name, to, &moto);
+            name.to_string()
+        };
         let s = status(&k, ns, &format!("etcdrestore/{name}"));
         assert_eq!(s["targetRevision"], json!(target), "{s}");
         let (restored, revision) = key_space(&endpoint(&k, ns), 0);
