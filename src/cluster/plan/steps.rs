@@ -532,7 +532,14 @@ impl<'a> Cluster<'a> {
             if let Some(w) = self.catching_up() {
                 return Some(w);
             }
-            if let Some(v) = stale.iter().copied().find(follower) {
+            // The surplus of a roll leaves from the node holding the most voters: the new
+            // member may have landed beside an old one, and removing an old member elsewhere
+            // would leave that node holding two voters of a cluster that can lose one.
+            let per = self.voters_per_node();
+            let load = |v: &&&MemberView| self.node_of(v).and_then(|n| per.get(n)).copied();
+            if let Some(v) =
+                (stale.iter().copied().filter(follower)).min_by_key(|v| std::cmp::Reverse(load(v)))
+            {
                 return remove(v, RemoveReason::Outdated);
             }
             return Some(self.move_leader_from(stale[0], MoveReason::Roll));

@@ -1244,3 +1244,26 @@ fn a_cluster_piled_on_one_node_spreads_one_member_at_a_time_and_stops() {
     nodes.sort();
     assert_eq!(nodes, ["a", "b", "c"]);
 }
+
+#[test]
+fn the_surplus_of_a_roll_leaves_the_node_the_new_member_shares() {
+    // A roll of 3 on 3 nodes: the new member (current template) landed on c beside m3.
+    let mut obs = (cluster().voter("m1").on("a").voter("m2").on("b"))
+        .voter("m3")
+        .on("c")
+        .voter("n1")
+        .on("c")
+        .led_by("m1")
+        .build();
+    for p in obs.pods.iter_mut().filter(|p| p.name.starts_with('m')) {
+        p.current = false;
+    }
+    assert_eq!(
+        plan(&obs, &target(3)),
+        Action::RemoveMember {
+            name: "m3".into(),
+            id: 3,
+            reason: RemoveReason::Outdated,
+        }
+    );
+}
