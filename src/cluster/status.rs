@@ -746,7 +746,14 @@ mod tests {
         let mut seed = observed([PodState::Running; 3]);
         seed.plan.members.as_mut().unwrap().truncate(1);
         seed.plan.pods.truncate(1);
-        let status = compute(&cluster, &seed, &Action::AddMembers { count: 1 });
+        let status = compute(
+            &cluster,
+            &seed,
+            &Action::AddMembers {
+                count: 1,
+                avoid: vec![],
+            },
+        );
         assert_eq!(condition_of(&status, "Available"), "False");
         assert_eq!(condition_of(&status, "Progressing"), "True");
         // Two of three: the requested cluster serves, and it is still growing.
@@ -754,7 +761,14 @@ mod tests {
         two.plan.members.as_mut().unwrap().truncate(2);
         two.plan.pods.truncate(2);
         two.serving.published.remove("m3");
-        let status = compute(&cluster, &two, &Action::AddMembers { count: 1 });
+        let status = compute(
+            &cluster,
+            &two,
+            &Action::AddMembers {
+                count: 1,
+                avoid: vec![],
+            },
+        );
         assert_eq!(condition_of(&status, "Available"), "True");
         assert_eq!(condition_of(&status, "Progressing"), "True");
         let all = compute(&cluster, &observed([PodState::Running; 3]), &Action::Steady);

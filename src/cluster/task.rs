@@ -1035,7 +1035,10 @@ mod tests {
         let obs = plan::Observation::default();
         let done = Outcome::Done(Some("added".into()));
         let nothing = Outcome::Done(None);
-        let add = Action::AddMembers { count: 1 };
+        let add = Action::AddMembers {
+            count: 1,
+            avoid: vec![],
+        };
         assert_eq!(next_pass(&obs, &add, &done), Some(IN_FLIGHT_POLL));
         let retry = Outcome::Retry("settling".into());
         assert_eq!(next_pass(&obs, &add, &retry), Some(IN_FLIGHT_POLL));
@@ -1247,7 +1250,10 @@ mod tests {
     #[test]
     fn a_lasting_refusal_is_looked_at_less_often_and_a_new_one_soon_again() {
         let mut memory = Memory::default();
-        let add = Action::AddMembers { count: 1 };
+        let add = Action::AddMembers {
+            count: 1,
+            avoid: vec![],
+        };
         let polls: Vec<Duration> = (0..6)
             .map(|_| refused_poll(memory.refused_again(&add, "unhealthy cluster")))
             .collect();

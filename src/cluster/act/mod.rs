@@ -180,7 +180,10 @@ pub async fn act(
 ) -> Result<Outcome, Error> {
     match action {
         Action::Bootstrap => bootstrap(pass, cluster).await,
-        Action::AddMembers { count } => add_members(pass, cluster, obs, *count).await,
+        Action::AddMembers { count, avoid } => {
+            pass.keep_pods_off(avoid);
+            add_members(pass, cluster, obs, *count).await
+        }
         Action::SpreadMember { crowded, avoid } => {
             pass.keep_pods_off(avoid);
             Ok(match add_members(pass, cluster, obs, 1).await? {

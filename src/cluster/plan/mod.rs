@@ -271,8 +271,11 @@ pub enum Action {
     Bootstrap,
     /// Start `count` new members at once: their pods first (each names all of them in its
     /// `--initial-cluster`, and its etcd waits until every one is added), then each is added
-    /// as a learner. More than one only where every member accepts that many learners.
-    AddMembers { count: usize },
+    /// as a learner. More than one only where every member accepts that many learners. The
+    /// pods are kept off the nodes in `avoid`: those that would then hold more voters than the
+    /// grown cluster can lose, while another node is open (empty otherwise; only for clusters
+    /// the operator spreads).
+    AddMembers { count: usize, avoid: Vec<String> },
     /// Add the member of a pod that was created ahead of it (the addition's second half).
     JoinMembers { names: Vec<String> },
     /// Promote a learner that has started.

@@ -738,9 +738,32 @@ impl<'a> Cluster<'a> {
             return Action::JoinMembers { names: batch };
         }
         let missing = self.capacity().saturating_sub(self.voters.len());
+        let count = missing.min(self.target.max_learners).max(1);
         Action::AddMembers {
-            count: missing.min(self.target.max_learners).max(1),
+            count,
+            avoid: self.full_nodes(self.voters.len() + 1),
         }
+    }
+
+    /// The nodes a new member must not land on, for a cluster of `after` voters once it is
+    /// added: those already holding as many voters as it can lose (one more there and that
+    /// node's loss would take quorum), when some open node is not one of them. A surge of a
+    /// roll (5 members on 3 nodes growing to 6) or a replacement then never stacks a third
+    /// voter on a node; where every open node is full, the scheduler's spreading decides, and
+    /// the surplus leaves the fullest node ([`Self::shrink`]).
+    fn full_nodes(&self, after: usize) -> Vec<String> {
+        let Some(open) = self.obs.open_nodes.as_ref().filter(|_| self.target.spread) else {
+            return Vec::new();
+        };
+        let lose = can_lose(after);
+        let full: Vec<String> = (self.voters_per_node().into_iter())
+            .filter(|(_, c)| *c >= lose)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        if open.iter().all(|n| full.contains(n)) {
+            return Vec::new();
+        }
+        full
     }
 
     /// Every voter healthy, none missing: the next outdated member is rolled, followers

@@ -116,7 +116,10 @@ fn an_empty_cluster_is_bootstrapped_once() {
 fn grows_and_shrinks_one_member_at_a_time() {
     assert_eq!(
         plan(&steady(1), &target(3)),
-        Action::AddMembers { count: 1 }
+        Action::AddMembers {
+            count: 1,
+            avoid: vec![]
+        }
     );
     assert_eq!(plan(&steady(3), &target(3)), Action::Steady);
     let down = plan(&steady(3), &target(1));
@@ -167,15 +170,24 @@ fn where_members_accept_several_learners_the_missing_members_start_at_once() {
     // Seed alone, 4 missing: as many as the members accept.
     assert_eq!(
         plan(&steady(1), &learners(6)),
-        Action::AddMembers { count: 4 }
+        Action::AddMembers {
+            count: 4,
+            avoid: vec![]
+        }
     );
     assert_eq!(
         plan(&steady(1), &learners(2)),
-        Action::AddMembers { count: 2 }
+        Action::AddMembers {
+            count: 2,
+            avoid: vec![]
+        }
     );
     assert_eq!(
         plan(&steady(1), &learners(1)),
-        Action::AddMembers { count: 1 }
+        Action::AddMembers {
+            count: 1,
+            avoid: vec![]
+        }
     );
     // The batch's pods name the seed and each other; they are added one after the other,
     // while the first added waits for the rest (its etcd cannot start before).
@@ -1266,4 +1278,35 @@ fn the_surplus_of_a_roll_leaves_the_node_the_new_member_shares() {
             reason: RemoveReason::Outdated,
         }
     );
+}
+
+#[test]
+fn a_new_member_is_kept_off_the_nodes_it_would_overfill() {
+    let five = |stale: bool| {
+        let mut obs = ["a", "a", "b", "b", "c"]
+            .iter()
+            .enumerate()
+            .fold(cluster(), |c, (i, n)| c.voter(&format!("m{}", i + 1)).on(n))
+            .led_by("m1")
+            .open(&["a", "b", "c"])
+            .build();
+        for p in &mut obs.pods {
+            p.current = !stale;
+        }
+        obs
+    };
+    // The surge of a roll of 5 on 3 nodes: a third voter on a or b would be one node's loss
+    // of 3 of 6; c (holding one) takes it.
+    assert_eq!(
+        plan(&five(true), &spreading(5)),
+        Action::AddMembers {
+            count: 1,
+            avoid: vec!["a".into(), "b".into()],
+        }
+    );
+    // Without spreading by the operator (the user's affinity decides), nothing is avoided.
+    assert!(matches!(
+        plan(&five(true), &target(5)),
+        Action::AddMembers { avoid, .. } if avoid.is_empty()
+    ));
 }

@@ -165,7 +165,7 @@ impl Sim {
         match action {
             // As act does with a gate image: the pod (and its claim) first, its member on
             // a later step (the worst case: the operator stopped in between).
-            Action::AddMembers { count } => self.start_batch(*count),
+            Action::AddMembers { count, .. } => self.start_batch(*count),
             // As act does: out of etcd, its pod deleted, then the replacement's pod made
             // (and, in the worst case, the operator stopped before it was added).
             Action::ReplaceMember { id, name } => {
@@ -727,7 +727,7 @@ proptest! {
             }
             // A new batch only when every member is a voter that answers; never more
             // learners than every member accepts, nor more members than the size asks for.
-            Action::AddMembers { count } => {
+            Action::AddMembers { count, .. } => {
                 prop_assert!(quorate);
                 prop_assert!(sim.members.iter().all(|m| !m.learner && m.answers));
                 prop_assert!(*count >= 1 && *count <= max_learners);
