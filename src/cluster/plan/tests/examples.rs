@@ -114,13 +114,7 @@ fn an_empty_cluster_is_bootstrapped_once() {
 
 #[test]
 fn grows_and_shrinks_one_member_at_a_time() {
-    assert_eq!(
-        plan(&steady(1), &target(3)),
-        Action::AddMembers {
-            count: 1,
-            avoid: vec![]
-        }
-    );
+    assert_eq!(plan(&steady(1), &target(3)), adds(1));
     assert_eq!(plan(&steady(3), &target(3)), Action::Steady);
     let down = plan(&steady(3), &target(1));
     assert!(
@@ -168,27 +162,9 @@ fn gated(name: &str) -> PodView {
 #[test]
 fn where_members_accept_several_learners_the_missing_members_start_at_once() {
     // Seed alone, 4 missing: as many as the members accept.
-    assert_eq!(
-        plan(&steady(1), &learners(6)),
-        Action::AddMembers {
-            count: 4,
-            avoid: vec![]
-        }
-    );
-    assert_eq!(
-        plan(&steady(1), &learners(2)),
-        Action::AddMembers {
-            count: 2,
-            avoid: vec![]
-        }
-    );
-    assert_eq!(
-        plan(&steady(1), &learners(1)),
-        Action::AddMembers {
-            count: 1,
-            avoid: vec![]
-        }
-    );
+    assert_eq!(plan(&steady(1), &learners(6)), adds(4));
+    assert_eq!(plan(&steady(1), &learners(2)), adds(2));
+    assert_eq!(plan(&steady(1), &learners(1)), adds(1));
     // The batch's pods name the seed and each other; they are added one after the other,
     // while the first added waits for the rest (its etcd cannot start before).
     let mut obs = steady(1);

@@ -215,6 +215,14 @@ fn seed(state: PodState, url: &str) -> PodView {
     }
 }
 
+/// The addition of `count` members placed where the scheduler likes.
+fn adds(count: usize) -> Action {
+    Action::AddMembers {
+        count,
+        avoid: vec![],
+    }
+}
+
 fn learners(n: usize) -> Target {
     Target {
         max_learners: n,
