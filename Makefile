@@ -8,7 +8,7 @@ CHAOS_IMAGE ?= quay.io/etcd-operator/etcd-operator:failpoints
 
 .PHONY: all build test unit lint e2e control-plane-test smoke crds demo demo-down cluster-up \
 	control-plane-up cluster-down cluster-cycle-test k8s image bench bench-scale chart-test chaos \
-	chaos-short
+	chaos-short krew-release
 
 all: build
 
@@ -45,6 +45,13 @@ unit:
 	ETCD_GATE=$$(hack/gate.sh) ETCD_BINARIES=3.4=$$(command -v etcd),3.5=$$(hack/build-tools.sh etcd-3.5)/etcd,3.6=$$(hack/build-tools.sh etcd-3.6)/etcd \
 		$(CARGO) test --workspace --exclude e2e
 	cd chaos && ETCD_BIN=$$(../hack/build-tools.sh etcd-3.6)/etcd go test ./...
+	hack/krew-release.sh --test
+
+## krew-release: kubectl-etcd's release archive for this machine's platform and its krew
+## manifest (target/krew), validated and installed by krew itself: `make krew-release TAG=v0.2.0`.
+krew-release:
+	hack/deps.sh
+	hack/krew-release.sh $(TAG) target/krew
 
 ## e2e: the operator image (release build) imported into the local cluster, then the suite, which
 ## installs the operator through the chart in each test's namespace (hack/e2e.sh: the long idle

@@ -11,6 +11,9 @@
 #   prometheus          prometheus               (the same module's server, Kubernetes discovery
 #                                                 only: scrapes the local cluster in the e2e test
 #                                                 of the alerts)
+#   krew                krew, validate-krew-manifest (sigs.k8s.io/krew: the plugin manifest
+#                                                 checked and the release archive installed by
+#                                                 krew itself, hack/krew-release.sh)
 #   s3s-fs              s3s-fs                   (crates.io s3s-fs, a fast S3 server on a directory,
 #                                                 for the backup benchmark; 0.14.1 is the newest
 #                                                 that builds with rustc 1.95)
@@ -32,7 +35,7 @@ gobuild() {
   mv "$out/$name.tmp" "$out/$name"
 }
 
-tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|local-path|pause|promtool|s3s-fs}
+tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|krew|local-path|pause|promtool|prometheus|s3s-fs}
 case "$tool" in
   etcd-3.5|etcd-3.6)
     dir=$here/etcd/v${tool#etcd-}
@@ -72,6 +75,11 @@ case "$tool" in
     out=$cache/prometheus/$v/bin
     # Kubernetes service discovery only (the e2e test of the alerts finds the pods with it).
     GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" gobuild "$dir" "$out" prometheus github.com/prometheus/prometheus/cmd/prometheus ;;
+  krew)
+    dir=$here/krew; v=$(modver "$dir" sigs.k8s.io/krew)
+    out=$cache/krew/$v/bin
+    gobuild "$dir" "$out" krew sigs.k8s.io/krew/cmd/krew
+    gobuild "$dir" "$out" validate-krew-manifest sigs.k8s.io/krew/cmd/validate-krew-manifest ;;
   s3s-fs)
     v=0.14.1
     out=$cache/s3s-fs/$v/bin
