@@ -481,24 +481,40 @@ impl Task {
         Ok(Ended::Again)
     }
 
-    /// Follows the archive's status: the metrics at once, `status.archive` at most every
-    /// [`STATUS_EVERY`]. Never returns.
+    /// Follows the archive's status: the metrics at every change (the lag alert and the
+    /// benchmark read them), `status.archive` at most every [`STATUS_EVERY`], the last change
+    /// always written in the end. Never returns.
     async fn write_statuses(&self, mut seen: watch::Receiver<ArchiveStatus>) {
+        let mut written: Option<std::time::Instant> = None;
+        let mut dirty = false;
         loop {
-            if seen.changed().await.is_err() {
-                std::future::pending::<()>().await;
+            let due = written.map_or(Duration::ZERO, |t| STATUS_EVERY.saturating_sub(t.elapsed()));
+            let wait = if dirty {
+                due
+            } else {
+                Duration::from_secs(3600)
+            };
+            match tokio::time::timeout(wait, seen.changed()).await {
+                Ok(Err(_)) => std::future::pending::<()>().await,
+                Ok(Ok(())) => {
+                    let current = seen.borrow_and_update().clone();
+                    let lag = u64::try_from(current.lag_milliseconds.unwrap_or(0)).unwrap_or(0);
+                    self.shared.metrics.archive(
+                        &self.ns(),
+                        &self.cluster(),
+                        Duration::from_millis(lag),
+                        current.last_revision.unwrap_or(0),
+                    );
+                    dirty = true;
+                }
+                Err(_) => {}
             }
-            let current = seen.borrow_and_update().clone();
-            self.shared.metrics.archive(
-                &self.ns(),
-                &self.cluster(),
-                Duration::from_millis(
-                    u64::try_from(current.lag_milliseconds.unwrap_or(0)).unwrap_or(0),
-                ),
-                current.last_revision.unwrap_or(0),
-            );
-            self.write_status(&current).await;
-            tokio::time::sleep(STATUS_EVERY).await;
+            if dirty && written.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
+                let current = seen.borrow().clone();
+                self.write_status(&current).await;
+                written = Some(std::time::Instant::now());
+                dirty = false;
+            }
         }
     }
 

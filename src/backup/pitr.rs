@@ -338,4 +338,41 @@ mod tests {
             Err(Error::Chunk(ChunkError::Short { last: 3, target: 5 }))
         ));
     }
+
+    #[tokio::test]
+    async fn retention_deletes_the_chunks_no_kept_snapshot_needs() {
+        let store = InMemory::new();
+        let at = |s: &str| s.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+        // Snapshots at 10 and 30 kept (the one at 1 already deleted by retention); chunks
+        // from 2 on.
+        for (rev, t) in [(10, "2026-11-27T10:00:00Z"), (30, "2026-11-27T11:00:00Z")] {
+            let name = naming::periodic_name("b/k", rev, at(t));
+            store
+                .put(&Path::from(name), PutPayload::from_static(b"db"))
+                .await
+                .unwrap();
+        }
+        for (from, to) in [(2, 5), (6, 10), (11, 20), (21, 40)] {
+            let chunk = Chunk {
+                from,
+                to,
+                events: vec![],
+            };
+            store
+                .put(
+                    &Path::from(chunk::name("b/k", from, to)),
+                    PutPayload::from(chunk.encode()),
+                )
+                .await
+                .unwrap();
+        }
+        prune_chunks(&store, "b/k").await;
+        assert_eq!(
+            chunk_ranges(&store, "b/k").await.unwrap(),
+            vec![(11, 20), (21, 40)],
+            "chunks wholly at or before the oldest kept snapshot (10) go"
+        );
+        let s = snapshots(&store, "b/k").await.unwrap();
+        assert_eq!(s.iter().map(|s| s.0).collect::<Vec<_>>(), vec![10, 30]);
+    }
 }

@@ -50,6 +50,17 @@ fn load(endpoint: &str) -> (i64, f64) {
     })
 }
 
+/// `etcd_operator_archive_revision` of the `arch` cluster.
+fn archived(operator: &OperatorProcess) -> i64 {
+    operator
+        .scrape()
+        .lines()
+        .filter(|l| l.starts_with("etcd_operator_archive_revision{") && l.contains("name=\"arch\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 fn backup_status(k: &Kubectl, ns: &str) -> Value {
     e2e::get(k, ns, "etcdbackup/arch")["status"].clone()
 }
@@ -205,8 +216,9 @@ pub fn rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
     };
     let (last, rate) = load(&endpoint);
     let loaded = Instant::now();
+    // The operator's metric follows every chunk stored (the status is written every 5 s).
     until("the archive to hold the last write", 300, || {
-        backup_status(k, ns)["archive"]["lastRevision"].as_i64() >= Some(last)
+        archived(operator) >= last
     });
     let caught_up = loaded.elapsed();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
