@@ -30,6 +30,8 @@ const RETRY_EVERY: Duration = Duration::from_secs(2);
 /// A transaction may hold this many operations (the operator cuts them to fit).
 const MAX_TXN_OPS: u32 = 10_000;
 const MAX_REQUEST_BYTES: u32 = 32 << 20;
+/// How long one answer may make no progress.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the changes are served, and how to reach the etcd that applies them.
 pub struct Changes<'a> {
@@ -64,18 +66,26 @@ pub fn data_args(args: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// One HTTP/1.0 request; the answer's status code and body.
-fn request(
+/// An answer: its status code, its Content-Length if it gave one, and its body to read.
+pub(super) struct Answer {
+    pub code: u16,
+    pub length: Option<u64>,
+    pub body: BufReader<TcpStream>,
+}
+
+/// One HTTP/1.0 request (the restore's fetches and the replay's transactions); a read that
+/// makes no progress for `read_timeout` fails it.
+pub(super) fn request(
     addr: &SocketAddr,
     method: &str,
     path: &str,
     headers: &str,
     body: &str,
-) -> Result<(u16, BufReader<TcpStream>), String> {
+    read_timeout: Duration,
+) -> Result<Answer, String> {
     let err = |e: std::io::Error| format!("{addr}{path}: {e}");
     let conn = TcpStream::connect_timeout(addr, Duration::from_secs(5)).map_err(err)?;
-    conn.set_read_timeout(Some(Duration::from_secs(60)))
-        .map_err(err)?;
+    conn.set_read_timeout(Some(read_timeout)).map_err(err)?;
     let head = format!(
         "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -85,10 +95,16 @@ fn request(
     let mut reader = BufReader::with_capacity(1 << 16, conn);
     let mut status = String::new();
     reader.read_line(&mut status).map_err(err)?;
+    let mut length = None;
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).map_err(err)? == 0 || line.trim_end().is_empty() {
             break;
+        }
+        if let Some((k, v)) = line.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse::<u64>().ok();
         }
     }
     let code = status
@@ -96,7 +112,11 @@ fn request(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("{addr}{path}: no HTTP status in {status:?}"))?;
-    Ok((code, reader))
+    Ok(Answer {
+        code,
+        length,
+        body: reader,
+    })
 }
 
 fn body_of(mut reader: BufReader<TcpStream>) -> String {
@@ -114,8 +134,17 @@ fn revision(etcd: &SocketAddr, child: &mut Child) -> Result<i64, String> {
                 "etcd exited ({status}) before it served the replay"
             ));
         }
-        if let Ok((200, reader)) = request(etcd, "POST", "/v3/maintenance/status", "", "{}") {
-            let body = body_of(reader);
+        if let Ok(Answer {
+            code: 200, body, ..
+        }) = request(
+            etcd,
+            "POST",
+            "/v3/maintenance/status",
+            "",
+            "{}",
+            ANSWER_TIMEOUT,
+        ) {
+            let body = body_of(body);
             let json: serde_json::Value =
                 serde_json::from_str(&body).map_err(|e| format!("status {body:?}: {e}"))?;
             // int64 fields are strings in etcd's JSON.
@@ -136,12 +165,12 @@ fn revision(etcd: &SocketAddr, child: &mut Child) -> Result<i64, String> {
 fn apply_once(etcd: &SocketAddr, from: &Changes<'_>, after: i64) -> Result<String, String> {
     let path = format!("{}?after={after}", from.path);
     let auth = format!("Authorization: Bearer {}\r\n", from.token);
-    let (code, reader) = request(&from.addr, "GET", &path, &auth, "")?;
-    if code != 200 {
-        return Err(format!("{code}: {}", body_of(reader).trim()));
+    let answer = request(&from.addr, "GET", &path, &auth, "", ANSWER_TIMEOUT)?;
+    if answer.code != 200 {
+        return Err(format!("{}: {}", answer.code, body_of(answer.body).trim()));
     }
     let mut applied = 0u64;
-    for line in reader.lines() {
+    for line in answer.body.lines() {
         let line = line.map_err(|e| format!("reading the changes: {e}"))?;
         if line.starts_with("{\"end\"") {
             let end: serde_json::Value =
@@ -154,8 +183,8 @@ fn apply_once(etcd: &SocketAddr, from: &Changes<'_>, after: i64) -> Result<Strin
             }
             return Ok(line);
         }
-        let (code, reader) = request(etcd, "POST", "/v3/kv/txn", "", &line)?;
-        let body = body_of(reader);
+        let answer = request(etcd, "POST", "/v3/kv/txn", "", &line, ANSWER_TIMEOUT)?;
+        let (code, body) = (answer.code, body_of(answer.body));
         if code != 200 || !body.contains("\"succeeded\":true") {
             return Err(format!(
                 "etcd refused a transaction ({code}): {}",

@@ -7,8 +7,8 @@
 //! becomes etcd. A container restarted at any point starts over cleanly: a data directory
 //! appears only whole (by rename), and once it is there etcd starts at once.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use super::replay::request;
 use super::{endpoint, exit_on_termination, log};
 
 pub const USAGE: &str = "\
@@ -223,34 +224,13 @@ impl Restore {
     fn fetch_once(&self, part: &Path) -> Result<u64, String> {
         let err = |e: std::io::Error| e.to_string();
         let token = self.token.read()?;
-        let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).map_err(err)?;
-        conn.set_read_timeout(Some(READ_TIMEOUT)).map_err(err)?;
-        let request = format!(
-            "GET {} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
-            self.path, self.addr, token
-        );
-        (&conn).write_all(request.as_bytes()).map_err(err)?;
-        let mut reader = BufReader::with_capacity(1 << 16, conn);
-        let mut status = String::new();
-        reader.read_line(&mut status).map_err(err)?;
-        let mut length = None;
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).map_err(err)?;
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':')
-                && k.eq_ignore_ascii_case("content-length")
-            {
-                length = v.trim().parse::<u64>().ok();
-            }
-        }
-        if status.split_whitespace().nth(1) != Some("200") {
+        let auth = format!("Authorization: Bearer {token}\r\n");
+        let answer = request(&self.addr, "GET", &self.path, &auth, "", READ_TIMEOUT)?;
+        let (length, mut reader) = (answer.length, answer.body);
+        if answer.code != 200 {
             let mut body = String::new();
             let _ = reader.take(1024).read_to_string(&mut body);
-            return Err(format!("{}: {}", status.trim(), body.trim()));
+            return Err(format!("{}: {}", answer.code, body.trim()));
         }
         let mut out =
             std::fs::File::create(part).map_err(|e| format!("creating {}: {e}", part.display()))?;
