@@ -527,7 +527,7 @@ fn backup_once(
 ) -> (Duration, serde_json::Value) {
     let mut spec = json!({"clusterName": cluster, "storageType": "S3",
         "backupPolicy": {"timeoutInSecond": 600},
-        "s3": {"path": format!("bench/{name}.db"), "awsSecret": "bench-aws",
+        "s3": {"path": format!("bench/{name}.db"), "awsSecret": "aws",
                "endpoint": url, "forcePathStyle": true}});
     if let Some(extra) = extra.as_object() {
         for (key, value) in extra {
@@ -563,18 +563,7 @@ fn backup_rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
     let floor = etcdctl_floor(&endpoint, &file);
     let size = std::fs::metadata(&file).unwrap().len();
     let floor_rate = mib_per_s(size, floor);
-    k.ok(
-        &[
-            "create",
-            "secret",
-            "generic",
-            "bench-aws",
-            "-n",
-            ns,
-            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
-        ],
-        None,
-    );
+    e2e::backups::aws_secret(k, ns);
     let idle = rss_kib(operator.pid());
     let mut peak = 0;
     let mut rows = vec![];
@@ -752,7 +741,7 @@ fn restore_row(k: &Kubectl, ns: &str, fast: &e2e::stores::S3sFs, file: &std::pat
 
     let restore = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
         "metadata": {"name": "big"}, "spec": {"etcdCluster": {"name": "big"},
-        "backupStorageType": "S3", "s3": {"path": "bench/s3s-fs-0.db", "awsSecret": "bench-aws",
+        "backupStorageType": "S3", "s3": {"path": "bench/s3s-fs-0.db", "awsSecret": "aws",
         "endpoint": fast.url, "forcePathStyle": true}}});
     let start = Instant::now();
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&restore.to_string()));

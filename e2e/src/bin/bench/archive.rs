@@ -155,21 +155,10 @@ pub fn rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
     apply_cluster(k, ns, "arch", 1);
     until("arch Available", 600, || healthy_at_size(k, ns, "arch", 1));
     let endpoint = format!("http://{}:2379", e2e::member_ip(k, ns, "arch"));
-    let _ = k.run(
-        &[
-            "create",
-            "secret",
-            "generic",
-            "bench-aws",
-            "-n",
-            ns,
-            "--from-literal=credentials=[default]\naws_access_key_id = test\naws_secret_access_key = test\n",
-        ],
-        None,
-    );
+    e2e::backups::aws_secret(k, ns);
     let fast = e2e::stores::S3sFs::start("127.0.0.1");
     fast.create_bucket("bench");
-    let s3 = |path: &str| json!({"path": path, "awsSecret": "bench-aws", "endpoint": fast.url, "forcePathStyle": true});
+    let s3 = |path: &str| json!({"path": path, "awsSecret": "aws", "endpoint": fast.url, "forcePathStyle": true});
     let idle = rss_kib(operator.pid());
     let backup = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
         "metadata": {"name": "arch"}, "spec": {"clusterName": "arch", "storageType": "S3",
