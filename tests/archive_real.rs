@@ -17,11 +17,9 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, Txn, TxnOp};
@@ -31,10 +29,9 @@ use k8s_openapi::jiff::Timestamp;
 use object_store::PutMultipartOptions;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
-use support::{EtcdProcess, etcd_binary, gate_binary};
+use support::{EtcdProcess, TOKEN, TokenServer, etcd_binary, gate_binary};
 use tokio::sync::{oneshot, watch};
 
-const TOKEN: &str = "s3cr3t";
 const KEY: &str = "backups/c";
 const BUMP: u64 = 1_000_000;
 
@@ -83,12 +80,12 @@ async fn write(c: &mut Client, round: usize, n: usize) {
 }
 
 /// Serves `/restores/ns/c/snapshot` (the file) and `/restores/ns/c/changes?after=R` (what
-/// the operator serves, from the store) to requests bearing [`TOKEN`]. The first changes
+/// the operator serves, from the store) to requests bearing the token. The first changes
 /// answer is cut after its first line when `cut_first` is set.
 struct Server {
     url: String,
-    stop: Arc<AtomicBool>,
     changes_served: Arc<AtomicUsize>,
+    _server: TokenServer,
 }
 
 impl Server {
@@ -99,83 +96,36 @@ impl Server {
         target: i64,
         cut_first: bool,
     ) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let base = format!("http://{}/restores/ns/c", listener.local_addr().unwrap());
-        let stop = Arc::new(AtomicBool::new(false));
         let served = Arc::new(AtomicUsize::new(0));
-        let (flag, count) = (stop.clone(), served.clone());
+        let count = served.clone();
         let runtime = tokio::runtime::Handle::current();
-        std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                let Ok((conn, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(20));
-                    continue;
-                };
-                conn.set_nonblocking(false).unwrap();
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                let mut request = String::new();
-                reader.read_line(&mut request).unwrap();
-                let mut authorized = false;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
-                        break;
-                    }
-                    authorized |= line.trim() == format!("Authorization: Bearer {TOKEN}");
-                }
-                let mut conn = conn;
-                let path = request.split_whitespace().nth(1).unwrap_or("").to_string();
-                let body = if !authorized {
-                    None
-                } else if path.ends_with("/snapshot") {
-                    Some(std::fs::read(&file).unwrap())
-                } else if let Some(after) = path.split_once("?after=").map(|(_, a)| a) {
-                    let after: i64 = after.parse().unwrap();
-                    let lines = runtime
-                        .block_on(pitr::changes(
-                            store.as_ref(),
-                            KEY,
-                            snapshot_revision,
-                            after,
-                            target,
-                        ))
-                        .unwrap();
-                    let first = count.fetch_add(1, Ordering::Relaxed) == 0;
-                    let lines = if cut_first && first {
-                        lines[..1].to_vec()
-                    } else {
-                        lines
-                    };
-                    Some((lines.join("\n") + "\n").into_bytes())
-                } else {
-                    None
-                };
-                match body {
-                    Some(body) => {
-                        let head =
-                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
-                        let _ = conn.write_all(head.as_bytes());
-                        let _ = conn.write_all(&body);
-                    }
-                    None => {
-                        let _ = conn
-                            .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 3\r\n\r\nno\n");
-                    }
-                }
+        let server = TokenServer::start(move |path| {
+            if path.ends_with("/snapshot") {
+                return std::fs::read(&file).ok();
             }
+            let after: i64 = path.split_once("?after=")?.1.parse().ok()?;
+            let lines = runtime
+                .block_on(pitr::changes(
+                    store.as_ref(),
+                    KEY,
+                    snapshot_revision,
+                    after,
+                    target,
+                ))
+                .unwrap();
+            let first = count.fetch_add(1, Ordering::Relaxed) == 0;
+            let lines = if cut_first && first {
+                lines[..1].to_vec()
+            } else {
+                lines
+            };
+            Some((lines.join("\n") + "\n").into_bytes())
         });
         Server {
-            url: base,
-            stop,
+            url: server.base.clone(),
             changes_served: served,
+            _server: server,
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
     }
 }
 

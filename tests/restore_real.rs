@@ -11,74 +11,32 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_operator::backup::snapshot;
 use object_store::PutMultipartOptions;
 use object_store::path::Path as ObjectPath;
-use support::{EtcdProcess, etcd_binary, gate_binary};
+use support::{EtcdProcess, TOKEN, TokenServer, etcd_binary, gate_binary};
 
-const TOKEN: &str = "s3cr3t";
 const KEYS: usize = 200;
 const BUMP: u64 = 1_000_000;
 
-/// Serves `file` at any path to requests bearing [`TOKEN`] (403 otherwise), like the operator's
-/// snapshot endpoint, until dropped.
+/// Serves `file` at any path to requests bearing the token (403 otherwise), like the
+/// operator's snapshot endpoint, until dropped.
 struct Server {
     url: String,
-    stop: Arc<AtomicBool>,
+    _server: TokenServer,
 }
 
 impl Server {
     fn start(file: &Path) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let url = format!(
-            "http://{}/restores/ns/c/snapshot",
-            listener.local_addr().unwrap()
-        );
-        let stop = Arc::new(AtomicBool::new(false));
-        let (file, flag) = (file.to_path_buf(), stop.clone());
-        std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                let Ok((conn, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(20));
-                    continue;
-                };
-                conn.set_nonblocking(false).unwrap();
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                let mut authorized = false;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
-                        break;
-                    }
-                    authorized |= line.trim() == format!("Authorization: Bearer {TOKEN}");
-                }
-                let mut conn = conn;
-                if authorized {
-                    let body = std::fs::read(&file).unwrap();
-                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
-                    let _ = conn.write_all(head.as_bytes());
-                    let _ = conn.write_all(&body);
-                } else {
-                    let _ =
-                        conn.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 3\r\n\r\nno\n");
-                }
-            }
-        });
-        Server { url, stop }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        let file = file.to_path_buf();
+        let server = TokenServer::start(move |_| std::fs::read(&file).ok());
+        Server {
+            url: format!("{}/snapshot", server.base),
+            _server: server,
+        }
     }
 }
 

@@ -305,3 +305,67 @@ impl Drop for EtcdProcess {
     }
 }
 pub mod stores;
+
+/// The bearer token of [`TokenServer`].
+pub const TOKEN: &str = "s3cr3t";
+
+/// Serves what the operator serves a restore's seed: `http://IP:port/restores/ns/c/...`, each
+/// request's path (query included) answered by `answer` (200 with its body), and 403 to a
+/// request without `Authorization: Bearer` [`TOKEN`] or one `answer` refuses; until dropped.
+pub struct TokenServer {
+    /// `http://IP:port/restores/ns/c`.
+    pub base: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TokenServer {
+    pub fn start(answer: impl Fn(&str) -> Option<Vec<u8>> + Send + 'static) -> Self {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let base = format!("http://{}/restores/ns/c", listener.local_addr().unwrap());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                let Ok((conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                conn.set_nonblocking(false).unwrap();
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut request = String::new();
+                let _ = reader.read_line(&mut request);
+                let mut authorized = false;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                        break;
+                    }
+                    authorized |= line.trim() == format!("Authorization: Bearer {TOKEN}");
+                }
+                let path = request.split_whitespace().nth(1).unwrap_or("");
+                let mut conn = conn;
+                match authorized.then(|| answer(path)).flatten() {
+                    Some(body) => {
+                        let head =
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                        let _ = conn.write_all(head.as_bytes());
+                        let _ = conn.write_all(&body);
+                    }
+                    None => {
+                        let _ = conn
+                            .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 3\r\n\r\nno\n");
+                    }
+                }
+            }
+        });
+        TokenServer { base, stop }
+    }
+}
+
+impl Drop for TokenServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
