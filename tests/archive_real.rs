@@ -253,16 +253,13 @@ async fn a_cluster_is_restored_to_any_revision_or_moment_its_archive_holds() {
     );
 
     // Restores to the last revision, a revision in the middle, a moment in the middle.
-    let at_time = {
-        let plan = pitr::plan(store.as_ref(), KEY, pitr::Point::Time(middle_time))
-            .await
-            .unwrap();
-        assert_eq!(
-            plan.target, middle_rev,
-            "the moment falls after the middle writes"
-        );
-        plan
-    };
+    let plan = pitr::plan(store.as_ref(), KEY, pitr::Point::Time(middle_time))
+        .await
+        .unwrap();
+    assert_eq!(
+        plan.target, middle_rev,
+        "the moment falls after the middle writes"
+    );
     let cases = [
         ("last", pitr::Point::Revision(last_rev), last),
         ("middle", pitr::Point::Revision(middle_rev), middle.clone()),
@@ -308,7 +305,6 @@ async fn a_cluster_is_restored_to_any_revision_or_moment_its_archive_holds() {
             );
         }
     }
-    let _ = at_time;
 
     // A corrupt chunk is refused before anything is restored.
     let (from, to) = ranges[ranges.len() / 2];

@@ -352,31 +352,35 @@ impl Task {
             match result {
                 Ok(Ended::Stop) => return,
                 Ok(Ended::Again) => delay = RETRY_MIN,
-                Ok(Ended::Waiting) => {
-                    // The backup controller takes the first snapshot soon after the backup
-                    // appears; waiting for it is not a failure to back off from.
-                    let current = status.borrow().clone();
-                    self.write_status(&current).await;
-                    tokio::select! {
-                        _ = tokio::time::sleep(WAIT_FOR_SNAPSHOT) => {}
-                        _ = leading.changed() => {}
-                    }
-                }
+                // The backup controller takes the first snapshot soon after the backup appears;
+                // waiting for it is not a failure to back off from.
+                Ok(Ended::Waiting) => self.pause(&status, &mut leading, WAIT_FOR_SNAPSHOT).await,
                 Err(why) => {
                     warn!(
                         backup = self.backup.name_any(),
                         "continuous archiving: {why}"
                     );
                     status.send_modify(|s| s.message = why);
-                    let current = status.borrow().clone();
-                    self.write_status(&current).await;
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = leading.changed() => {}
-                    }
+                    self.pause(&status, &mut leading, delay).await;
                     delay = (delay * 2).min(RETRY_MAX);
                 }
             }
+        }
+    }
+
+    /// Between attempts: the status as it stands written, then `wait`, cut short when
+    /// leadership changes.
+    async fn pause(
+        &self,
+        status: &watch::Sender<ArchiveStatus>,
+        leading: &mut watch::Receiver<bool>,
+        wait: Duration,
+    ) {
+        let current = status.borrow().clone();
+        self.write_status(&current).await;
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = leading.changed() => {}
         }
     }
 
