@@ -2,6 +2,7 @@ package driver
 
 import (
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -101,7 +102,7 @@ func TestInvariantsCatchAvailableButUnwritableTwoRemovedAtOnceAndARemovedMemberB
 	}
 	ok := []sample{s(0, true, true, 1, 2, 3), s(1, true, false, 1, 2, 3), s(2, false, false, 1, 2), s(3, true, true, 1, 2, 4)}
 	// Two learners promoted in one view (3 to 5), one replaced: allowed.
-	if v := invariants(ok, append(ok, s(4, true, true, 1, 2, 4, 5, 6))); len(v) != 0 {
+	if v := invariants(ok, append(ok, s(4, true, true, 1, 2, 4, 5, 6)), nil); len(v) != 0 {
 		t.Fatalf("a fault struck once, one member replaced, two promoted: %v", v)
 	}
 	// Available while unwritable: within one look of the operator (a fault it has not seen
@@ -113,23 +114,55 @@ func TestInvariantsCatchAvailableButUnwritableTwoRemovedAtOnceAndARemovedMemberB
 		}
 		beyond = append(beyond, s(at, true, false, 1, 2, 3))
 	}
-	if v := invariants(within, nil); len(v) != 0 {
+	if v := invariants(within, nil, nil); len(v) != 0 {
 		t.Fatalf("Available for one look while unwritable: %v", v)
 	}
-	if v := invariants(beyond, nil); len(v) != 1 {
+	if v := invariants(beyond, nil, nil); len(v) != 1 {
 		t.Fatalf("Available for 7 s while unwritable: %v", v)
 	}
 	// No operator led for 3 of those 7 s (its leader killed): the status could not change.
 	for i := 1; i < 4; i++ {
 		beyond[i].Leading = false
 	}
-	if v := invariants(beyond, nil); len(v) != 0 {
+	if v := invariants(beyond, nil, nil); len(v) != 0 {
 		t.Fatalf("Available for 7 s while unwritable, 4 of them with a leader: %v", v)
 	}
-	if v := invariants(nil, []sample{s(0, true, true, 1, 2, 3, 4, 5), s(1, true, true, 1, 2, 3)}); len(v) != 1 {
-		t.Fatalf("two voters removed at once: %v", v)
+	// Voters 4 and 5 gone between two views.
+	views := []sample{s(0, true, true, 1, 2, 3, 4, 5), s(1, true, true, 1, 2, 3)}
+	at := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+	for _, c := range []struct {
+		what    string
+		record  []Change
+		crashes []string
+		ok      bool
+	}{
+		{"no Event for either", nil, nil, false},
+		{"an Event for one", []Change{{Member: "4", Reason: "MemberRemoved", At: at(300), Instance: "a"}}, nil, false},
+		{"one after the other by one replica (a removal, then one look later a replacement)",
+			[]Change{{Member: "4", Reason: "MemberRolled", At: at(300), Instance: "a"}, {Member: "5", Reason: "MemberReplaced", At: at(700), Instance: "a"}}, nil, true},
+		{"by two replicas at once (two leaders)",
+			[]Change{{Member: "4", Reason: "MemberRemoved", At: at(300), Instance: "a"}, {Member: "5", Reason: "MemberRemoved", At: at(400), Instance: "b"}}, nil, false},
+		{"not a departure's Event (a promotion)",
+			[]Change{{Member: "4", Reason: "MemberRemoved", At: at(300), Instance: "a"}, {Member: "5", Reason: "MemberPromoted", At: at(700), Instance: "a"}}, nil, false},
+		{"one by a replica that crashed after MemberRemove (no Event), the other by its successor",
+			[]Change{{Member: "5", Reason: "MemberReplaced", At: at(900), Instance: "b"}}, []string{"after-member-remove"}, true},
+		{"a crash at another point does not explain a missing Event",
+			[]Change{{Member: "5", Reason: "MemberReplaced", At: at(900), Instance: "b"}}, []string{"after-pod-create"}, false},
+	} {
+		samples := []sample{{At: at(500), Crashes: c.crashes}}
+		names := func(v sample) sample {
+			v.Names = map[uint64]string{}
+			for _, id := range v.Voters {
+				v.Names[id] = strconv.FormatUint(id, 10)
+			}
+			return v
+		}
+		v := invariants(samples, []sample{names(views[0]), names(views[1])}, c.record)
+		if (len(v) == 0) != c.ok {
+			t.Errorf("%s: want allowed %v, got %v", c.what, c.ok, v)
+		}
 	}
-	if v := invariants(nil, []sample{s(0, true, true, 1, 2, 3), s(1, true, true, 1, 2), s(2, true, true, 1, 2, 3)}); len(v) != 1 {
+	if v := invariants(nil, []sample{s(0, true, true, 1, 2, 3), s(1, true, true, 1, 2), s(2, true, true, 1, 2, 3)}, nil); len(v) != 1 {
 		t.Fatalf("member 3 back after its removal: %v", v)
 	}
 }

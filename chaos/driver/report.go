@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -112,11 +113,31 @@ type stale struct {
 	leading  time.Duration
 }
 
-// invariants: what the operator must never do, as the samples (every second) and the member
-// views (every 200 ms) show it: Available while a client of the Service cannot write for
-// longer than [StatusLag], two voting members removed at once (within one view: the operator
-// removes one, then waits for every voter to be healthy), a removed member back under its ID.
-func invariants(samples, views []sample) []string {
+// Change is one membership change as the operator reported it: the Event of the action (the
+// member's pod named as its related object), when the replica published it (right after the
+// action, before the next look at the cluster) and which replica did.
+type Change struct {
+	Member   string        `json:"member"`
+	Reason   string        `json:"reason"`
+	At       time.Duration `json:"at_ns"`
+	Instance string        `json:"instance,omitempty"`
+}
+
+// departures are the Event reasons of the actions that take a voter out of the membership.
+var departures = map[string]bool{"MemberRemoved": true, "MemberReplaced": true, "MemberRolled": true, "MembersSpread": true}
+
+// invariants: what the operator must never do, as the samples (every second), the member
+// views (every 200 ms) and the operator's own Events show it: Available while a client of the
+// Service cannot write for longer than [StatusLag], two voting members removed at once, a
+// removed member back under its ID.
+//
+// "At once" is judged from the operator's record, not from the views' spacing alone: a view
+// can miss a second or more (the member list did not answer during a fault), and the operator
+// may rightly remove a member and, one look later (250 ms), another whose pod is gone. Voters
+// that left between two views were removed one at a time when each has its own Event, in
+// order, from one replica (or from two replicas far enough apart for a Lease to change hands),
+// or a crash point after MemberRemove fired in that time (the replica exited before its Event).
+func invariants(samples, views []sample, record []Change) []string {
 	var out []string
 	for _, s := range staleAvailable(samples) {
 		// Only the time in which an operator led counts: the status is the leader's, and
@@ -126,9 +147,10 @@ func invariants(samples, views []sample) []string {
 				s.from.Round(time.Second), s.to.Round(time.Second), s.leading))
 		}
 	}
-	var prev []uint64
+	var prev *sample
 	removed := map[uint64]bool{}
-	for _, s := range views {
+	for i := range views {
+		s := &views[i]
 		if len(s.Voters) == 0 {
 			continue
 		}
@@ -140,29 +162,95 @@ func invariants(samples, views []sample) []string {
 					out = append(out, fmt.Sprintf("member %x back at %v after its removal", id, s.At.Round(time.Second)))
 				}
 			}
-			gone := 0
-			for _, id := range prev {
+			var gone []string
+			for _, id := range prev.Voters {
 				if !now[id] {
-					gone++
 					removed[id] = true
+					gone = append(gone, prev.name(id))
 				}
 			}
-			if gone > 1 {
-				out = append(out, fmt.Sprintf("%d voting members removed at once by %v: %x to %x", gone, s.At.Round(100*time.Millisecond), prev, s.Voters))
+			if len(gone) > 1 && !oneAtATime(gone, prev.At, s.At, record, crashesBetween(samples, prev.At, s.At)) {
+				out = append(out, fmt.Sprintf("%d voting members removed at once between the views at %v and %v: %x to %x (%s), and the operator's Events show no separate step for each",
+					len(gone), prev.At.Round(100*time.Millisecond), s.At.Round(100*time.Millisecond), prev.Voters, s.Voters, strings.Join(gone, ", ")))
 			}
 		}
-		prev = s.Voters
+		prev = s
 	}
 	return out
 }
 
-func report(cfg *Config, h *history.History, r check.Result, faults []Fault, samples, views []sample, took time.Duration) *Report {
+// name is a voter's member name (its ID when the view has none).
+func (s *sample) name(id uint64) string {
+	if n := s.Names[id]; n != "" {
+		return n
+	}
+	return fmt.Sprintf("%x", id)
+}
+
+// eventSlack: how long after a removal its Event may come (the publish follows the action)
+// and how far the clocks of the views and the Events may disagree.
+const eventSlack = 5 * time.Second
+
+// handover: two replicas' changes closer than this cannot both have been the leader's (a
+// Lease changes hands only once it expired).
+const handover = 2 * time.Second
+
+// oneAtATime: whether the voters gone between the views at from and to were removed by
+// separate steps of the operator (see [invariants]).
+func oneAtATime(gone []string, from, to time.Duration, record []Change, crashes int) bool {
+	var seen []Change
+	for _, name := range gone {
+		found := false
+		for _, st := range record {
+			if st.Member == name && departures[st.Reason] && st.At >= from-eventSlack && st.At <= to+eventSlack {
+				seen = append(seen, st)
+				found = true
+				break
+			}
+		}
+		if !found {
+			if crashes == 0 {
+				return false
+			}
+			crashes--
+		}
+	}
+	sort.Slice(seen, func(i, j int) bool { return seen[i].At < seen[j].At })
+	for i := 1; i < len(seen); i++ {
+		if seen[i].At == seen[i-1].At {
+			return false
+		}
+		if seen[i].Instance != seen[i-1].Instance && seen[i].At-seen[i-1].At < handover {
+			return false
+		}
+	}
+	return true
+}
+
+// crashesBetween counts the crash points after MemberRemove that fired between from and to (a
+// sample notes a crash up to a second after it, when the replica's restart shows).
+func crashesBetween(samples []sample, from, to time.Duration) int {
+	n := 0
+	for _, s := range samples {
+		if s.At < from || s.At > to+2*time.Second {
+			continue
+		}
+		for _, c := range s.Crashes {
+			if c == "after-member-remove" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func report(cfg *Config, h *history.History, r check.Result, faults []Fault, samples, views []sample, record []Change, took time.Duration) *Report {
 	rep := &Report{Seed: cfg.Seed, Seconds: took.Seconds(), Acknowledged: r.Acknowledged, Failed: r.Failed,
 		Lost: r.Lost, Check: r, FaultList: faults}
 	if r.Linearizable == "Illegal" {
 		rep.NonLinearizable = 1
 	}
-	rep.ViolationList = invariants(samples, views)
+	rep.ViolationList = invariants(samples, views, record)
 	rep.CrashPoints = map[string]int{}
 	for _, s := range samples {
 		for _, c := range s.Crashes {
@@ -314,6 +402,11 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintln(w, "the history that is not linearizable, drawn:", r.Check.Visualization)
 	}
 	fmt.Fprintln(w, "history:", r.History)
+	if len(r.ViolationList) > 0 {
+		dir := filepath.Dir(r.History)
+		fmt.Fprintln(w, "member views and the operator's membership Events:", filepath.Join(dir, "views.jsonl"))
+		fmt.Fprintln(w, "the namespace as the run ended:", filepath.Join(dir, "state.txt"))
+	}
 	if r.Error != "" {
 		fmt.Fprintln(w, "the run stopped:", strings.TrimSpace(r.Error))
 	}

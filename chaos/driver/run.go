@@ -5,6 +5,7 @@
 package driver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -67,6 +68,8 @@ type sample struct {
 	Leading  bool
 	Voters   []uint64 // the member IDs etcd reported, when it answered
 	Learners int
+	// The voters' names (a member view's), by ID.
+	Names map[uint64]string `json:",omitempty"`
 	// Crash points that fired since the previous sample (an operator container's restart
 	// whose termination message names one).
 	Crashes []string
@@ -206,12 +209,13 @@ func (e *Env) memberViews(ctx context.Context, endpoint string, start time.Time)
 		resp, err := cli.MemberList(c)
 		cancel()
 		if err == nil {
-			v := sample{At: time.Since(start)}
+			v := sample{At: time.Since(start), Names: map[uint64]string{}}
 			for _, m := range resp.Members {
 				if m.IsLearner {
 					v.Learners++
 				} else {
 					v.Voters = append(v.Voters, m.ID)
+					v.Names[m.ID] = m.Name
 				}
 			}
 			sort.Slice(v.Voters, func(i, j int) bool { return v.Voters[i] < v.Voters[j] })
@@ -351,10 +355,15 @@ func Run(cfg Config) (*Report, error) {
 	}
 	result := check.Check(h, 10*time.Minute, filepath.Join(cfg.Out, "history.html"))
 	e.saveLogs(cfg.Out, "")
-	if runErr != nil {
+	record, err := e.membershipChanges(start)
+	if err != nil {
+		logf("the operator's Events: %v", err)
+	}
+	saveViews(filepath.Join(cfg.Out, "views.jsonl"), views, record)
+	r := report(&cfg, h, result, faults, samples, views, record, time.Since(start))
+	if runErr != nil || len(r.ViolationList) > 0 || len(unsettled) > 0 {
 		e.saveState(filepath.Join(cfg.Out, "state.txt"))
 	}
-	r := report(&cfg, h, result, faults, samples, views, time.Since(start))
 	r.Backups, r.Restores, r.CARotations = e.backups, e.restores, e.rotations
 	r.ViolationList = append(r.ViolationList, unsettled...)
 	r.Violations = len(r.ViolationList)
@@ -695,6 +704,59 @@ func (e *Env) saveLogs(dir, prefix string) {
 			}
 		}
 	}
+}
+
+// membershipChanges reads the operator's Events about the cluster's members (each names the
+// member's pod as its related object), with their times since start.
+func (e *Env) membershipChanges(start time.Time) ([]Change, error) {
+	var list struct {
+		Items []struct {
+			Reason            string `json:"reason"`
+			EventTime         string `json:"eventTime"`
+			ReportingInstance string `json:"reportingInstance"`
+			Regarding         struct {
+				Kind string `json:"kind"`
+				Name string `json:"name"`
+			} `json:"regarding"`
+			Related *struct {
+				Name string `json:"name"`
+			} `json:"related"`
+		} `json:"items"`
+	}
+	if err := e.kjson(&list, "get", "events.events.k8s.io"); err != nil {
+		return nil, err
+	}
+	var out []Change
+	for _, ev := range list.Items {
+		if ev.Regarding.Kind != "EtcdCluster" || ev.Regarding.Name != e.Cluster || ev.Related == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, ev.EventTime)
+		if err != nil {
+			continue
+		}
+		out = append(out, Change{Member: ev.Related.Name, Reason: ev.Reason, At: at.Sub(start), Instance: ev.ReportingInstance})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out, nil
+}
+
+// saveViews writes the member views and the operator's membership Events, one JSON line each
+// in time order, for a reader of a failed run.
+func saveViews(path string, views []sample, record []Change) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	i := 0
+	for _, v := range views {
+		for ; i < len(record) && record[i].At <= v.At; i++ {
+			_ = enc.Encode(map[string]any{"event": record[i]})
+		}
+		_ = enc.Encode(map[string]any{"at_ns": v.At, "voters": v.Names, "learners": v.Learners})
+	}
+	for ; i < len(record); i++ {
+		_ = enc.Encode(map[string]any{"event": record[i]})
+	}
+	_ = os.WriteFile(path, b.Bytes(), 0o644)
 }
 
 // saveState writes what Kubernetes shows of the run's namespace and the nodes to path, for a

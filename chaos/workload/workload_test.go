@@ -2,76 +2,24 @@ package workload
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"etcd-operator/chaos/check"
+	"etcd-operator/chaos/etcdtest"
 	"etcd-operator/chaos/history"
 )
-
-// etcdBinary: $ETCD_BIN, or the etcd 3.6 the local cluster's images are built from.
-func etcdBinary(t *testing.T) string {
-	if b := os.Getenv("ETCD_BIN"); b != "" {
-		return b
-	}
-	out, err := exec.Command("../../hack/build-tools.sh", "etcd-3.6").Output()
-	if err != nil {
-		t.Fatalf("building etcd: %v", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "etcd")
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-type member struct {
-	t    *testing.T
-	bin  string
-	args []string
-	cmd  *exec.Cmd
-}
-
-func (m *member) start() {
-	m.cmd = exec.Command(m.bin, m.args...)
-	m.cmd.Stdout, m.cmd.Stderr = nil, nil
-	if err := m.cmd.Start(); err != nil {
-		m.t.Fatal(err)
-	}
-}
-
-func (m *member) stop() {
-	if m.cmd != nil && m.cmd.Process != nil {
-		_ = m.cmd.Process.Kill()
-		_ = m.cmd.Wait()
-	}
-}
 
 // A real etcd paused (SIGSTOP) and killed under the workload: operations fail meanwhile, and
 // the history is still one etcd may produce, every acknowledged write kept.
 func TestTheWorkloadsHistoryOfARealEtcdUnderFaultsPassesTheChecks(t *testing.T) {
 	dir := t.TempDir()
-	client, peer := freePort(t), freePort(t)
-	url := fmt.Sprintf("http://127.0.0.1:%d", client)
-	purl := fmt.Sprintf("http://127.0.0.1:%d", peer)
-	m := &member{t: t, bin: etcdBinary(t), args: []string{
-		"--data-dir", filepath.Join(dir, "data"), "--listen-client-urls", url, "--advertise-client-urls", url,
-		"--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl, "--initial-cluster", "default=" + purl,
-	}}
-	m.start()
-	defer m.stop()
+	m := etcdtest.New(t, dir)
+	url := m.URL
+	m.Start()
+	defer m.Stop()
 
 	path := filepath.Join(dir, "history.jsonl")
 	w, err := history.Create(path)
@@ -88,13 +36,13 @@ func TestTheWorkloadsHistoryOfARealEtcdUnderFaultsPassesTheChecks(t *testing.T) 
 		done <- s
 	}()
 	time.Sleep(3 * time.Second)
-	_ = m.cmd.Process.Signal(syscall.SIGSTOP)
+	_ = m.Cmd.Process.Signal(syscall.SIGSTOP)
 	time.Sleep(2 * time.Second)
-	_ = m.cmd.Process.Signal(syscall.SIGCONT)
+	_ = m.Cmd.Process.Signal(syscall.SIGCONT)
 	time.Sleep(2 * time.Second)
-	m.stop()
+	m.Stop()
 	time.Sleep(time.Second)
-	m.start()
+	m.Start()
 	s := <-done
 	if err := w.Close(); err != nil {
 		t.Fatal(err)

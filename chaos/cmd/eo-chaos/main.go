@@ -13,6 +13,10 @@
 //	    as hack/with-cluster.sh sets them): seed CHAOS_SEED (printed first; the current time
 //	    when unset), CHAOS_MINUTES of faults (default 30), the report in CHAOS_OUT (default
 //	    target/chaos: report.json, history.jsonl, the operator's logs); exits 1 unless it passed.
+//	eo-chaos load --endpoints URL[,URL] [--rate 5000 --writes 100000 --clients 64
+//	              --connections 8 --keys 10000 --value-bytes 100 --prefix load/]
+//	    puts small values at a steady rate (the i-th due at i/rate s) and prints the result
+//	    (JSON: the last revision, the rate reached, how far behind its schedule it fell).
 //	eo-chaos schedule --seed N [--count 20]
 //	    prints the first faults of seed N's schedule (the same seed, the same schedule).
 package main
@@ -33,6 +37,7 @@ import (
 	"etcd-operator/chaos/check"
 	"etcd-operator/chaos/driver"
 	"etcd-operator/chaos/history"
+	"etcd-operator/chaos/load"
 	"etcd-operator/chaos/workload"
 )
 
@@ -51,6 +56,8 @@ func main() {
 		err = runChaos()
 	case "schedule":
 		err = printSchedule(os.Args[2:])
+	case "load":
+		err = runLoad(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q: workload or check", os.Args[1])
 	}
@@ -202,4 +209,27 @@ func printSchedule(args []string) error {
 		}
 	}
 	return nil
+}
+
+func runLoad(args []string) error {
+	fs := flag.NewFlagSet("load", flag.ExitOnError)
+	endpoints := fs.String("endpoints", "", "etcd client URLs, comma-separated")
+	var cfg load.Config
+	fs.IntVar(&cfg.Rate, "rate", 5000, "puts a second")
+	fs.IntVar(&cfg.Writes, "writes", 100000, "puts in all")
+	fs.IntVar(&cfg.Clients, "clients", 64, "concurrent writers")
+	fs.IntVar(&cfg.Connections, "connections", 8, "client connections the writers share")
+	fs.IntVar(&cfg.Keys, "keys", 10000, "distinct keys")
+	fs.IntVar(&cfg.ValueBytes, "value-bytes", 100, "bytes of each value")
+	fs.StringVar(&cfg.Prefix, "prefix", "load/", "the keys' prefix")
+	_ = fs.Parse(args)
+	if *endpoints == "" {
+		return fmt.Errorf("--endpoints is required")
+	}
+	cfg.Endpoints = strings.Split(*endpoints, ",")
+	r, err := load.Run(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
 }
