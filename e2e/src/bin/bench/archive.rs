@@ -31,7 +31,14 @@ fn load(endpoint: &str) -> (i64, f64) {
     let out = std::process::Command::new("go")
         .args(["run", "./cmd/eo-chaos", "load", "--endpoints", endpoint])
         .args(["--rate", &rate, "--writes", &writes, "--clients", &writers])
-        .args(["--connections", &conns, "--keys", "10000", "--value-bytes", "100"])
+        .args([
+            "--connections",
+            &conns,
+            "--keys",
+            "10000",
+            "--value-bytes",
+            "100",
+        ])
         .current_dir(e2e::repo_root().join("chaos"))
         .output()
         .expect("go run ./cmd/eo-chaos load");
@@ -41,7 +48,10 @@ fn load(endpoint: &str) -> (i64, f64) {
         String::from_utf8_lossy(&out.stderr)
     );
     let r: Value = serde_json::from_slice(&out.stdout).expect("eo-chaos load's result");
-    (r["last_revision"].as_i64().unwrap(), r["rate"].as_f64().unwrap())
+    (
+        r["last_revision"].as_i64().unwrap(),
+        r["rate"].as_f64().unwrap(),
+    )
 }
 
 /// `etcd_operator_archive_revision` of the `arch` cluster.
