@@ -488,12 +488,21 @@ const apiServiceIP = "10.96.0.1"
 // faults runs the schedule until cfg.Duration has passed.
 func (e *Env) faults(cfg *Config, endpoint string, start time.Time) ([]Fault, error) {
 	var done []Fault
-	for i, s := range Schedule(cfg.Seed, 100000) {
+	schedule := Schedule(cfg.Seed, 100000)
+	for i, retried := 0, false; i < len(schedule); i++ {
+		s := schedule[i]
 		if time.Since(start) >= cfg.Duration {
 			break
 		}
 		f := Fault{Step: s, At: time.Since(start), Placement: e.placement()}
 		err := e.strike(&f, start)
+		// A fault that found nothing to strike (a member's etcd already restarting when it
+		// was to be frozen) is tried once more, on the next target, after the wait below:
+		// every kind must be struck as often as the schedule has it, not fewer times.
+		again := err != nil && !changes[s.Kind] && !retried
+		if again {
+			schedule[i].Choice++
+		}
 		target := f.Target
 		if changes[s.Kind] && err == nil {
 			logf("%d. %s: %s; the next fault strikes while it is under way", i+1, s.Kind, target)
@@ -526,6 +535,9 @@ func (e *Env) faults(cfg *Config, endpoint string, start time.Time) ([]Fault, er
 			return done, fmt.Errorf("after %s on %s: %w", s.Kind, target, recErr)
 		}
 		time.Sleep(s.Quiet)
+		if retried = again; again {
+			i--
+		}
 	}
 	// A change asked for last is waited out too: the run ends on a healthy cluster.
 	return done, until("the cluster healthy at the end", cfg.Recovery, func() bool {
