@@ -55,14 +55,17 @@ krew-release:
 
 ## e2e: the operator image (release build) imported into the local cluster, then the suite, which
 ## installs the operator through the chart in each test's namespace (hack/e2e.sh: the long idle
-## tests beside the others, tests/nodes.rs last and alone).
+## tests beside the others, tests/nodes.rs and tests/upgrade.rs last and alone). The previous
+## release (hack/previous.sh, for tests/upgrade.rs) is built before this tree's operator: it
+## shares target/.
 e2e:
 	hack/deps.sh
 	$(CARGO) build -p e2e --tests --bins
 	$(CARGO) build -p kubectl-etcd
+	hack/previous.sh >/dev/null
 	$(CARGO) build --bin etcd-operator
 	hack/build-tools.sh prometheus >/dev/null
-	hack/with-cluster.sh sh -c 'hack/image.sh && CARGO=$(CARGO) hack/e2e.sh'
+	hack/with-cluster.sh sh -c 'hack/image.sh && hack/previous.sh >/dev/null && CARGO=$(CARGO) hack/e2e.sh'
 
 ## cluster-cycle-test: up, down, up, down must leave the machine as it was.
 cluster-cycle-test:

@@ -3,9 +3,10 @@
 # test binaries built already (`cargo build -p e2e --tests`).
 #
 # cargo runs one test binary after another, so a binary of one long, mostly idle test holds
-# the whole suite: tests/scheduled.rs waits three minutes for cron ticks. It and
-# tests/alerts.rs and tests/continuous.rs run beside the others (each test has its own namespace); tests/nodes.rs stops, partitions and drains the
-# nodes everything else runs on, so it runs last and alone.
+# the whole suite: tests/scheduled.rs waits three minutes for cron ticks. It and other long ones
+# run beside the others, one after another (each test has its own namespace), so that both
+# streams take about as long. Last and alone: tests/nodes.rs stops, partitions and drains the
+# nodes everything else runs on; tests/upgrade.rs puts the previous release's CRDs back.
 #
 #   hack/e2e.sh              the suite
 #   E2E_TEST_THREADS=N       tests at once within a binary (default 2)
@@ -13,13 +14,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 threads=${E2E_TEST_THREADS:-2}
-beside=(scheduled alerts continuous)
-last=nodes
+beside=(scheduled alerts continuous lifecycle tls)
+last=(nodes upgrade)
 
 main=()
 for f in e2e/tests/*.rs; do
   t=$(basename "$f" .rs)
-  case " ${beside[*]} $last " in *" $t "*) ;; *) main+=(--test "$t") ;; esac
+  case " ${beside[*]} ${last[*]} " in *" $t "*) ;; *) main+=(--test "$t") ;; esac
 done
 
 # The test binary of tests/NAME.rs (cargo holds its build directory's lock for as long as
@@ -60,4 +61,4 @@ trap - EXIT
 echo "--- ${beside[*]} (run beside the others) ---"
 cat "$log"
 [ "$status" -eq 0 ] && [ "$beside_status" -eq 0 ] || exit 1
-"$cargo" test -p e2e --test "$last" -- --test-threads="$threads"
+"$cargo" test -p e2e "${last[@]/#/--test=}" -- --test-threads="$threads"

@@ -69,7 +69,26 @@ pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=etcd-operator";
 impl<'a> Operator<'a> {
     /// `helm install` into `ns` with `extra` `--set` values; waits until a replica is ready.
     pub fn install(k: &'a Kubectl, ns: &str, extra: &[&str]) -> Self {
-        let chart = repo_root().join("charts/etcd-operator");
+        let image = std::env::var("E2E_IMAGE").ok();
+        Self::install_chart(
+            k,
+            ns,
+            &repo_root().join("charts/etcd-operator"),
+            image.as_deref(),
+            extra,
+        )
+    }
+
+    /// `helm upgrade --install` of `chart` into `ns` with the image `image` (`repository:tag`;
+    /// the chart's default when `None`) and `extra` `--set` values; waits until a replica is
+    /// ready.
+    pub fn install_chart(
+        k: &'a Kubectl,
+        ns: &str,
+        chart: &Path,
+        image: Option<&str>,
+        extra: &[&str],
+    ) -> Self {
         let watch = format!("watchNamespaces={{{ns}}}");
         let policy = format!(
             "image.pullPolicy={}",
@@ -93,9 +112,8 @@ impl<'a> Operator<'a> {
             "--set",
             "leaderElection.leaseGrace=3",
         ];
-        let image = std::env::var("E2E_IMAGE").ok();
         let (repo, tag);
-        if let Some((r, t)) = image.as_deref().and_then(|i| i.rsplit_once(':')) {
+        if let Some((r, t)) = image.and_then(|i| i.rsplit_once(':')) {
             repo = format!("image.repository={r}");
             tag = format!("image.tag={t}");
             args.extend(["--set", &repo, "--set", &tag]);
