@@ -210,8 +210,9 @@ fn helm_upgrade_from_the_previous_release_leaves_clusters_untouched_and_brings_n
         let pod = holder.split('_').next().unwrap_or_default();
         new.pods().iter().any(|p| p["metadata"]["name"] == pod)
     });
-    // Long enough for the new leader to have looked at everything (it resyncs on start).
-    std::thread::sleep(Duration::from_secs(15));
+    // Long enough for the new leader to have looked at everything: its first pass over the
+    // cluster follows its start at once, and the next looks come every 5 s.
+    std::thread::sleep(Duration::from_secs(10));
     let tally = writer.report();
     assert_eq!(
         tally.errors, 0,
