@@ -33,14 +33,14 @@ if [ ! -f "$cache/tag" ]; then
   src=$(mktemp -d)
   trap 'rm -rf "$src"' EXIT
   git -C "$root" archive "$commit" | tar -x -C "$src"
-  # Renamed (the library keeps its crate name), and without the e2e crate that depends on it by
-  # name: cargo names its artifacts by package name and relative path, so the old tree's would
-  # otherwise overwrite this tree's in the shared target directory and pass for fresh.
+  # Renamed (the library keeps its crate name; the gate's package and binary both change), and
+  # without the e2e crate that depends on it by name: cargo names its artifacts by package name
+  # and relative path, so the old tree's would otherwise overwrite this tree's in the shared
+  # target directory and pass for fresh.
   sed -i 's/^members = .*/members = [".", "gate"]/; 0,/^name = "etcd-operator"$/s//name = "etcd-operator-previous"/' \
     "$src/Cargo.toml"
   printf '[lib]\nname = "etcd_operator"\n' >>"$src/Cargo.toml"
-  sed -i '0,/^name = "etcd-gate"$/s//name = "etcd-gate-previous"/; s/^name = "etcd-gate"$/name = "etcd-gate-previous"/' \
-    "$src/gate/Cargo.toml"
+  sed -i 's/^name = "etcd-gate"$/name = "etcd-gate-previous"/' "$src/gate/Cargo.toml"
   echo "building the previous release ($short)" >&2
   cargo build --offline --bin etcd-operator-previous --manifest-path "$src/Cargo.toml" \
     --target-dir "$root/target" >&2

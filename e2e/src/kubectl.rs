@@ -106,6 +106,11 @@ impl Kubectl {
             ],
             None,
         );
+        self.wait_established(&dir);
+    }
+
+    /// Waits until the CRDs in the files of `dir` are served.
+    pub fn wait_established(&self, dir: &Path) {
         self.ok(
             &[
                 "wait",

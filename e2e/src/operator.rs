@@ -61,6 +61,15 @@ pub fn lease_holder(k: &Kubectl, ns: &str) -> String {
         .to_string()
 }
 
+/// Whether an operator pod (as JSON) is Ready and not being deleted.
+pub fn operator_pod_ready(p: &Value) -> bool {
+    p["metadata"]["deletionTimestamp"].is_null()
+        && p["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
 /// The chart's release name in every test namespace.
 pub const RELEASE: &str = "etcd-operator";
 /// The label selector of the operator's pods.
@@ -133,16 +142,7 @@ impl<'a> Operator<'a> {
     /// Waits until `n` operator pods are Ready.
     pub fn wait_ready(&self, n: usize) {
         until("the operator to be ready", 120, || {
-            self.pods()
-                .iter()
-                .filter(|p| {
-                    p["status"]["conditions"].as_array().is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                    }) && p["metadata"]["deletionTimestamp"].is_null()
-                })
-                .count()
-                >= n
+            self.pods().iter().filter(|p| operator_pod_ready(p)).count() >= n
         });
     }
 

@@ -20,7 +20,7 @@ use e2e::backups::{aws_secret, manifest, s3_spec, status, store_host, until_stat
 use e2e::stores::Moto;
 use e2e::{
     Keys, Kubectl, Operator, Writer, assert_acked_present, client_endpoint, event_count, get,
-    healthy_at_size, image, member_pods, repo_root, until,
+    healthy_at_size, image, member_pods, operator_pod_ready, repo_root, until,
 };
 use serde_json::{Value, json};
 
@@ -66,16 +66,7 @@ fn replace_crds(k: &Kubectl, dir: &Path) {
         crd["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
         k.ok(&["replace", "-f", "-"], Some(&crd.to_string()));
     }
-    k.ok(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "-f",
-            dir.to_str().unwrap(),
-        ],
-        None,
-    );
+    k.wait_established(dir);
 }
 
 /// Whether the served EtcdCluster schema has `status.defragRequest` (new since the previous
@@ -126,14 +117,9 @@ fn membership_events(k: &Kubectl, ns: &str) -> Vec<(&'static str, u64)> {
 fn operator_on(operator: &Operator, image: &str, n: usize) -> bool {
     let pods = operator.pods();
     pods.len() == n
-        && pods.iter().all(|p| {
-            p["spec"]["containers"][0]["image"] == image
-                && p["metadata"]["deletionTimestamp"].is_null()
-                && p["status"]["conditions"].as_array().is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
-        })
+        && pods
+            .iter()
+            .all(|p| p["spec"]["containers"][0]["image"] == image && operator_pod_ready(p))
 }
 
 /// The previous release, as its users run it, in `ns`: two operator replicas (installed from
