@@ -60,7 +60,7 @@ func TestTheSameSeedGivesTheSameScheduleAndEveryKindComes(t *testing.T) {
 		t.Fatal("the platform schedule is not the seed's alone")
 	}
 	for _, s := range platform {
-		if s.Kind != ContainerdRestart || s.Quiet < 10*time.Second || s.Quiet > 20*time.Second ||
+		if s.Kind != ContainerdRestart || s.Quiet < 6*time.Second || s.Quiet > 14*time.Second ||
 			s.Hold < time.Second || s.Hold > 5*time.Second {
 			t.Errorf("platform fault %+v", s)
 		}

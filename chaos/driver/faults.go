@@ -147,7 +147,7 @@ func OperatorSchedule(seed int64, n int) []Step {
 }
 
 // PlatformSchedule is the platform lane's faults, beside the main schedule and the operator's
-// lane: a node's containerd restarted, held as Kinds says, Quiet (10 to 20 s) after the last
+// lane: a node's containerd restarted, held as Kinds says, Quiet (6 to 14 s) after the last
 // one is over. A cluster survives it together with any one fault of the main schedule (the
 // containers run on without containerd); what it takes is a node's hands (no pod starts or
 // stops there meanwhile) in the middle of whatever the main schedule has the operator doing:
@@ -169,7 +169,7 @@ func PlatformSchedule(seed int64, n int) []Step {
 	steps := make([]Step, 0, n)
 	for i := 0; i < n; i++ {
 		steps = append(steps, Step{Kind: ContainerdRestart, Choice: rnd.Intn(1 << 20),
-			Quiet: time.Duration(10+rnd.Intn(11)) * time.Second, Hold: from + time.Duration(rnd.Int63n(int64(to-from)))})
+			Quiet: time.Duration(6+rnd.Intn(9)) * time.Second, Hold: from + time.Duration(rnd.Int63n(int64(to-from)))})
 	}
 	return steps
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -73,6 +74,9 @@ type sample struct {
 	// Crash points that fired since the previous sample (an operator container's restart
 	// whose termination message names one).
 	Crashes []string
+	// The member pods, "node ready|not-ready|leaving" by pod name, when that changed since the
+	// previous sample: a reader of views.jsonl sees which voters a node fault took.
+	Pods map[string]string `json:",omitempty"`
 }
 
 func logf(format string, args ...interface{}) {
@@ -159,10 +163,13 @@ func (e *Env) endpoint() (string, error) {
 }
 
 // poll samples the status and a client's view every second until ctx ends. Each sample's
-// client is new, as a script's would be after it waited for the condition.
-func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []sample {
+// client is new, as a script's would be after it waited for the condition. The log of each
+// operator container that restarted (a kill, a crash point) is kept in logs: the replicas keep
+// only their last two starts', and a defect found at minute 2 of a run would have no log.
+func (e *Env) poll(ctx context.Context, endpoint, logs string, start time.Time) []sample {
 	var samples []sample
 	restarts := map[string]int{}
+	var placed string
 	for ctx.Err() == nil {
 		s := sample{At: time.Since(start)}
 		if ops, err := e.operators(); err == nil {
@@ -172,12 +179,16 @@ func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []samp
 				for _, c := range p.Status.ContainerStatuses {
 					if c.RestartCount > restarts[p.Metadata.UID] {
 						restarts[p.Metadata.UID] = c.RestartCount
+						e.keepLog(logs, p.Metadata.Name, c.RestartCount)
 						if t := c.LastState.Terminated; t != nil && strings.HasPrefix(t.Message, "crash point ") {
 							s.Crashes = append(s.Crashes, strings.TrimPrefix(t.Message, "crash point "))
 						}
 					}
 				}
 			}
+		}
+		if pods, key := e.memberPods(); key != placed {
+			s.Pods, placed = pods, key
 		}
 		if st, err := e.status(); err == nil {
 			s.Available = st.Available
@@ -192,6 +203,39 @@ func (e *Env) poll(ctx context.Context, endpoint string, start time.Time) []samp
 		}
 	}
 	return samples
+}
+
+// keepLog writes the log of replica name's container before its restart number n to
+// dir/NAME.N.log (the log of the start that ended: a kill or a crash point).
+func (e *Env) keepLog(dir, name string, n int) {
+	out, err := e.k("logs", name, "--all-containers", "--previous")
+	if err != nil || out == "" {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s.%d.log", name, n-1)), []byte(out), 0o644)
+}
+
+// memberPods: the member pods' nodes and readiness by name, and the same as one string to
+// compare.
+func (e *Env) memberPods() (map[string]string, string) {
+	pods, err := e.members()
+	if err != nil {
+		return nil, ""
+	}
+	out := map[string]string{}
+	var key []string
+	for _, p := range pods {
+		state := "not-ready"
+		if p.Metadata.DeletionTimestamp != nil {
+			state = "leaving"
+		} else if p.ready() {
+			state = "ready"
+		}
+		out[p.Metadata.Name] = p.Spec.NodeName + " " + state
+		key = append(key, p.Metadata.Name+"="+out[p.Metadata.Name])
+	}
+	sort.Strings(key)
+	return out, strings.Join(key, ",")
 }
 
 // memberViews reads the voting members (a linearizable member list) every 200 ms until ctx ends,
@@ -241,6 +285,11 @@ func Run(cfg Config) (*Report, error) {
 	for _, f := range append(old, filepath.Join(cfg.Out, "history.html"), filepath.Join(cfg.Out, "state.txt")) {
 		_ = os.Remove(f)
 	}
+	restartLogs := filepath.Join(cfg.Out, "operator-restarts")
+	_ = os.RemoveAll(restartLogs)
+	if err := os.MkdirAll(restartLogs, 0o755); err != nil {
+		return nil, err
+	}
 	logf("seed %d, %v of faults, namespace %s", cfg.Seed, cfg.Duration, e.NS)
 	store, err := startStore(e.Root, cfg.Out)
 	if err != nil {
@@ -284,7 +333,7 @@ func Run(cfg Config) (*Report, error) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		samples = e.poll(pctx, endpoint, start)
+		samples = e.poll(pctx, endpoint, restartLogs, start)
 	}()
 	go func() {
 		defer wg.Done()
@@ -359,7 +408,7 @@ func Run(cfg Config) (*Report, error) {
 	if err != nil {
 		logf("the operator's Events: %v", err)
 	}
-	saveViews(filepath.Join(cfg.Out, "views.jsonl"), views, record)
+	saveViews(filepath.Join(cfg.Out, "views.jsonl"), views, samples, record)
 	r := report(&cfg, h, result, faults, samples, views, record, time.Since(start))
 	if runErr != nil || len(r.ViolationList) > 0 || len(unsettled) > 0 {
 		e.saveState(filepath.Join(cfg.Out, "state.txt"))
@@ -625,10 +674,10 @@ func (e *Env) operatorLane(ctx context.Context, seed int64, start time.Time) []F
 			return done
 		case <-time.After(s.Quiet):
 		}
-		before := e.operatorRestarts()
-		f := Fault{Step: s, At: time.Since(start)}
-		target, _, err := e.inject(s)
-		f.Target, f.Ended = target, time.Since(start)
+		f, target, before, err := e.killReplica(ctx, s, start)
+		if err != nil && ctx.Err() != nil {
+			return done
+		}
 		if err != nil {
 			f.Error = err.Error()
 		} else if until("the killed operator replica back, and one leading", 4*time.Minute, func() bool {
@@ -639,6 +688,31 @@ func (e *Env) operatorLane(ctx context.Context, seed int64, start time.Time) []F
 		done = append(done, f)
 	}
 	return done
+}
+
+// killReplica does the lane's kill s. One that found no replica to kill (the one it was for
+// restarting after a crash point, not Ready, or between leaders) is tried again once both
+// replicas are Ready, up to three times: the lane's kills count as faults only when struck,
+// and a third of them found nothing in the 30-minute runs. The restarts before the kill
+// that struck are returned with it.
+func (e *Env) killReplica(ctx context.Context, s Step, start time.Time) (Fault, string, map[string]int, error) {
+	for attempt := 1; ; attempt++ {
+		before := e.operatorRestarts()
+		f := Fault{Step: s, At: time.Since(start)}
+		target, _, err := e.inject(s)
+		f.Target, f.Ended = target, time.Since(start)
+		if err == nil || attempt == 3 {
+			return f, target, before, err
+		}
+		// Two seconds at least: between leaders, both replicas are Ready and none holds the Lease.
+		for ready := false; !ready; ready = e.operatorsReady(2) {
+			select {
+			case <-ctx.Done():
+				return f, target, before, ctx.Err()
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}
 }
 
 // platformLane runs PlatformSchedule until ctx ends, beside the main schedule: each fault
@@ -755,19 +829,27 @@ func (e *Env) membershipChanges(start time.Time) ([]Change, error) {
 
 // saveViews writes the member views and the operator's membership Events, one JSON line each
 // in time order, for a reader of a failed run.
-func saveViews(path string, views []sample, record []Change) {
+// The member pods' placement and readiness (from the status samples) are there too, where
+// they changed.
+func saveViews(path string, views, samples []sample, record []Change) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
-	i := 0
-	for _, v := range views {
-		for ; i < len(record) && record[i].At <= v.At; i++ {
+	i, j := 0, 0
+	before := func(at time.Duration) {
+		for ; i < len(record) && record[i].At <= at; i++ {
 			_ = enc.Encode(map[string]any{"event": record[i]})
 		}
+		for ; j < len(samples) && samples[j].At <= at; j++ {
+			if samples[j].Pods != nil {
+				_ = enc.Encode(map[string]any{"at_ns": samples[j].At, "pods": samples[j].Pods})
+			}
+		}
+	}
+	for _, v := range views {
+		before(v.At)
 		_ = enc.Encode(map[string]any{"at_ns": v.At, "voters": v.Names, "learners": v.Learners})
 	}
-	for ; i < len(record); i++ {
-		_ = enc.Encode(map[string]any{"event": record[i]})
-	}
+	before(time.Duration(math.MaxInt64))
 	_ = os.WriteFile(path, b.Bytes(), 0o644)
 }
 
