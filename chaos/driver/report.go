@@ -63,7 +63,9 @@ type Report struct {
 	Check       check.Result `json:"check"`
 	FaultList   []Fault      `json:"fault_list"`
 	History     string       `json:"history"`
-	Error       string       `json:"error,omitempty"`
+	// The log of each operator replica's start that ended (a kill, a crash point), one file each.
+	OperatorLogs string `json:"operator_logs"`
+	Error        string `json:"error,omitempty"`
 }
 
 // longestGap: the longest time within [from, to] with no operation answered.
@@ -402,6 +404,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintln(w, "the history that is not linearizable, drawn:", r.Check.Visualization)
 	}
 	fmt.Fprintln(w, "history:", r.History)
+	fmt.Fprintln(w, "the operator's logs, each start that ended:", r.OperatorLogs)
 	if len(r.ViolationList) > 0 {
 		dir := filepath.Dir(r.History)
 		fmt.Fprintln(w, "member views and the operator's membership Events:", filepath.Join(dir, "views.jsonl"))

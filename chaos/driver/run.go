@@ -416,7 +416,7 @@ func Run(cfg Config) (*Report, error) {
 	r.Backups, r.Restores, r.CARotations = e.backups, e.restores, e.rotations
 	r.ViolationList = append(r.ViolationList, unsettled...)
 	r.Violations = len(r.ViolationList)
-	r.History = histPath
+	r.History, r.OperatorLogs = histPath, restartLogs
 	r.APIOutageRouted = outageRouted.Seconds()
 	r.APIOutageRecovery = (outage - outageRouted).Seconds()
 	r.APIOutageHealthy = outageHealthy.Seconds()
