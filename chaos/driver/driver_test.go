@@ -1,8 +1,12 @@
 package driver
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -175,5 +179,38 @@ func TestLongestGap(t *testing.T) {
 	}
 	if got := longestGap(nil, time.Second, 3*time.Second); got != 2*time.Second {
 		t.Fatalf("nothing answered: got %v", got)
+	}
+}
+
+// views.jsonl is read by time: the views, the Events and the pod lines each in their place,
+// and a sample whose pods did not change writes no line.
+func TestSavedViewsAreInTimeOrder(t *testing.T) {
+	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	views := []sample{{At: sec(2), Names: map[uint64]string{1: "a"}}, {At: sec(6), Names: map[uint64]string{1: "a"}}}
+	samples := []sample{{At: sec(1), Pods: map[string]string{"a": "n1 ready"}}, {At: sec(3)}, {At: sec(5), Pods: map[string]string{"a": "n1 leaving"}}, {At: sec(8), Pods: map[string]string{}}}
+	record := []Change{{Member: "a", Reason: "MemberAdded", At: sec(4)}, {Member: "a", Reason: "MemberRemoved", At: sec(7)}}
+	path := filepath.Join(t.TempDir(), "views.jsonl")
+	saveViews(path, views, samples, record)
+	body, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at []time.Duration
+	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		var v struct {
+			At    time.Duration `json:"at_ns"`
+			Event *Change       `json:"event"`
+		}
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Event != nil {
+			v.At = v.Event.At
+		}
+		at = append(at, v.At)
+	}
+	want := []time.Duration{sec(1), sec(2), sec(4), sec(5), sec(6), sec(7), sec(8)}
+	if !reflect.DeepEqual(at, want) {
+		t.Fatalf("lines at %v, want %v", at, want)
 	}
 }

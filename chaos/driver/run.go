@@ -835,13 +835,22 @@ func saveViews(path string, views, samples []sample, record []Change) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	i, j := 0, 0
+	// The Events and the pod lines up to at, each in its place in time.
 	before := func(at time.Duration) {
-		for ; i < len(record) && record[i].At <= at; i++ {
-			_ = enc.Encode(map[string]any{"event": record[i]})
-		}
-		for ; j < len(samples) && samples[j].At <= at; j++ {
-			if samples[j].Pods != nil {
-				_ = enc.Encode(map[string]any{"at_ns": samples[j].At, "pods": samples[j].Pods})
+		for {
+			event := i < len(record) && record[i].At <= at
+			pods := j < len(samples) && samples[j].At <= at
+			switch {
+			case event && (!pods || record[i].At <= samples[j].At):
+				_ = enc.Encode(map[string]any{"event": record[i]})
+				i++
+			case pods:
+				if samples[j].Pods != nil {
+					_ = enc.Encode(map[string]any{"at_ns": samples[j].At, "pods": samples[j].Pods})
+				}
+				j++
+			default:
+				return
 			}
 		}
 	}
