@@ -187,8 +187,8 @@ func TestLongestGap(t *testing.T) {
 func TestSavedViewsAreInTimeOrder(t *testing.T) {
 	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
 	views := []sample{{At: sec(2), Names: map[uint64]string{1: "a"}}, {At: sec(6), Names: map[uint64]string{1: "a"}}}
-	samples := []sample{{At: sec(1), Pods: map[string]string{"a": "n1 ready"}}, {At: sec(3)}, {At: sec(5), Pods: map[string]string{"a": "n1 leaving"}}, {At: sec(8), Pods: map[string]string{}}}
-	record := []Change{{Member: "a", Reason: "MemberAdded", At: sec(4)}, {Member: "a", Reason: "MemberRemoved", At: sec(7)}}
+	samples := []sample{{At: sec(1), Pods: map[string]string{"a": "n1 ready"}}, {At: sec(3), Pods: map[string]string{"a": "n1 not-ready"}}, {At: sec(4)}, {At: sec(5), Pods: map[string]string{"a": "n1 leaving"}}, {At: sec(8), Pods: map[string]string{}}}
+	record := []Change{{Member: "a", Reason: "MemberAdded", At: sec(4) + time.Millisecond}, {Member: "a", Reason: "MemberRemoved", At: sec(7)}}
 	path := filepath.Join(t.TempDir(), "views.jsonl")
 	saveViews(path, views, samples, record)
 	body, err := os.ReadFile(path)
@@ -209,7 +209,7 @@ func TestSavedViewsAreInTimeOrder(t *testing.T) {
 		}
 		at = append(at, v.At)
 	}
-	want := []time.Duration{sec(1), sec(2), sec(4), sec(5), sec(6), sec(7), sec(8)}
+	want := []time.Duration{sec(1), sec(2), sec(3), sec(4) + time.Millisecond, sec(5), sec(6), sec(7), sec(8)}
 	if !reflect.DeepEqual(at, want) {
 		t.Fatalf("lines at %v, want %v", at, want)
 	}
