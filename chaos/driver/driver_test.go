@@ -214,3 +214,27 @@ func TestSavedViewsAreInTimeOrder(t *testing.T) {
 		t.Fatalf("lines at %v, want %v", at, want)
 	}
 }
+
+func TestSpreadEnoughWhenNoOpenNodeCouldTakeTheCrowdedNodesMember(t *testing.T) {
+	open := []string{"a", "b", "c"}
+	cases := []struct {
+		name   string
+		placed map[string]int
+		open   []string
+		size   int
+		want   bool
+	}{
+		{"one per node", map[string]int{"a": 1, "b": 1, "c": 1}, open, 3, true},
+		{"two on a, c empty and open", map[string]int{"a": 2, "b": 1}, open, 3, false},
+		{"two on a, c empty but cordoned", map[string]int{"a": 2, "b": 1}, []string{"a", "b"}, 3, true},
+		{"five members, three on a", map[string]int{"a": 3, "b": 1, "c": 1}, open, 5, false},
+		{"five members, two per node at most", map[string]int{"a": 2, "b": 2, "c": 1}, open, 5, true},
+		{"five members, three on a, the others full", map[string]int{"a": 3, "b": 2}, []string{"a", "b"}, 5, true},
+		{"one member", map[string]int{"a": 1}, open, 1, true},
+	}
+	for _, c := range cases {
+		if got := spreadEnough(c.placed, c.open, c.size); got != c.want {
+			t.Errorf("%s: spreadEnough = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -353,3 +353,85 @@ func signalPod(p *pod, comm string, sig string) (int, error) {
 	}
 	return len(pids), nil
 }
+
+// spreadAtSize: spread at the cluster's size, counting the healthy voters' pods only (a
+// roll's next pod, waiting to join beside one, is not a member yet).
+func (e *Env) spreadAtSize() bool {
+	s, err := e.status()
+	return err == nil && e.spread(s.Size, s.Members)
+}
+
+// spread: no node holds more of the members' pods than the cluster can lose ((size-1)/2),
+// or none can take one more (every Ready, schedulable node already holds that many). The
+// operator moves members back onto a node that has returned; until it has, a second fault on
+// the crowded node takes quorum with it, which is a double fault, not what one fault costs.
+func (e *Env) spread(size int, voters []string) bool {
+	pods, err := e.members()
+	if err != nil {
+		return false
+	}
+	var nodes struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Spec struct {
+				Unschedulable bool `json:"unschedulable"`
+				Taints        []struct {
+					Effect string `json:"effect"`
+				} `json:"taints"`
+			} `json:"spec"`
+			Status struct {
+				Conditions []condition `json:"conditions"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	if err := e.kjson(&nodes, "get", "nodes"); err != nil {
+		return false
+	}
+	// Open as the operator counts it (kube::cache::NodeHealth): Ready, not cordoned, no
+	// NoSchedule or NoExecute taint.
+	var open []string
+	for _, n := range nodes.Items {
+		closed := n.Spec.Unschedulable
+		for _, t := range n.Spec.Taints {
+			closed = closed || t.Effect == "NoSchedule" || t.Effect == "NoExecute"
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == "Ready" && c.Status == "True" && !closed {
+				open = append(open, n.Metadata.Name)
+			}
+		}
+	}
+	voter := map[string]bool{}
+	for _, v := range voters {
+		voter[v] = true
+	}
+	placed := map[string]int{}
+	for _, p := range pods {
+		if voter[p.Metadata.Name] && p.Spec.NodeName != "" {
+			placed[p.Spec.NodeName]++
+		}
+	}
+	return spreadEnough(placed, open, size)
+}
+
+// spreadEnough: what spread decides, on the member pods per node and the open nodes. It is
+// the operator's own rule (plan::Cluster::spread): a member moves only when some open node
+// holds fewer than the cluster can lose.
+func spreadEnough(placed map[string]int, open []string, size int) bool {
+	lose := (size - 1) / 2
+	crowded := false
+	for _, c := range placed {
+		crowded = crowded || c > lose
+	}
+	if !crowded || size < 3 {
+		return true
+	}
+	for _, n := range open {
+		if placed[n] < lose {
+			return false
+		}
+	}
+	return true
+}
