@@ -127,6 +127,14 @@ impl<'a> Operator<'a> {
             tag = format!("image.tag={t}");
             args.extend(["--set", &repo, "--set", &tag]);
         }
+        // E2E_OPERATOR_LOG: the operator's log filter (`info,etcd_operator=debug` logs every
+        // pass's action), for chasing a test that stalls.
+        let level = std::env::var("E2E_OPERATOR_LOG")
+            .ok()
+            .map(|l| format!("log.level={l}"));
+        if let Some(level) = &level {
+            args.extend(["--set", level]);
+        }
         for e in extra {
             args.extend(["--set", e]);
         }
@@ -294,14 +302,48 @@ const NOTABLE: [&str; 7] = [
 impl Drop for Operator<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("--- operator logs ({}) ---\n{}", self.ns, self.logs());
+            let logs = self.logs();
+            eprintln!("--- operator logs ({}) ---\n{logs}", self.ns);
             eprintln!(
                 "--- the namespace ({}) ---\n{}",
                 self.ns,
                 namespace_report(self.kubectl, &self.ns)
             );
+            eprintln!("{}", summary(self.kubectl, &self.ns, &logs));
         }
     }
+}
+
+/// The few lines that say where a failed test stood, printed last: a CI log keeps the end of
+/// a long report, and the middle (the operator's own log) may be cut from it. Each cluster's
+/// conditions, then the operator's last lines.
+fn summary(kubectl: &Kubectl, ns: &str, logs: &str) -> String {
+    let clip = |s: &str, n: usize| s.chars().take(n).collect::<String>();
+    let mut out = format!("--- in short ({ns}) ---\n");
+    let list = kubectl.run(&["get", "etcdclusters", "-n", ns, "-o", "json"], None);
+    let list: Value = serde_json::from_slice(&list.stdout).unwrap_or_default();
+    for c in list["items"].as_array().into_iter().flatten() {
+        for cond in c["status"]["conditions"].as_array().into_iter().flatten() {
+            out.push_str(&clip(
+                &format!(
+                    "{} {}={} {}: {}",
+                    c["metadata"]["name"].as_str().unwrap_or_default(),
+                    cond["type"].as_str().unwrap_or_default(),
+                    cond["status"].as_str().unwrap_or_default(),
+                    cond["reason"].as_str().unwrap_or_default(),
+                    cond["message"].as_str().unwrap_or_default()
+                ),
+                300,
+            ));
+            out.push('\n');
+        }
+    }
+    let lines: Vec<&str> = logs.lines().collect();
+    for line in &lines[lines.len().saturating_sub(8)..] {
+        out.push_str(&clip(line, 400));
+        out.push('\n');
+    }
+    out
 }
 
 /// The operator as a host process (`target/debug/etcd-operator run --namespace NS`, or
