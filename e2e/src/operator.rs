@@ -128,10 +128,10 @@ impl<'a> Operator<'a> {
             args.extend(["--set", &repo, "--set", &tag]);
         }
         // E2E_OPERATOR_LOG: the operator's log filter (`info,etcd_operator=debug` logs every
-        // pass's action), for chasing a test that stalls.
+        // pass's action), for chasing a test that stalls. helm's --set splits at commas.
         let level = std::env::var("E2E_OPERATOR_LOG")
             .ok()
-            .map(|l| format!("log.level={l}"));
+            .map(|l| format!("log.level={}", l.replace(',', "\\,")));
         if let Some(level) = &level {
             args.extend(["--set", level]);
         }

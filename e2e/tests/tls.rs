@@ -417,6 +417,9 @@ fn auto_tls_comes_up_and_a_forced_rotation_rolls_the_members_without_losing_a_wr
         ],
         None,
     );
+    // Each change of what the wait sees is printed: a rotation that stalls in CI says where.
+    let asked = Instant::now();
+    let mut seen = String::new();
     let took = until("the rotation to finish", 600, || {
         let (phase, token, ca) = rotation(&k, ns);
         let view = e2e::RollView::of(&k, ns, "example");
@@ -424,17 +427,32 @@ fn auto_tls_comes_up_and_a_forced_rotation_rolls_the_members_without_losing_a_wr
             view.available,
             "the cluster left Available mid-rotation: {view:?}"
         );
+        let cluster = get(&k, ns, "etcdcluster/example");
+        let progressing = cluster["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Progressing")
+            .map(|c| format!("{} {}: {}", c["status"], c["reason"], c["message"]))
+            .unwrap_or_default();
+        let healthy = healthy_at_size(&k, ns, "example", 3);
+        let events = event_count(&k, ns, "example", "CertificatesRotating");
+        let now = format!(
+            "phase {phase}, token {token:?}, new CA {}, healthy at 3 {healthy}, \
+             {events} CertificatesRotating, Progressing {progressing}, pods {:?}",
+            ca != old_ca,
+            pod_names(&k, ns, "example")
+        );
+        if now != seen {
+            eprintln!("rotation at {:?}: {now}", asked.elapsed());
+            seen = now;
+        }
         phase == "steady"
             && token == "now"
             && ca != old_ca
-            && healthy_at_size(&k, ns, "example", 3)
-            && event_count(&k, ns, "example", "CertificatesRotating") >= 3
-            && get(&k, ns, "etcdcluster/example")["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == "Progressing" && c["status"] == "False")
-                })
+            && healthy
+            && events >= 3
+            && progressing.starts_with("\"False\"")
     });
     std::thread::sleep(Duration::from_secs(2));
     let (acked, errors, longest) = writer.finish();
