@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
@@ -26,7 +27,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::task::{self, Context};
 use crate::api::EtcdCluster;
@@ -429,9 +430,73 @@ fn start(ctx: &Arc<Context>, tasks: &mut BTreeMap<Key, Handle>, cluster: EtcdClu
     info!(namespace = %k.0, name = %k.1, "starting the cluster's task");
     let (spec, rx) = watch::channel(cluster);
     let wake = Arc::new(Notify::new());
-    let join = tokio::spawn(task::run(ctx.clone(), rx, wake.clone()));
+    let join = tokio::spawn(supervise(ctx.clone(), rx, wake.clone()));
     tasks.insert(k, Handle { spec, wake, join });
     ctx.tasks.store(tasks.len(), Ordering::Relaxed);
+}
+
+/// Runs a cluster's task, and runs it again after a panic. Nothing else would: the task is
+/// restarted by a watch event about its cluster, and a cluster whose task is gone gets none
+/// (its status is the task's to write), so it would be left as it stood, a roll half done,
+/// until someone edits it. The panic is logged and published as a Warning Event
+/// (`TaskPanicked`) on the cluster; the new task starts from what it observes, as after an
+/// operator restart, 5 s later (doubling up to 5 minutes while it keeps panicking).
+async fn supervise(ctx: Arc<Context>, spec: watch::Receiver<EtcdCluster>, wake: Arc<Notify>) {
+    let run = || task::run(ctx.clone(), spec.clone(), wake.clone());
+    let panicked = |panic: String, delay: Duration| {
+        let cluster = spec.borrow().clone();
+        let ctx = ctx.clone();
+        async move {
+            let message = format!(
+                "the operator's task for this cluster panicked ({panic}); it starts again in {} s",
+                delay.as_secs()
+            );
+            error!(namespace = %cluster.namespace().unwrap_or_default(), name = %cluster.name_any(), "{message}");
+            ctx.events
+                .publish(&cluster, EventType::Warning, "TaskPanicked", message)
+                .await;
+        }
+    };
+    rerun_after_panics(run, panicked, Duration::from_secs(5)).await;
+}
+
+/// Runs what `run` makes, in a task of its own, until it ends without a panic; after each
+/// panic tells `panicked` (the message, and how long until the next run), then waits `first`,
+/// doubling up to 60 times `first`. Dropping or aborting this future aborts the running task.
+async fn rerun_after_panics<R, RF, P, PF>(mut run: R, mut panicked: P, first: Duration)
+where
+    R: FnMut() -> RF,
+    RF: Future<Output = ()> + Send + 'static,
+    P: FnMut(String, Duration) -> PF,
+    PF: Future<Output = ()>,
+{
+    struct Abort(JoinHandle<()>);
+    impl Drop for Abort {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut delay = first;
+    loop {
+        let mut running = Abort(tokio::spawn(run()));
+        let panic = match (&mut running.0).await {
+            Err(e) if e.is_panic() => panic_message(e.into_panic()),
+            _ => return,
+        };
+        panicked(panic, delay).await;
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(first * 60);
+    }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => payload
+            .downcast_ref::<&str>()
+            .map_or_else(|| "no message".to_string(), |s| (*s).to_string()),
+    }
 }
 
 fn stop(ctx: &Context, tasks: &mut BTreeMap<Key, Handle>, k: &Key) {
@@ -448,6 +513,73 @@ fn stop(ctx: &Context, tasks: &mut BTreeMap<Key, Handle>, k: &Key) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_task_that_panics_runs_again_and_each_panic_is_reported() {
+        use std::sync::Mutex;
+        use std::sync::atomic::AtomicUsize;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let reports = Arc::new(Mutex::new(Vec::new()));
+        let (r, seen) = (runs.clone(), reports.clone());
+        rerun_after_panics(
+            move || {
+                let runs = r.clone();
+                async move {
+                    let n = runs.fetch_add(1, Ordering::SeqCst);
+                    assert!(n >= 2, "run {n} fails");
+                }
+            },
+            move |message, delay| {
+                seen.lock().unwrap().push((message, delay));
+                async {}
+            },
+            Duration::from_millis(1),
+        )
+        .await;
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        let reports = reports.lock().unwrap();
+        assert_eq!(reports.len(), 2, "{reports:?}");
+        assert!(reports[0].0.contains("run 0 fails"), "{reports:?}");
+        assert!(reports[1].0.contains("run 1 fails"), "{reports:?}");
+        assert_eq!(
+            reports.iter().map(|r| r.1).collect::<Vec<_>>(),
+            [Duration::from_millis(1), Duration::from_millis(2)]
+        );
+    }
+
+    #[tokio::test]
+    async fn aborting_the_supervision_aborts_the_running_task() {
+        struct Flag(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = dropped.clone();
+        let supervision = tokio::spawn(rerun_after_panics(
+            move || {
+                let flag = Flag(d.clone());
+                async move {
+                    let _flag = flag;
+                    std::future::pending::<()>().await;
+                }
+            },
+            |_, _| async {},
+            Duration::from_millis(1),
+        ));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!dropped.load(Ordering::SeqCst));
+        supervision.abort();
+        let _ = supervision.await;
+        for _ in 0..100 {
+            if dropped.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the running task outlived its supervision");
+    }
     use crate::api::{ClusterPhase, EtcdClusterSpec, EtcdClusterStatus};
 
     fn cluster(generation: i64) -> EtcdCluster {
