@@ -599,6 +599,23 @@ pub async fn linearizable_read(endpoint: &Endpoint, timeout: Duration) -> Result
     Ok(header.cluster_id())
 }
 
+/// The member list read linearizably from the first of `endpoints` that answers, each over a
+/// connection of its own; `None` when none answers. A membership call that failed may have been
+/// applied all the same (it committed and its answer was lost to a timeout or a cut
+/// connection), and the member it went through may be the one that stopped answering: reading
+/// the list back elsewhere settles which.
+pub async fn members_from(endpoints: &[Endpoint], timeout: Duration) -> Option<Vec<Member>> {
+    for endpoint in endpoints {
+        let Ok(mut etcd) = Etcd::connect(endpoint, timeout).await else {
+            continue;
+        };
+        if let Ok(members) = etcd.members_linearizable().await {
+            return Some(members);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

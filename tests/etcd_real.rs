@@ -262,8 +262,23 @@ async fn scenario(minor: &str, tls: Option<Arc<TestPki>>) {
     assert!(remaining.iter().all(|m| m.id != follower));
     // A removed member stops by itself; its process is reaped on drop.
 
-    // A learner that never started is removed without touching quorum.
+    // A removal asked again (its first answer lost, as under a partition) is refused, and the
+    // member list read back past a member that does not answer shows it applied.
+    let again = etcd.remove(follower).await.unwrap_err();
+    assert!(!again.is_settling(), "{again}");
     let ghost = plan("ghost");
+    let read_back = etcd::members_from(&[ghost.endpoint(), seed.endpoint()], TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(read_back.len(), 2, "{read_back:?}");
+    assert!(read_back.iter().all(|m| m.id != follower));
+    assert!(
+        etcd::members_from(&[ghost.endpoint()], TIMEOUT)
+            .await
+            .is_none()
+    );
+
+    // A learner that never started is removed without touching quorum.
     let (added, _) = etcd.add_learner(&ghost.peer_url).await.unwrap();
     assert_eq!(added.host_label(), Some("127"));
     let after = remove(&mut etcd, added.id).await;

@@ -98,7 +98,9 @@ pub(super) async fn remove(
     force: bool,
 ) -> Result<Option<Outcome>, Error> {
     let mut etcd = connect(obs).await?;
-    if let Err(e) = etcd.remove(id).await {
+    if let Err(e) = etcd.remove(id).await
+        && !applied_despite(obs, &e, |all| all.iter().all(|m| m.id != id)).await
+    {
         return settling(e).map(Some);
     }
     crate::crash::point("after-member-remove");
@@ -169,12 +171,17 @@ pub(super) async fn add_members(
 
 pub(super) async fn promote(obs: &Observed, name: &str, id: u64) -> Result<Outcome, Error> {
     let mut etcd = connect(obs).await?;
-    match etcd.promote(id).await {
-        Ok(_) => Ok(Outcome::Done(Some(format!(
-            "promoted member {name} to a voter"
-        )))),
-        Err(e) => settling(e),
+    if let Err(e) = etcd.promote(id).await
+        && !applied_despite(obs, &e, |all| {
+            all.iter().any(|m| m.id == id && !m.is_learner)
+        })
+        .await
+    {
+        return settling(e);
     }
+    Ok(Outcome::Done(Some(format!(
+        "promoted member {name} to a voter"
+    ))))
 }
 
 pub(super) async fn remove_member(

@@ -135,15 +135,48 @@ pub enum Outcome {
 /// A connection for a membership change: to the leader when it is known (it would forward the
 /// request anyway), else to a member that answered its status.
 async fn connect(obs: &Observed) -> Result<Etcd, Error> {
+    let endpoint = voter_endpoints(obs)
+        .into_iter()
+        .next()
+        .ok_or(Error::NoEndpoint)?;
+    Ok(Etcd::connect(&endpoint, ETCD_TIMEOUT).await?)
+}
+
+/// The healthy voters' endpoints as last observed, the leader's first.
+fn voter_endpoints(obs: &Observed) -> Vec<etcd::Endpoint> {
     let members = obs.plan.members.as_deref().unwrap_or_default();
     let healthy = members.iter().filter(|m| m.healthy && !m.is_learner);
     let leader = healthy.clone().find(|m| Some(m.id) == obs.plan.leader);
-    let endpoint = leader
+    leader
         .into_iter()
-        .chain(healthy)
-        .find_map(|m| obs.pod_endpoint(&m.name))
-        .ok_or(Error::NoEndpoint)?;
-    Ok(Etcd::connect(&endpoint, ETCD_TIMEOUT).await?)
+        .chain(healthy.filter(|m| Some(m.id) != obs.plan.leader))
+        .filter_map(|m| obs.pod_endpoint(&m.name))
+        .collect()
+}
+
+/// Whether a membership change that answered `e` was applied all the same, read back from
+/// the healthy voters (`applied` judges the list). Taking a lost answer for a refusal would
+/// leave the step half done (a removed member's pod kept) and unreported until a later pass
+/// tidied up after it, with no Event to say a voting change was made.
+async fn applied_despite(
+    obs: &Observed,
+    e: &etcd::Error,
+    applied: impl Fn(&[etcd::Member]) -> bool,
+) -> bool {
+    // etcd's own refusals (a learner not caught up, a cluster not healthy enough) are certain.
+    if e.is_settling() {
+        return false;
+    }
+    let Some(members) = etcd::members_from(&voter_endpoints(obs), ETCD_TIMEOUT).await else {
+        return false;
+    };
+    let done = applied(&members);
+    if done {
+        tracing::info!(
+            "a membership change answered \"{e}\", but the member list shows it applied"
+        );
+    }
+    done
 }
 
 /// `--initial-cluster` from etcd's member list (members that have not started yet have no
