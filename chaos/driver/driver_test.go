@@ -26,7 +26,7 @@ func TestTheSameSeedGivesTheSameScheduleAndEveryKindComes(t *testing.T) {
 		want := map[Kind]int{}
 		size := 0
 		for _, k := range Kinds {
-			if k.Every <= 1 || r%k.Every == 0 {
+			if inRound(k.Every, k.At, r) {
 				want[k.Kind] = k.PerRound
 				size += k.PerRound
 			}
@@ -236,5 +236,19 @@ func TestSpreadEnoughWhenNoOpenNodeCouldTakeTheCrowdedNodesMember(t *testing.T) 
 		if got := spreadEnough(c.placed, c.open, c.size); got != c.want {
 			t.Errorf("%s: spreadEnough = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+func TestATaskPanicIsAViolation(t *testing.T) {
+	record := []Change{
+		{Member: "chaos-a", Reason: "MemberRemoved", At: time.Second},
+		{Reason: TaskPanicked, At: 2 * time.Second, Note: "the operator's task for this cluster panicked (boom)"},
+	}
+	v := invariants(nil, nil, record)
+	if len(v) != 1 || !strings.Contains(v[0], "boom") {
+		t.Fatalf("a TaskPanicked Event: %v", v)
+	}
+	if v := invariants(nil, nil, record[:1]); len(v) != 0 {
+		t.Fatalf("no panic: %v", v)
 	}
 }

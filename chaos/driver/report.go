@@ -123,7 +123,13 @@ type Change struct {
 	Reason   string        `json:"reason"`
 	At       time.Duration `json:"at_ns"`
 	Instance string        `json:"instance,omitempty"`
+	// Note: what a TaskPanicked Event said.
+	Note string `json:"note,omitempty"`
 }
+
+// TaskPanicked is the reason of the Event the operator publishes when a cluster's task
+// panicked (and was started again): never expected, a violation.
+const TaskPanicked = "TaskPanicked"
 
 // departures are the Event reasons of the actions that take a voter out of the membership.
 var departures = map[string]bool{"MemberRemoved": true, "MemberReplaced": true, "MemberRolled": true, "MembersSpread": true}
@@ -141,6 +147,11 @@ var departures = map[string]bool{"MemberRemoved": true, "MemberReplaced": true, 
 // or a crash point after MemberRemove fired in that time (the replica exited before its Event).
 func invariants(samples, views []sample, record []Change) []string {
 	var out []string
+	for _, c := range record {
+		if c.Reason == TaskPanicked {
+			out = append(out, fmt.Sprintf("the operator's task for the cluster panicked at %v: %s", c.At.Round(time.Second), c.Note))
+		}
+	}
 	for _, s := range staleAvailable(samples) {
 		// Only the time in which an operator led counts: the status is the leader's, and
 		// none can write it while none leads (a leader killed, its Lease not yet expired).

@@ -802,6 +802,7 @@ func (e *Env) membershipChanges(start time.Time) ([]Change, error) {
 	var list struct {
 		Items []struct {
 			Reason            string `json:"reason"`
+			Note              string `json:"note"`
 			EventTime         string `json:"eventTime"`
 			ReportingInstance string `json:"reportingInstance"`
 			Regarding         struct {
@@ -818,14 +819,22 @@ func (e *Env) membershipChanges(start time.Time) ([]Change, error) {
 	}
 	var out []Change
 	for _, ev := range list.Items {
-		if ev.Regarding.Kind != "EtcdCluster" || ev.Regarding.Name != e.Cluster || ev.Related == nil {
+		panicked := ev.Reason == TaskPanicked
+		if ev.Regarding.Kind != "EtcdCluster" || ev.Regarding.Name != e.Cluster || (ev.Related == nil && !panicked) {
 			continue
 		}
 		at, err := time.Parse(time.RFC3339Nano, ev.EventTime)
 		if err != nil {
 			continue
 		}
-		out = append(out, Change{Member: ev.Related.Name, Reason: ev.Reason, At: at.Sub(start), Instance: ev.ReportingInstance})
+		c := Change{Reason: ev.Reason, At: at.Sub(start), Instance: ev.ReportingInstance}
+		if ev.Related != nil {
+			c.Member = ev.Related.Name
+		}
+		if panicked {
+			c.Note = ev.Note
+		}
+		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].At < out[j].At })
 	return out, nil
