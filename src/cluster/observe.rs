@@ -512,15 +512,12 @@ async fn member_list(
         })
         .collect();
     sources.sort_by_key(|(_, s)| (s.member_id != s.leader, std::cmp::Reverse(s.raft_term)));
-    for (pod, _) in sources {
-        let Some(ep) = obs.pod_endpoint(pod) else {
-            continue;
-        };
-        if let Ok(mut etcd) = Etcd::connect(&ep, ETCD_TIMEOUT).await
-            && let Ok(list) = etcd.members_linearizable().await
-        {
-            return Some((list, true));
-        }
+    let endpoints: Vec<_> = sources
+        .iter()
+        .filter_map(|(pod, _)| obs.pod_endpoint(pod))
+        .collect();
+    if let Some(list) = crate::etcd::members_from(&endpoints, ETCD_TIMEOUT).await {
+        return Some((list, true));
     }
     for pod in answers.keys() {
         let Some(ep) = obs.pod_endpoint(pod) else {
