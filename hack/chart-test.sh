@@ -75,7 +75,20 @@ render no-crds --set crds.install=false
 if grep -q -- '--install-crds\|customresourcedefinitions' "$out/no-crds.yaml"; then
   echo "[chart] crds.install=false must neither pass --install-crds nor grant CRD rights" >&2; exit 1
 fi
-[ "$(grep -c '^kind: Role$' "$out/namespaced.yaml")" = 3 ] || { echo "[chart] expected a Role per namespace plus the Lease's: $(kinds namespaced)" >&2; exit 1; }
+[ "$(grep -c '^kind: Role$' "$out/namespaced.yaml")" = 4 ] || { echo "[chart] expected a Role per namespace plus the Lease's and the API server addresses': $(kinds namespaced)" >&2; exit 1; }
+# The API servers' addresses: get of the kubernetes Service's EndpointSlice, nothing more.
+python3 - "$out/defaults.yaml" <<'PY' || { echo "[chart] apiServerEndpoints must grant get of default/kubernetes's EndpointSlice only" >&2; exit 1; }
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-apiserver")]
+assert len(roles) == 1 and roles[0]["metadata"]["namespace"] == "default", roles
+assert roles[0]["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+    "resourceNames": ["kubernetes"], "verbs": ["get"]}], roles[0]["rules"]
+PY
+render no-apiserver-endpoints --set apiServerEndpoints=false
+if grep -q 'resourceNames: \[kubernetes\]' "$out/no-apiserver-endpoints.yaml"; then
+  echo "[chart] apiServerEndpoints=false must not grant reading the kubernetes Service's EndpointSlice" >&2; exit 1
+fi
 # Node loss: acted on (and Nodes readable) cluster-wide; off where Nodes cannot be read.
 grep -q -- '--node-loss-grace=30' "$out/defaults.yaml" && grep -q 'resources: \[nodes\]' "$out/defaults.yaml" ||
   { echo "[chart] cluster-wide mode must read Nodes and pass --node-loss-grace=30" >&2; exit 1; }

@@ -6,6 +6,7 @@
 #   containerd, runc, CNI plugins, conntrack, iptables, iproute2 - the local cluster's node
 #   gcc, libc6-dev - the static pause binary
 #   moto (PyPI)    - a real S3 API server for the snapshot tests
+#   PyYAML (PyPI)  - hack/chart-test.sh reads the rendered chart
 #   ca-certificates - the operator image's CA bundle (object storage clients need one)
 #   Azurite (npm)  - a real Azure Blob API server, and Azure's JS client to prepare and read it
 set -euo pipefail
@@ -32,6 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # moto's S3 server: the real S3 API the snapshot tests write to (tests/snapshot_s3.rs).
 python3 -c 'import moto.server, flask' 2>/dev/null || python3 -m pip install -q 'moto[server]'
+python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
 # Azurite: the real Azure Blob API the ABS tests write to (e2e/tests/backup.rs), with Azure's
 # own client for what the tests do besides the operator (create a container, read a blob back).
 azurite_dir="${ETCD_OPERATOR_CACHE:-$HOME/.cache/etcd-operator}/azurite"

@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::time::Duration;
 
+use etcd_operator::kube::apiserver;
 use etcd_operator::{api, backup, cluster, http, leader, metrics, report, restore};
 
 /// A Kubernetes operator for etcd clusters (etcd.database.coreos.com/v1beta2).
@@ -262,12 +263,22 @@ fn init_logs(level: &str, format: LogFormat) -> anyhow::Result<()> {
 }
 
 /// A client whose every request is counted in `etcd_operator_api_requests_total`, so that what
-/// the operator costs the API server is measured by the operator itself.
+/// the operator costs the API server is measured by the operator itself. Its connections go
+/// to the API servers' own addresses when the Service refuses them ([`apiserver`]). The stack
+/// is kube's own (`ClientBuilder::try_from`) with that connector in place of its HTTP one, and
+/// without the proxy settings, which an in-cluster operator does not use.
 fn counted_client(
     config: kube::Config,
     metrics: &std::sync::Arc<metrics::Metrics>,
+    apiservers: &apiserver::Addresses,
 ) -> anyhow::Result<kube::Client> {
+    use kube::client::ConfigExt;
+    use tower::ServiceExt;
     let metrics = metrics.clone();
+    // Out of a cluster (a kubeconfig's server, perhaps with exec credentials) kube's own
+    // builder does it all; the direct route is for the Service's address only.
+    let in_cluster = std::env::var("KUBERNETES_SERVICE_HOST")
+        .is_ok_and(|host| config.cluster_url.host() == Some(host.as_str()));
     let count =
         tower::util::MapRequestLayer::new(move |req: hyper::Request<kube::client::Body>| {
             metrics.api_request(metrics::request_labels(
@@ -277,10 +288,53 @@ fn counted_client(
             ));
             req
         });
-    Ok(kube::client::ClientBuilder::try_from(config)
-        .context("connecting to Kubernetes")?
-        .with_layer(&count)
-        .build())
+    if !in_cluster {
+        return Ok(kube::client::ClientBuilder::try_from(config)
+            .context("connecting to Kubernetes")?
+            .with_layer(&count)
+            .build());
+    }
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Only fails when another thread installed one first, which is as good.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    }
+    let tcp = apiserver::Connector::new(apiservers.clone(), Duration::from_secs(3));
+    let tls = config
+        .rustls_https_connector_with_connector(tcp)
+        .context("connecting to Kubernetes")?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(tls);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let http: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .build(connector);
+    let retry = config
+        .default_retry
+        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer().context("the API server credentials")?)
+        .layer(
+            config
+                .extra_headers_layer()
+                .context("the API request headers")?,
+        )
+        .layer(count)
+        .map_err(tower::BoxError::from)
+        .service(http)
+        .map_response(|res| {
+            res.map(|body| {
+                Box::new(http_body_util::BodyExt::map_err(
+                    body,
+                    tower::BoxError::from,
+                )) as Box<kube::client::DynBody>
+            })
+        })
+        .boxed();
+    Ok(kube::client::ClientBuilder::new(service, config.default_namespace.clone()).build())
 }
 
 /// `config` with every request bounded by `timeout`.
@@ -371,20 +425,35 @@ async fn install_crds(client: &kube::Client) {
     }
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_logs(&args.log_level, args.log_format)?;
-    let metrics = std::sync::Arc::new(metrics::Metrics::new());
-    // Two clients: watches stay open for minutes and are guarded by the watcher's own idle
-    // timeout; every other request is bounded, so a hung API server connection never holds a
-    // cluster's task.
+/// Two clients: watches stay open for minutes and are guarded by the watcher's own idle
+/// timeout; every other request is bounded, so a hung API server connection never holds a
+/// cluster's task. Both fall back on the API servers' own addresses, which a task follows.
+async fn clients(
+    args: &RunArgs,
+    metrics: &std::sync::Arc<metrics::Metrics>,
+) -> anyhow::Result<(kube::Client, kube::Client)> {
     let config = kube::Config::infer()
         .await
         .context("finding the Kubernetes configuration")?;
-    let watch_client = counted_client(config.clone(), &metrics)?;
+    let apiservers = apiserver::Addresses::default();
+    let watch_client = counted_client(config.clone(), metrics, &apiservers)?;
     let client = counted_client(
         bounded(config, Duration::from_secs(args.request_timeout)),
-        &metrics,
+        metrics,
+        &apiservers,
     )?;
+    tokio::spawn(apiserver::follow(
+        client.clone(),
+        apiservers,
+        Duration::from_secs(30),
+    ));
+    Ok((client, watch_client))
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logs(&args.log_level, args.log_format)?;
+    let metrics = std::sync::Arc::new(metrics::Metrics::new());
+    let (client, watch_client) = clients(&args, &metrics).await?;
     if args.install_crds {
         install_crds(&client).await;
     }

@@ -418,7 +418,7 @@ func Run(cfg Config) (*Report, error) {
 	r.Violations = len(r.ViolationList)
 	r.History, r.OperatorLogs = histPath, restartLogs
 	r.APIOutageRouted = outageRouted.Seconds()
-	r.APIOutageRecovery = (outage - outageRouted).Seconds()
+	r.APIOutageRecovery = outage.Seconds()
 	r.APIOutageHealthy = outageHealthy.Seconds()
 	if runErr != nil {
 		r.Error = runErr.Error()
@@ -509,8 +509,8 @@ func (e *Env) apiOutage(endpoint string) (routed, acted, healthy time.Duration, 
 	})
 	healthy = time.Since(back)
 	routed = <-reached
-	logf("kube-apiserver stopped 20 s, then %s deleted: the kubernetes Service answered from a node %v after the API server's return, the operator removed the member %v after it, healthy again after %v",
-		victim, routed.Round(100*time.Millisecond), (acted - routed).Round(100*time.Millisecond), healthy.Round(100*time.Millisecond))
+	logf("kube-apiserver stopped 20 s, then %s deleted: the kubernetes Service answered from a node %v after the API server's return, the operator removed the member %v after that return, healthy again after %v",
+		victim, routed.Round(100*time.Millisecond), acted.Round(100*time.Millisecond), healthy.Round(100*time.Millisecond))
 	return routed, acted, healthy, err
 }
 

@@ -9,6 +9,7 @@
 //! The name shadows the kube crate at the crate root only: in every other module `kube::`
 //! is still the kube crate, and this module is reached as `crate::kube`.
 
+pub mod apiserver;
 pub mod cache;
 pub mod crds;
 pub mod invalid;
