@@ -36,7 +36,15 @@ render monitoring --set alerts.enabled=true --set dashboards.enabled=true --set 
 grep -q '^kind: PrometheusRule$' "$out/monitoring.yaml" && grep -q '^kind: PodMonitor$' "$out/monitoring.yaml" &&
   grep -q 'grafana_dashboard: "1"' "$out/monitoring.yaml" && grep -q 'alert: EtcdClusterQuorumLost' "$out/monitoring.yaml" ||
   { echo "[chart] alerts.enabled/dashboards.enabled: PrometheusRule, PodMonitor or dashboard missing" >&2; exit 1; }
-if grep -q 'PrometheusRule\|PodMonitor\|grafana_dashboard' "$out/defaults.yaml"; then
+# The alerts read the operator's series: its ServiceMonitor comes with them, selected like them.
+python3 - "$out/monitoring.yaml" <<'PY' || { echo "[chart] alerts.enabled must scrape the operator (a ServiceMonitor with alerts.labels)" >&2; exit 1; }
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+sm = [d for d in docs if d["kind"] == "ServiceMonitor"]
+assert len(sm) == 1 and sm[0]["metadata"]["labels"].get("release") == "prom", sm
+assert sm[0]["spec"]["endpoints"][0]["honorLabels"] is True, sm
+PY
+if grep -q 'PrometheusRule\|PodMonitor\|ServiceMonitor\|grafana_dashboard' "$out/defaults.yaml"; then
   echo "[chart] monitoring objects rendered although alerts and dashboards are off" >&2; exit 1
 fi
 "$here/monitoring-test.sh"

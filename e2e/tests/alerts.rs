@@ -38,8 +38,6 @@ fn rendered_chart(op_ns: &str, ns: &str) -> Vec<Value> {
         "alerts.enabled=true",
         "--set",
         "dashboards.enabled=true",
-        "--set",
-        "metrics.serviceMonitor.enabled=true",
     ]);
     serde_saphyr::from_multiple::<Value>(&text)
         .unwrap()
