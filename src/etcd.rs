@@ -231,6 +231,18 @@ impl Status {
             .any(|e| (e.contains(&own) && !e.contains(NOSPACE_ALARM)) || !e.contains("memberID:"))
     }
 
+    /// The alarms this answer lists as raised for member `id` (`NOSPACE`, `CORRUPT`), as etcd
+    /// names them.
+    pub fn alarms_of(&self, id: u64) -> Vec<String> {
+        let own = format!("memberID:{id} ");
+        self.errors
+            .iter()
+            .filter(|e| e.contains(&own))
+            .filter_map(|e| e.split("alarm:").nth(1)?.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The members this answer lists with a NOSPACE alarm: one of them reached the quota, and
     /// the cluster refuses every write that would grow the database until it is disarmed.
     pub fn nospace(&self) -> Vec<u64> {

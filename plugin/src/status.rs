@@ -69,6 +69,10 @@ pub struct MemberRow {
     /// How far its raft index is behind the leader's.
     pub lag: Option<i64>,
     pub db_size: Option<i64>,
+    /// Bytes in use: what a defragmentation would shrink the database to.
+    pub db_size_in_use: Option<i64>,
+    /// Alarms raised for the member (`NOSPACE`, `CORRUPT`).
+    pub alarms: Vec<String>,
     pub pod_ready: bool,
     pub node: String,
     pub zone: String,
@@ -183,6 +187,8 @@ pub fn report(
                 raft_index: m.raft_index,
                 lag: leader_index.zip(m.raft_index).map(|(l, i)| (l - i).max(0)),
                 db_size: m.db_size,
+                db_size_in_use: m.db_size_in_use,
+                alarms: m.alarms.clone(),
                 pod_ready: pod.is_some_and(pod_ready),
                 zone: zones.get(&node).cloned().unwrap_or_default(),
                 node,
@@ -423,6 +429,8 @@ fn members_table(members: &[MemberRow]) -> String {
             "RAFT INDEX",
             "LAG",
             "DB SIZE",
+            "IN USE",
+            "ALARMS",
             "POD READY",
             "NODE",
             "ZONE",
@@ -439,6 +447,12 @@ fn members_table(members: &[MemberRow]) -> String {
             m.raft_index.map_or("-".into(), |v| v.to_string()),
             m.lag.map_or("-".into(), |v| v.to_string()),
             bytes(m.db_size),
+            bytes(m.db_size_in_use),
+            if m.alarms.is_empty() {
+                "-".into()
+            } else {
+                m.alarms.join(",")
+            },
             m.pod_ready.to_string(),
             m.node.clone(),
             m.zone.clone(),
@@ -464,7 +478,8 @@ mod tests {
                     {"name": "example-a", "id": "1", "role": "leader", "version": "3.6.16",
                      "healthy": true, "raftIndex": 120, "dbSize": 2_097_152},
                     {"name": "example-b", "id": "2", "role": "follower", "version": "3.6.16",
-                     "healthy": true, "raftIndex": 117, "dbSize": 2_097_152}]}
+                     "healthy": true, "raftIndex": 117, "dbSize": 2_097_152,
+                     "dbSizeInUse": 1_048_576, "alarms": ["NOSPACE"]}]}
         }))
         .unwrap();
         let pod: Pod = serde_json::from_value(json!({
@@ -509,6 +524,17 @@ mod tests {
             shown.contains("example-b  follower  3.6.16   true     117         3"),
             "{shown}"
         );
+        let b_row = shown
+            .lines()
+            .find(|l| l.trim_start().starts_with("example-b"))
+            .unwrap();
+        assert!(
+            b_row.contains("2.0 MiB") && b_row.contains("1.0 MiB") && b_row.contains("NOSPACE"),
+            "{shown}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["members"][1]["dbSizeInUse"], 1_048_576);
+        assert_eq!(json["members"][1]["alarms"], json!(["NOSPACE"]));
         assert!(
             shown.contains(
                 "Archive: nightly, revisions 99 to 180 (newest change 2026-11-26T10:04:59Z), lag 40 ms"

@@ -764,6 +764,12 @@ pub struct MemberStatus {
     /// Size of the member's database in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub db_size: Option<i64>,
+    /// Bytes of the database in use: what it would shrink to when defragmented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size_in_use: Option<i64>,
+    /// Alarms raised for the member (`NOSPACE`, `CORRUPT`), as the members report them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<String>,
     /// The member's raft index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft_index: Option<i64>,

@@ -712,6 +712,17 @@ mod tests {
         assert!(is_healthy(&member(1), &nospace));
         assert_eq!(nospace.nospace(), [1]);
         assert!(corrupt.nospace().is_empty());
+        // The status names each member's alarms, and only its own.
+        let both = Status {
+            errors: vec![
+                "memberID:1 alarm:NOSPACE ".into(),
+                "memberID:12 alarm:CORRUPT ".into(),
+            ],
+            ..status(1, 2, 3)
+        };
+        assert_eq!(both.alarms_of(1), ["NOSPACE"]);
+        assert_eq!(both.alarms_of(12), ["CORRUPT"]);
+        assert!(both.alarms_of(2).is_empty());
     }
 
     #[test]

@@ -341,6 +341,16 @@ struct Roster {
     stray: Vec<String>,
 }
 
+/// The alarms any member reports for member `id` (each lists the whole cluster's), once each.
+fn alarms_of(obs: &Observed, id: u64) -> Vec<String> {
+    let all: BTreeSet<String> = obs
+        .statuses
+        .values()
+        .flat_map(|s| s.alarms_of(id))
+        .collect();
+    all.into_iter().collect()
+}
+
 fn roster(obs: &Observed, previous: &EtcdClusterStatus) -> Roster {
     let members = obs.plan.members.as_deref().unwrap_or_default();
     let mut statuses = Vec::new();
@@ -373,6 +383,8 @@ fn roster(obs: &Observed, previous: &EtcdClusterStatus) -> Roster {
             version: status.map(|s| s.version.clone()).unwrap_or_default(),
             healthy: m.healthy,
             db_size: status.map(|s| s.db_size),
+            db_size_in_use: status.map(|s| s.db_size_in_use),
+            alarms: alarms_of(obs, m.id),
             raft_index: status.map(|s| i64::try_from(s.raft_index).unwrap_or(i64::MAX)),
         });
     }
@@ -385,6 +397,8 @@ fn roster(obs: &Observed, previous: &EtcdClusterStatus) -> Roster {
                 role: None,
                 healthy: false,
                 db_size: None,
+                db_size_in_use: None,
+                alarms: Vec::new(),
                 raft_index: None,
                 ..m.clone()
             });
@@ -848,5 +862,45 @@ mod tests {
             ("True", "CertificatesRotating")
         );
         assert_eq!(c.message, "step 3 of 3");
+    }
+
+    #[test]
+    fn member_statuses_name_the_bytes_in_use_and_the_alarms_any_member_reports() {
+        let cluster = three();
+        let mut obs = observed([PodState::Running; 3]);
+        // Only m1 answered its status; it lists the whole cluster's alarms, m2's among them.
+        obs.statuses.insert(
+            1,
+            crate::etcd::Status {
+                member_id: 1,
+                cluster_id: 7,
+                leader: 1,
+                version: "3.6.16".into(),
+                db_size: 4096,
+                db_size_in_use: 1024,
+                raft_index: 9,
+                raft_term: 2,
+                revision: 5,
+                raft_applied_index: 9,
+                is_learner: false,
+                errors: vec!["memberID:2 alarm:NOSPACE ".into()],
+            },
+        );
+        let status = compute(&cluster, &obs, &Action::Steady);
+        let m = |name: &str| {
+            status
+                .member_statuses
+                .iter()
+                .find(|m| m.name == name)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(
+            (m("m1").db_size, m("m1").db_size_in_use),
+            (Some(4096), Some(1024))
+        );
+        assert!(m("m1").alarms.is_empty());
+        assert_eq!(m("m2").alarms, ["NOSPACE"]);
+        assert_eq!(m("m2").db_size_in_use, None);
     }
 }
