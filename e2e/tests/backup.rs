@@ -207,6 +207,15 @@ fn plugin_status_and_backup_now(k: &Kubectl, ns: &str, moto: &Moto) {
         report["leader"].is_string() && report["available"] == true,
         "{report}"
     );
+    // A member's bytes in use come with its size, never beyond it.
+    assert!(
+        members
+            .iter()
+            .all(|m| m["dbSize"].as_i64().is_none_or(|size| m["dbSizeInUse"]
+                .as_i64()
+                .is_some_and(|used| used > 0 && used <= size))),
+        "{report}"
+    );
     assert!(report["lastBackup"]["path"].is_string(), "{report}");
     let out = k.plugin_ok(
         &dir,

@@ -166,3 +166,57 @@ pub fn explain(e: kube::Error, verb: &str, what: &str, ns: &str) -> anyhow::Erro
         _ => anyhow::Error::new(e).context(format!("{verb} {what} in namespace {ns}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(message, "Forbidden")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn errors_name_the_object_the_namespace_and_the_missing_right() {
+        let e = explain(
+            refused(
+                403,
+                "etcdbackups.etcd.database.coreos.com is forbidden: User \"dev\" cannot create \
+                 resource \"etcdbackups\"",
+            ),
+            "create",
+            "EtcdBackup now",
+            "team-a",
+        )
+        .to_string();
+        assert!(
+            e.starts_with("you may not create EtcdBackup now in namespace team-a")
+                && e.contains("missing right: create")
+                && e.contains("cannot create resource \"etcdbackups\""),
+            "{e}"
+        );
+        let e = explain(
+            refused(404, "not found"),
+            "get",
+            "EtcdCluster example",
+            "team-a",
+        );
+        assert_eq!(
+            e.to_string(),
+            "EtcdCluster example not found in namespace team-a"
+        );
+        let e = explain(
+            refused(500, "etcdserver: leader changed"),
+            "get",
+            "pods",
+            "team-a",
+        );
+        assert!(
+            format!("{e:#}").starts_with("get pods in namespace team-a: "),
+            "{e:#}"
+        );
+    }
+}

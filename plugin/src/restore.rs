@@ -3,7 +3,7 @@
 //! confirmed by typing the cluster's name (or `--yes`), waited for with a line per step. The
 //! operator verifies the snapshot and keeps what it replaces; this command only asks for it.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::{BufRead, IsTerminal as _, Write};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -185,14 +185,32 @@ fn confirmed(ns: &str, cluster: &str, what: &str) -> anyhow::Result<bool> {
     if !std::io::stdin().is_terminal() {
         bail!("standard input is not a terminal, so nothing can be confirmed: pass --yes");
     }
-    print!(
+    confirm(
+        std::io::stdin().lock(),
+        std::io::stdout(),
+        ns,
+        cluster,
+        what,
+    )
+}
+
+/// The prompt, answered from `input`: only the cluster's own name goes on.
+fn confirm(
+    mut input: impl BufRead,
+    mut out: impl Write,
+    ns: &str,
+    cluster: &str,
+    what: &str,
+) -> anyhow::Result<bool> {
+    write!(
+        out,
         "This replaces every member of EtcdCluster {ns}/{cluster} with {what}.\n\
          What the cluster holds now is kept as a safety snapshot beside it.\n\
          Type the cluster's name to go on: "
-    );
-    std::io::stdout().flush()?;
+    )?;
+    out.flush()?;
     let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
+    input.read_line(&mut line)?;
     Ok(line.trim() == cluster)
 }
 
@@ -233,6 +251,31 @@ async fn wait(api: &Api<EtcdRestore>, name: &str, timeout: Duration) -> anyhow::
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_prompt_goes_on_only_when_the_cluster_s_name_is_typed() {
+        let ask = |typed: &str| {
+            let mut shown = Vec::new();
+            let go = confirm(
+                typed.as_bytes(),
+                &mut shown,
+                "ns",
+                "example",
+                "backup nightly",
+            );
+            (go.unwrap(), String::from_utf8(shown).unwrap())
+        };
+        let (go, shown) = ask("example\n");
+        assert!(go);
+        assert!(
+            shown.contains("EtcdCluster ns/example with backup nightly"),
+            "{shown}"
+        );
+        assert!(ask("  example  \n").0);
+        for typed in ["", "\n", "y\n", "yes\n", "examples\n", "ns/example\n"] {
+            assert!(!ask(typed).0, "{typed:?} went on");
+        }
+    }
 
     #[test]
     fn a_restore_names_a_backup_or_a_path_in_the_newest_backup_s_store() {

@@ -128,12 +128,17 @@ pub async fn run(client: Client, ns: &str, name: &str, output: Output) -> anyhow
         .map_err(|e| explain(e, "list", "events", ns))?
         .items;
     let report = report(&cluster, &pods, &zones, &backups, &events, Timestamp::now());
-    match output {
-        Output::Text => print!("{}", text(&report)),
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Output::Yaml => print!("{}", serde_saphyr::to_string(&report)?),
-    }
+    print!("{}", render(&report, output)?);
     Ok(())
+}
+
+/// The report as `output` asks: the table for people, or every field for scripts.
+pub fn render(report: &Report, output: Output) -> anyhow::Result<String> {
+    Ok(match output {
+        Output::Text => text(report),
+        Output::Json => serde_json::to_string_pretty(report)? + "\n",
+        Output::Yaml => serde_saphyr::to_string(report)?,
+    })
 }
 
 /// Each node's zone; empty when nodes may not be read.
@@ -532,9 +537,22 @@ mod tests {
             b_row.contains("2.0 MiB") && b_row.contains("1.0 MiB") && b_row.contains("NOSPACE"),
             "{shown}"
         );
-        let json = serde_json::to_value(&r).unwrap();
-        assert_eq!(json["members"][1]["dbSizeInUse"], 1_048_576);
-        assert_eq!(json["members"][1]["alarms"], json!(["NOSPACE"]));
+        // -o json and -o yaml: the same fields, read back as a script would.
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&r, Output::Json).unwrap()).unwrap();
+        let yaml: serde_json::Value =
+            serde_saphyr::from_str(&render(&r, Output::Yaml).unwrap()).unwrap();
+        for doc in [&json, &yaml] {
+            assert_eq!(doc["name"], "example", "{doc}");
+            assert_eq!(doc["available"], true, "{doc}");
+            assert_eq!(doc["leader"], "example-a", "{doc}");
+            assert_eq!(doc["members"][1]["lag"], 3, "{doc}");
+            assert_eq!(doc["members"][1]["dbSizeInUse"], 1_048_576, "{doc}");
+            assert_eq!(doc["members"][1]["alarms"], json!(["NOSPACE"]), "{doc}");
+            assert_eq!(doc["members"][0]["zone"], "z1", "{doc}");
+            assert_eq!(doc["lastBackup"]["revision"], 99, "{doc}");
+        }
+        assert_eq!(render(&r, Output::Text).unwrap(), shown);
         assert!(
             shown.contains(
                 "Archive: nightly, revisions 99 to 180 (newest change 2026-11-26T10:04:59Z), lag 40 ms"
