@@ -237,6 +237,33 @@ fn plugin_status_and_backup_now(k: &Kubectl, ns: &str, moto: &Moto) {
         .unwrap_or_else(|| panic!("{path}"));
     assert!(key.starts_with("etcd/periodic_2"), "{path}");
     assert_eq!(moto.keys(BUCKET, key).len(), 1, "{path}");
+    // To a path of one's choosing, without waiting: the command returns at once, the backup
+    // goes on and writes exactly there.
+    let quick = k.plugin_ok(
+        &dir,
+        &[
+            "etcd",
+            "backup",
+            "example",
+            "-n",
+            ns,
+            "--backup-name",
+            "to-path",
+            "--to",
+            &format!("{BUCKET}/adhoc/to-path.db"),
+            "--no-wait",
+        ],
+    );
+    assert!(
+        quick.contains("created EtcdBackup to-path") && !quick.contains("succeeded: "),
+        "{quick}"
+    );
+    until_status(k, ns, "etcdbackup/to-path", 120, |s| s["succeeded"] == true);
+    assert_eq!(
+        status(k, ns, "etcdbackup/to-path")["path"],
+        format!("{BUCKET}/adhoc/to-path.db")
+    );
+    assert_eq!(moto.keys(BUCKET, "adhoc/to-path.db").len(), 1);
     let text = k.plugin_ok(&dir, &["etcd", "status", "example", "-n", ns]);
     assert!(text.contains("Available, 3 of 3 members ready"), "{text}");
     println!("kubectl etcd status:\n{text}\nkubectl etcd backup:\n{out}");

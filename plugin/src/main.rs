@@ -180,6 +180,43 @@ mod tests {
     }
 
     #[test]
+    fn completion_scripts_know_every_command_and_flag() {
+        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh] {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "kubectl-etcd", &mut script);
+            let script = String::from_utf8(script).unwrap();
+            for word in [
+                "status",
+                "backup",
+                "restore",
+                "etcdctl",
+                "defrag",
+                "move-leader",
+                "report",
+                "--to-revision",
+                "--no-wait",
+            ] {
+                assert!(script.contains(word), "{shell}: {word} missing");
+            }
+        }
+        // Parsing agrees with the help: restore's point is a revision or a time, not both.
+        assert!(
+            Cli::try_parse_from([
+                "kubectl-etcd",
+                "restore",
+                "x",
+                "--from",
+                "b",
+                "--to-revision",
+                "5",
+                "--to-time",
+                "2026-11-29T00:00:00Z",
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
     fn errors_name_the_object_the_namespace_and_the_missing_right() {
         let e = explain(
             refused(
