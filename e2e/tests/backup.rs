@@ -336,8 +336,25 @@ fn plugin_report(k: &Kubectl, ns: &str, dir: &std::path::Path, members: &[serde_
             "{f} not in {listing}"
         );
     }
-    let logs = listing.lines().filter(|l| l.contains("/logs/")).count();
-    assert!(logs > members.len(), "no operator log in {listing}");
+    let operators = k.ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            "app.kubernetes.io/name=etcd-operator",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+        None,
+    );
+    assert!(
+        operators
+            .split_whitespace()
+            .any(|p| listing.contains(&format!("example-report/logs/{p}.log"))),
+        "no log of the operator's pods ({operators}) in {listing}"
+    );
     let tar = std::fs::read(&file).unwrap();
     let _ = std::fs::remove_file(&file);
     let text = String::from_utf8_lossy(&tar);
@@ -345,8 +362,23 @@ fn plugin_report(k: &Kubectl, ns: &str, dir: &std::path::Path, members: &[serde_
         text.contains("credentials") && text.contains("<redacted: "),
         "the aws Secret is not listed by key"
     );
+    // Neither the value nor its base64 (as a Secret's data holds it).
+    let encoded = k.ok(
+        &[
+            "get",
+            "secret",
+            "aws",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.data.credentials}",
+        ],
+        None,
+    );
     assert!(
-        !text.contains("aws_secret_access_key"),
+        encoded.trim().len() > 20
+            && !text.contains(encoded.trim())
+            && !text.contains("aws_secret_access_key"),
         "a Secret's value is in the report"
     );
 }

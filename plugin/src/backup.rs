@@ -80,7 +80,7 @@ pub async fn run(client: Client, ns: &str, args: Args) -> anyhow::Result<()> {
     if args.no_wait {
         return Ok(());
     }
-    wait(&backups, &name, Duration::from_secs(args.timeout)).await
+    wait(&backups, &name, ns, Duration::from_secs(args.timeout)).await
 }
 
 /// The cluster's EtcdBackup that succeeded last (by its last success, to the nanosecond; the
@@ -231,12 +231,17 @@ fn path_of(spec: &EtcdBackupSpec) -> Option<String> {
 }
 
 /// Prints each new phase and message until the backup succeeds (Ok) or fails (Err).
-async fn wait(api: &Api<EtcdBackup>, name: &str, timeout: Duration) -> anyhow::Result<()> {
+async fn wait(
+    api: &Api<EtcdBackup>,
+    name: &str,
+    ns: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     follow(&format!("EtcdBackup {name}"), timeout, || async {
         let s = api
             .get(name)
             .await
-            .context("reading the EtcdBackup")?
+            .map_err(|e| explain(e, "get", &format!("EtcdBackup {name}"), ns))?
             .status
             .unwrap_or_default();
         let message = s

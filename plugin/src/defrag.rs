@@ -32,7 +32,7 @@ pub async fn run(client: Client, ns: &str, name: &str, timeout: Duration) -> any
         let cluster = clusters
             .get(name)
             .await
-            .context("reading the EtcdCluster")?;
+            .map_err(|e| explain(e, "get", &format!("EtcdCluster {name}"), ns))?;
         let status = cluster.status.unwrap_or_default();
         let Some(request) = status.defrag_request.filter(|r| r.token == token) else {
             tokio::time::sleep(Duration::from_millis(500)).await;

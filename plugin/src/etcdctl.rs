@@ -54,7 +54,7 @@ pub async fn run(
         .await
         .map_err(|e| explain(e, "create", "pods", ns))?;
     let pod_name = made.name_any();
-    let result = wait_and_print(&pods, &pod_name).await;
+    let result = wait_and_print(&pods, &pod_name, ns).await;
     if let Err(e) = pods.delete(&pod_name, &DeleteParams::default()).await {
         eprintln!("deleting pod {pod_name}: {e}");
     }
@@ -150,10 +150,13 @@ pub fn pod_of(
 }
 
 /// Waits for the pod to end, prints its output, returns etcdctl's exit code.
-async fn wait_and_print(pods: &Api<Pod>, name: &str) -> anyhow::Result<i32> {
+async fn wait_and_print(pods: &Api<Pod>, name: &str, ns: &str) -> anyhow::Result<i32> {
     let start = Instant::now();
     loop {
-        let pod = pods.get(name).await.context("reading the etcdctl pod")?;
+        let pod = pods
+            .get(name)
+            .await
+            .map_err(|e| explain(e, "get", &format!("pod {name}"), ns))?;
         let status = pod.status.unwrap_or_default();
         let terminated = status
             .container_statuses
@@ -164,7 +167,7 @@ async fn wait_and_print(pods: &Api<Pod>, name: &str) -> anyhow::Result<i32> {
             let logs = pods
                 .logs(name, &LogParams::default())
                 .await
-                .context("reading etcdctl's output")?;
+                .map_err(|e| explain(e, "get", &format!("pods/log of pod {name}"), ns))?;
             print!("{logs}");
             return Ok(t.exit_code);
         }

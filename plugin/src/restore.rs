@@ -97,7 +97,7 @@ pub async fn run(client: Client, ns: &str, args: Args) -> anyhow::Result<()> {
     if args.no_wait {
         return Ok(());
     }
-    wait(&restores, &name, Duration::from_secs(args.timeout)).await
+    wait(&restores, &name, ns, Duration::from_secs(args.timeout)).await
 }
 
 /// The restore's spec and what it restores, in words. Pure.
@@ -215,12 +215,17 @@ fn confirm(
 }
 
 /// Prints each new phase and message until the restore completes (Ok) or fails (Err).
-async fn wait(api: &Api<EtcdRestore>, name: &str, timeout: Duration) -> anyhow::Result<()> {
+async fn wait(
+    api: &Api<EtcdRestore>,
+    name: &str,
+    ns: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     follow(&format!("EtcdRestore {name}"), timeout, || async {
         let s = api
             .get(name)
             .await
-            .context("reading the EtcdRestore")?
+            .map_err(|e| explain(e, "get", &format!("EtcdRestore {name}"), ns))?
             .status
             .unwrap_or_default();
         let message = s

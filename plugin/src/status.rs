@@ -505,7 +505,26 @@ mod tests {
         .unwrap();
         let zones = BTreeMap::from([("n1".to_string(), "z1".to_string())]);
         let now: Timestamp = "2026-11-26T10:05:00Z".parse().unwrap();
-        let r = report(&cluster, &[pod], &zones, &[backup], &[], now);
+        // Twelve Events, listed out of order: the newest ten are shown, oldest first.
+        let events: Vec<Event> = [3, 11, 0, 7, 1, 9, 2, 10, 4, 8, 5, 6]
+            .map(|i| {
+                serde_json::from_value(json!({
+                    "metadata": {"name": format!("e{i}")},
+                    "involvedObject": {"kind": "EtcdCluster", "name": "example"},
+                    "type": if i == 11 { "Warning" } else { "Normal" },
+                    "reason": format!("Reason{i}"),
+                    "message": format!("message {i}"),
+                    "lastTimestamp": format!("2026-11-26T10:00:{i:02}Z"),
+                }))
+                .unwrap()
+            })
+            .to_vec();
+        let r = report(&cluster, &[pod], &zones, &[backup], &events, now);
+        let reasons: Vec<&str> = r.events.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            (2..12).map(|i| format!("Reason{i}")).collect::<Vec<_>>()
+        );
         assert!(r.available);
         assert_eq!(r.leader.as_deref(), Some("example-a"));
         assert_eq!(r.members[1].lag, Some(3));
@@ -553,6 +572,17 @@ mod tests {
             assert_eq!(doc["lastBackup"]["revision"], 99, "{doc}");
         }
         assert_eq!(render(&r, Output::Text).unwrap(), shown);
+        assert_eq!(json["events"][9]["type"], "Warning", "{json}");
+        assert_eq!(json["events"][9]["message"], "message 11", "{json}");
+        let last = shown.lines().last().unwrap();
+        assert!(
+            last.contains("Warning") && last.contains("Reason11") && last.contains("message 11"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("Reason1 ") && !shown.contains("Reason0 "),
+            "{shown}"
+        );
         assert!(
             shown.contains(
                 "Archive: nightly, revisions 99 to 180 (newest change 2026-11-26T10:04:59Z), lag 40 ms"
