@@ -349,22 +349,51 @@ fn options(timeout: Duration) -> ConnectOptions {
 /// A connection to one etcd member's client endpoint.
 pub struct Etcd {
     client: Client,
+    /// What bounds connecting and each request, beside tonic's own timeouts (see [`within`]).
+    timeout: Option<Duration>,
+}
+
+/// `call`, given up after `timeout`. tonic's timeouts sit behind the balanced channel that
+/// etcd-client always uses: a member that takes the TCP connection and never completes the
+/// TLS handshake (a frozen etcd: the kernel still accepts for it) left a request waiting for
+/// a ready endpoint forever, and a cluster's task with it (tests/etcd_unanswered.rs).
+async fn within<T>(
+    timeout: Option<Duration>,
+    call: impl std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+) -> std::result::Result<T, etcd_client::Error> {
+    let Some(timeout) = timeout else {
+        return call.await;
+    };
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(etcd_client::Error::IoError(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {timeout:?}"),
+            )))
+        })
 }
 
 impl Etcd {
     /// Connects to `endpoint`; every request is bounded by `timeout`.
     pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Self> {
-        Self::connect_with(endpoint, options(timeout)).await
+        Self::connect_with(endpoint, options(timeout), timeout, Some(timeout)).await
     }
 
-    async fn connect_with(endpoint: &Endpoint, options: ConnectOptions) -> Result<Self> {
-        let client = Client::connect([endpoint.url.as_str()], Some(endpoint.options(options)))
+    async fn connect_with(
+        endpoint: &Endpoint,
+        options: ConnectOptions,
+        connect_timeout: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
+        let connecting = Client::connect([endpoint.url.as_str()], Some(endpoint.options(options)));
+        let client = within(Some(connect_timeout), connecting)
             .await
             .map_err(|source| Error::Connect {
                 endpoint: endpoint.url.clone(),
                 source,
             })?;
-        Ok(Etcd { client })
+        Ok(Etcd { client, timeout })
     }
 
     /// Connects to `endpoint` for a long stream (a snapshot): only connecting is bounded by
@@ -373,6 +402,8 @@ impl Etcd {
         Self::connect_with(
             endpoint,
             ConnectOptions::new().with_connect_timeout(connect_timeout),
+            connect_timeout,
+            None,
         )
         .await
     }
@@ -436,9 +467,7 @@ impl Etcd {
 
     /// The member list, in etcd's order.
     pub async fn members(&mut self) -> Result<Vec<Member>> {
-        let resp = self
-            .client
-            .member_list()
+        let resp = within(self.timeout, self.client.member_list())
             .await
             .map_err(Error::ListMembers)?;
         Ok(resp.members().iter().map(Member::from_etcd).collect())
@@ -450,11 +479,11 @@ impl Etcd {
     /// etcd-client does not expose; this works on 3.4 too. The key read is one that never
     /// exists, so the read costs nothing.
     pub async fn members_linearizable(&mut self) -> Result<Vec<Member>> {
-        self.client
-            .get(
-                "\0etcd-operator/observe",
-                Some(GetOptions::new().with_count_only()),
-            )
+        let read = self.client.get(
+            "\0etcd-operator/observe",
+            Some(GetOptions::new().with_count_only()),
+        );
+        within(self.timeout, read)
             .await
             .map_err(Error::ListMembers)?;
         self.members().await
@@ -462,9 +491,10 @@ impl Etcd {
 
     /// Adds a learner with `peer_url`; returns it and the member list after the change.
     pub async fn add_learner(&mut self, peer_url: &str) -> Result<(Member, Vec<Member>)> {
-        let resp = self
+        let add = self
             .client
-            .member_add([peer_url], Some(MemberAddOptions::new().with_is_learner()))
+            .member_add([peer_url], Some(MemberAddOptions::new().with_is_learner()));
+        let resp = within(self.timeout, add)
             .await
             .map_err(|source| Error::AddLearner {
                 peer_url: peer_url.to_string(),
@@ -482,9 +512,7 @@ impl Etcd {
     /// Promotes learner `id` to a voter; etcd refuses until it has caught up
     /// ([`Error::is_learner_not_ready`]).
     pub async fn promote(&mut self, id: u64) -> Result<Vec<Member>> {
-        let resp = self
-            .client
-            .member_promote(id)
+        let resp = within(self.timeout, self.client.member_promote(id))
             .await
             .map_err(|source| Error::Promote { id, source })?;
         Ok(resp.members().iter().map(Member::from_etcd).collect())
@@ -492,9 +520,7 @@ impl Etcd {
 
     /// Removes member `id`; returns the member list after the change.
     pub async fn remove(&mut self, id: u64) -> Result<Vec<Member>> {
-        let resp = self
-            .client
-            .member_remove(id)
+        let resp = within(self.timeout, self.client.member_remove(id))
             .await
             .map_err(|source| Error::Remove { id, source })?;
         Ok(resp.members().iter().map(Member::from_etcd).collect())
@@ -511,8 +537,8 @@ impl Etcd {
         };
         let mut options = AlarmOptions::new();
         options.with_member(id);
-        self.client
-            .alarm(action, AlarmType::Nospace, Some(options))
+        let alarm = self.client.alarm(action, AlarmType::Nospace, Some(options));
+        within(self.timeout, alarm)
             .await
             .map_err(|source| Error::Alarm { id, source })?;
         Ok(())
@@ -523,11 +549,10 @@ impl Etcd {
     /// already compacted, which is no error: compaction is idempotent, and a crash between
     /// compacting and acting on it is retried from the start.
     pub async fn compact(&mut self, revision: i64) -> Result<bool> {
-        match self
+        let compact = self
             .client
-            .compact(revision, Some(CompactionOptions::new().with_physical()))
-            .await
-        {
+            .compact(revision, Some(CompactionOptions::new().with_physical()));
+        match within(self.timeout, compact).await {
             Ok(_) => Ok(true),
             Err(e)
                 if e.to_string()
@@ -542,8 +567,7 @@ impl Etcd {
     /// Defragments the member behind this connection (etcd defragments only the member
     /// asked), which blocks its reads and writes meanwhile; `endpoint` names it in errors.
     pub async fn defragment(&mut self, endpoint: &str) -> Result<()> {
-        self.client
-            .defragment()
+        within(self.timeout, self.client.defragment())
             .await
             .map_err(|source| Error::Defragment {
                 endpoint: endpoint.to_string(),
@@ -555,8 +579,7 @@ impl Etcd {
     /// Hands leadership to voter `id`. etcd only accepts this from the current leader, so the
     /// connection must go to the leader's endpoint alone.
     pub async fn move_leader(&mut self, id: u64) -> Result<()> {
-        self.client
-            .move_leader(id)
+        within(self.timeout, self.client.move_leader(id))
             .await
             .map_err(|source| Error::MoveLeader { id, source })?;
         Ok(())
@@ -567,10 +590,13 @@ impl Etcd {
 /// is that member's and not whichever member a balanced channel picked.
 pub async fn status(endpoint: &Endpoint, timeout: Duration) -> Result<Status> {
     let mut etcd = Etcd::connect(endpoint, timeout).await?;
-    let resp = etcd.client.status().await.map_err(|source| Error::Status {
-        endpoint: endpoint.url.clone(),
-        source,
-    })?;
+    let asked = etcd.client.status();
+    let resp = within(etcd.timeout, asked)
+        .await
+        .map_err(|source| Error::Status {
+            endpoint: endpoint.url.clone(),
+            source,
+        })?;
     let header = resp
         .header()
         .ok_or(Error::Malformed("Status", "a header"))?;
@@ -596,12 +622,11 @@ pub async fn status(endpoint: &Endpoint, timeout: Duration) -> Result<Status> {
 /// proxy caught up) is told apart. The key read never exists, so the read costs nothing.
 pub async fn linearizable_read(endpoint: &Endpoint, timeout: Duration) -> Result<u64> {
     let mut etcd = Etcd::connect(endpoint, timeout).await?;
-    let resp = etcd
-        .client
-        .get(
-            "\0etcd-operator/serve",
-            Some(GetOptions::new().with_count_only()),
-        )
+    let read = etcd.client.get(
+        "\0etcd-operator/serve",
+        Some(GetOptions::new().with_count_only()),
+    );
+    let resp = within(etcd.timeout, read)
         .await
         .map_err(|source| Error::Read {
             endpoint: endpoint.url.clone(),
