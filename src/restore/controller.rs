@@ -9,9 +9,10 @@
 //!    must match the rest, and the sha256 of the whole object must match what is known of it
 //!    (the object's `sha256` metadata, or the status of the EtcdBackup that wrote that path).
 //!    A missing, corrupt or mismatching snapshot fails the restore; the cluster is untouched.
-//! 3. **Nothing lost**: if the cluster still answers, a snapshot of it is taken to
-//!    `<path>.pre-restore-<time>` in the same storage; its revision sets how far the restored
-//!    revision is raised, so that watchers never see it go back.
+//! 3. **Nothing lost**, while step 2 reads the store: if the cluster still answers, a
+//!    snapshot of it is taken to `<path>.pre-restore-<time>` in the same storage; its revision
+//!    sets how far the restored revision is raised, so that watchers never see it go back. One
+//!    taken beside a snapshot that failed step 2 is deleted.
 //! 4. **Hand-off**: the EtcdCluster gets the annotation [`RESTORE_ANNOTATION`] (the restore,
 //!    a fresh token, the sha256, the revision bump). Its spec is never changed. Its task deletes
 //!    the members, creates a seed that fetches the snapshot from this operator
@@ -398,7 +399,8 @@ async fn verified_object(
     if let Some(v) = still_verified(current.verified.as_ref(), generation, &version, head.size) {
         return Ok(v);
     }
-    let reading = "reading the snapshot through and checking its hashes";
+    let reading = "reading the snapshot through and checking its hashes, while a safety \
+                   snapshot keeps the cluster as it is";
     let mut status = with_phase(
         restore,
         RestorePhase::Verifying,
@@ -420,16 +422,35 @@ async fn verified_object(
     Ok(object)
 }
 
+/// A safety snapshot taken: its coreos-style path, the revision it holds, and its key.
+struct Safety {
+    path: String,
+    revision: i64,
+    location: Path,
+}
+
+/// A safety snapshot taken beside a verification that failed: the restore goes no further, so
+/// the cluster as it is needs no copy (a retry takes a new one).
+async fn discard(target: &storage::Target, safety: Result<Option<Safety>, Error>) {
+    if let Ok(Some(s)) = safety
+        && let Err(why) = target.store.delete(&s.location).await
+    {
+        warn!(
+            path = s.path,
+            "the unneeded safety snapshot was not deleted: {why}"
+        );
+    }
+}
+
 /// A snapshot of the cluster being replaced, beside the one restored; `None` when the cluster
-/// does not answer (then there is nothing to keep). Returns its coreos-style path and the
-/// revision it holds.
+/// does not answer (then there is nothing to keep).
 async fn safety_snapshot(
     client: &Client,
     ns: &str,
     cluster: &str,
     target: &storage::Target,
     path: &str,
-) -> Result<Option<(String, i64)>, Error> {
+) -> Result<Option<Safety>, Error> {
     let endpoint = match cluster_endpoint(client, ns, cluster, None).await {
         Ok(e) => e,
         Err(BackupError::NoHealthyMember { .. }) => return Ok(None),
@@ -461,7 +482,11 @@ async fn safety_snapshot(
         warn!(name, "sha256 metadata not set: {why}");
     }
     let bucket = path.split_once('/').map_or("", |(b, _)| b);
-    Ok(Some((format!("{bucket}/{name}"), saved.revision)))
+    Ok(Some(Safety {
+        path: format!("{bucket}/{name}"),
+        revision: saved.revision,
+        location,
+    }))
 }
 
 async fn patch_annotation(
@@ -698,6 +723,30 @@ async fn source_of(
     Ok((target.with_location(plan.object.clone()), path, Some(plan)))
 }
 
+/// The snapshot verified, and the safety snapshot of the cluster (its path and revision).
+/// Both read as much from different ends (the store, the cluster), so they run together;
+/// nothing is replaced before both have succeeded.
+async fn verify_and_keep(
+    ctx: &Context,
+    restore: &EtcdRestore,
+    cluster: &str,
+    target: &storage::Target,
+    path: &str,
+) -> Result<(VerifiedObject, Option<(String, i64)>), Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let (verified, safety) = tokio::join!(
+        verified_object(ctx, restore, target, path),
+        safety_snapshot(&ctx.client, &ns, cluster, target, path),
+    );
+    match verified {
+        Ok(v) => Ok((v, safety?.map(|s| (s.path, s.revision)))),
+        Err(e) => {
+            discard(target, safety).await;
+            Err(e)
+        }
+    }
+}
+
 /// Verifies the snapshot, keeps the cluster as it is, and hands the restore to the cluster's
 /// task (an annotation on the EtcdCluster).
 async fn start(
@@ -709,8 +758,7 @@ async fn start(
     let ns = restore.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let (target, path, plan) = source_of(ctx, restore).await?;
-    let verified = verified_object(ctx, restore, &target, &path).await?;
-    let safety = safety_snapshot(&ctx.client, &ns, &cluster_name, &target, &path).await?;
+    let (verified, safety) = verify_and_keep(ctx, restore, &cluster_name, &target, &path).await?;
     let token_sha256 = restore_token::issue(&ctx.client, cluster)
         .await
         .map_err(|source| Error::Kube {
