@@ -429,6 +429,17 @@ struct Safety {
     location: Path,
 }
 
+/// What the safety snapshot kept, for the restore's note.
+fn kept(safety: Option<&Safety>) -> String {
+    match safety {
+        Some(s) => format!(
+            "the cluster as it was (revision {}) is kept at {}",
+            s.revision, s.path
+        ),
+        None => "the cluster did not answer, so there was nothing to keep".into(),
+    }
+}
+
 /// A safety snapshot taken beside a verification that failed: the restore goes no further, so
 /// the cluster as it is needs no copy (a retry takes a new one).
 async fn discard(target: &storage::Target, safety: Result<Option<Safety>, Error>) {
@@ -723,7 +734,7 @@ async fn source_of(
     Ok((target.with_location(plan.object.clone()), path, Some(plan)))
 }
 
-/// The snapshot verified, and the safety snapshot of the cluster (its path and revision).
+/// The snapshot verified, and the safety snapshot of the cluster.
 /// Both read as much from different ends (the store, the cluster), so they run together;
 /// nothing is replaced before both have succeeded.
 async fn verify_and_keep(
@@ -732,14 +743,14 @@ async fn verify_and_keep(
     cluster: &str,
     target: &storage::Target,
     path: &str,
-) -> Result<(VerifiedObject, Option<(String, i64)>), Error> {
+) -> Result<(VerifiedObject, Option<Safety>), Error> {
     let ns = restore.namespace().unwrap_or_default();
     let (verified, safety) = tokio::join!(
         verified_object(ctx, restore, target, path),
         safety_snapshot(&ctx.client, &ns, cluster, target, path),
     );
     match verified {
-        Ok(v) => Ok((v, safety?.map(|s| (s.path, s.revision)))),
+        Ok(v) => Ok((v, safety?)),
         Err(e) => {
             discard(target, safety).await;
             Err(e)
@@ -768,7 +779,7 @@ async fn start(
             ),
             source,
         })?;
-    let mut bump = bump_for(safety.as_ref().map(|(_, r)| *r));
+    let mut bump = bump_for(safety.as_ref().map(|s| s.revision));
     if let Some(p) = &plan {
         // The archive shows how far the old cluster went past the snapshot.
         let past = u64::try_from(p.highest - p.snapshot_revision).unwrap_or(0);
@@ -782,7 +793,7 @@ async fn start(
         // What the seed receives: the snapshot itself (the operator decompresses it on the way).
         sha256: verified.snapshot_sha256.clone(),
         bump_revision: bump,
-        pre_restore_path: safety.as_ref().map(|(p, _)| p.clone()).unwrap_or_default(),
+        pre_restore_path: safety.as_ref().map(|s| s.path.clone()).unwrap_or_default(),
         member: String::new(),
         object: plan
             .as_ref()
@@ -802,10 +813,7 @@ async fn start(
             ", then {} chunks of archived changes up to revision {}",
             p.chunks, p.target
         )),
-        match &safety {
-            Some((p, r)) => format!("the cluster as it was (revision {r}) is kept at {p}"),
-            None => "the cluster did not answer, so there was nothing to keep".into(),
-        }
+        kept(safety.as_ref())
     );
     let mut next = with_phase(restore, RestorePhase::Restoring, "Restoring", note.clone());
     next.sha256 = verified.sha256.clone();
