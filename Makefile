@@ -41,7 +41,7 @@ lint:
 ## checker rejecting histories etcd may not produce, and accepting a real etcd's under faults.
 unit:
 	hack/deps.sh
-	hack/build-tools.sh s3s-fs >/dev/null
+	hack/build-tools.sh versitygw >/dev/null
 	ETCD_GATE=$$(hack/gate.sh) ETCD_BINARIES=3.4=$$(command -v etcd),3.5=$$(hack/build-tools.sh etcd-3.5)/etcd,3.6=$$(hack/build-tools.sh etcd-3.6)/etcd \
 		$(CARGO) test --workspace --exclude e2e
 	cd chaos && ETCD_BIN=$$(../hack/build-tools.sh etcd-3.6)/etcd go test ./...

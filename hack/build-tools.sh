@@ -14,9 +14,9 @@
 #   krew                krew, validate-krew-manifest (sigs.k8s.io/krew: the plugin manifest
 #                                                 checked and the release archive installed by
 #                                                 krew itself, hack/krew-release.sh)
-#   s3s-fs              s3s-fs                   (crates.io s3s-fs, a fast S3 server on a directory,
-#                                                 for the backup benchmark; 0.14.1 is the newest
-#                                                 that builds with rustc 1.95)
+#   versitygw           versitygw                (github.com/versity/versitygw: an S3 gateway on a
+#                                                 directory, the fast S3 server of the backup
+#                                                 benchmark and the snapshot tests)
 # Usage: hack/build-tools.sh TOOL   prints the directory holding the tool's binaries.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,7 +35,7 @@ gobuild() {
   mv "$out/$name.tmp" "$out/$name"
 }
 
-tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|krew|local-path|pause|promtool|prometheus|s3s-fs}
+tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|krew|local-path|pause|promtool|prometheus|versitygw}
 case "$tool" in
   etcd-3.5|etcd-3.6)
     dir=$here/etcd/v${tool#etcd-}
@@ -80,16 +80,10 @@ case "$tool" in
     out=$cache/krew/$v/bin
     gobuild "$dir" "$out" krew sigs.k8s.io/krew/cmd/krew
     gobuild "$dir" "$out" validate-krew-manifest sigs.k8s.io/krew/cmd/validate-krew-manifest ;;
-  s3s-fs)
-    v=0.14.1
-    out=$cache/s3s-fs/$v/bin
-    if [ ! -x "$out/s3s-fs" ]; then
-      echo "building s3s-fs $v" >&2
-      # Its own target directory, so the workspace's is neither used nor locked meanwhile.
-      CARGO_TARGET_DIR=$cache/s3s-fs/target cargo install --quiet "s3s-fs@$v" --features binary \
-        --root "$cache/s3s-fs/$v"
-      rm -rf "$cache/s3s-fs/target"
-    fi ;;
+  versitygw)
+    dir=$here/versitygw; v=$(modver "$dir" github.com/versity/versitygw)
+    out=$cache/versitygw/$v/bin
+    gobuild "$dir" "$out" versitygw github.com/versity/versitygw/cmd/versitygw ;;
   *) echo "unknown tool $tool" >&2; exit 2 ;;
 esac
 echo "$out"

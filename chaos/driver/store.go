@@ -26,7 +26,7 @@ const bucket = "chaos"
 // workload's) cannot go through.
 const other = "other"
 
-// Store is an S3 server on the host (s3s-fs, hack/build-tools.sh) that the operator writes
+// Store is an S3 server on the host (versitygw, hack/build-tools.sh) that the operator writes
 // the run's backups to and reads its restores from.
 type Store struct {
 	cmd  *exec.Cmd
@@ -35,9 +35,9 @@ type Store struct {
 }
 
 func startStore(root, out string) (*Store, error) {
-	dir, err := exec.Command(filepath.Join(root, "hack/build-tools.sh"), "s3s-fs").Output()
+	dir, err := exec.Command(filepath.Join(root, "hack/build-tools.sh"), "versitygw").Output()
 	if err != nil {
-		return nil, fmt.Errorf("hack/build-tools.sh s3s-fs: %w", err)
+		return nil, fmt.Errorf("hack/build-tools.sh versitygw: %w", err)
 	}
 	l, err := net.Listen("tcp", BridgeIP+":0")
 	if err != nil {
@@ -49,15 +49,16 @@ func startStore(root, out string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A bucket of versitygw's posix backend is a directory of its root.
 	if err := os.MkdirAll(filepath.Join(data, bucket), 0o755); err != nil {
 		return nil, err
 	}
-	log, err := os.Create(filepath.Join(out, "s3s-fs.log"))
+	log, err := os.Create(filepath.Join(out, "versitygw.log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(strings.TrimSpace(string(dir)), "s3s-fs"), "--host", BridgeIP,
-		"--port", strconv.Itoa(port), "--access-key", "test", "--secret-key", "test", data)
+	cmd := exec.Command(filepath.Join(strings.TrimSpace(string(dir)), "versitygw"), "--access", "test",
+		"--secret", "test", "--quiet", "--port", net.JoinHostPort(BridgeIP, strconv.Itoa(port)), "posix", data)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Gone with the run even when it dies without its deferred Stop (a fatal error, a kill).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -65,7 +66,7 @@ func startStore(root, out string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cmd: cmd, root: data, URL: fmt.Sprintf("http://%s:%d", BridgeIP, port)}
-	err = until("s3s-fs listening", 30*time.Second, func() bool {
+	err = until("versitygw listening", 30*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", BridgeIP, port), time.Second)
 		if err == nil {
 			_ = c.Close()

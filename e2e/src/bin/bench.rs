@@ -549,7 +549,7 @@ fn backup_once(
     (start.elapsed(), status)
 }
 
-/// Backups of a 1 GiB database from its one member, into the fast S3 server (s3s-fs) and into
+/// Backups of a 1 GiB database from its one member, into the fast S3 server (versitygw) and into
 /// moto, beside the floors: `etcdctl snapshot save` to a local file, and each store's own
 /// intake of that file by the same client. Then a zstd backup of Kubernetes-like objects, and
 /// the restore of the 1 GiB backup beside `etcdutl snapshot restore` plus one etcd start.
@@ -567,11 +567,14 @@ fn backup_rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
     let idle = rss_kib(operator.pid());
     let mut peak = 0;
     let mut rows = vec![];
-    let fast = e2e::stores::S3sFs::start("127.0.0.1");
+    let fast = e2e::stores::Versitygw::start("127.0.0.1");
     fast.create_bucket("bench");
     let moto = Moto::start("127.0.0.1");
     moto.create_bucket("bench");
-    for (store, url) in [("s3s-fs", fast.url.as_str()), ("moto", moto.url.as_str())] {
+    for (store, url) in [
+        ("versitygw", fast.url.as_str()),
+        ("moto", moto.url.as_str()),
+    ] {
         let store_rate = mib_per_s(size, intake(url, &file));
         let mut best = Duration::MAX;
         let mut saved = 0;
@@ -596,9 +599,9 @@ fn backup_rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
             ),
             ">= 0.9".into(),
         ));
-        if store == "s3s-fs" {
+        if store == "versitygw" {
             rows.push((
-                "backup to the fast server (s3s-fs), ratio to `etcdctl snapshot save` outright"
+                "backup to the fast server (versitygw), ratio to `etcdctl snapshot save` outright"
                     .into(),
                 format!("ratio {:.2}", rate / floor_rate),
                 format!("{floor_rate:.0} MiB/s (etcdctl, as above)"),
@@ -695,7 +698,12 @@ fn compression_row(k: &Kubectl, ns: &str, url: &str) -> Row {
 /// The 1 GiB backup restored into the `big` cluster (one member), from the EtcdRestore's apply
 /// to the cluster Available at its size, beside the floor: `etcdutl snapshot restore` of the
 /// same file and one etcd started on it, until it answers.
-fn restore_row(k: &Kubectl, ns: &str, fast: &e2e::stores::S3sFs, file: &std::path::Path) -> Row {
+fn restore_row(
+    k: &Kubectl,
+    ns: &str,
+    fast: &e2e::stores::Versitygw,
+    file: &std::path::Path,
+) -> Row {
     let tools = etcd_tools();
     let dir = std::env::temp_dir().join(format!("bench-restore-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -741,7 +749,7 @@ fn restore_row(k: &Kubectl, ns: &str, fast: &e2e::stores::S3sFs, file: &std::pat
 
     let restore = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
         "metadata": {"name": "big"}, "spec": {"etcdCluster": {"name": "big"},
-        "backupStorageType": "S3", "s3": {"path": "bench/s3s-fs-0.db", "awsSecret": "aws",
+        "backupStorageType": "S3", "s3": {"path": "bench/versitygw-0.db", "awsSecret": "aws",
         "endpoint": fast.url, "forcePathStyle": true}}});
     let start = Instant::now();
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&restore.to_string()));
@@ -752,7 +760,7 @@ fn restore_row(k: &Kubectl, ns: &str, fast: &e2e::stores::S3sFs, file: &std::pat
     });
     let took = start.elapsed();
     (
-        "restore of the 1 GiB backup (s3s-fs) into a 1-member cluster: EtcdRestore applied to Completed (Available at full size)".into(),
+        "restore of the 1 GiB backup (versitygw) into a 1-member cluster: EtcdRestore applied to Completed (Available at full size)".into(),
         format!("{}, ratio {:.2}", secs(took), took.as_secs_f64() / floor.as_secs_f64()),
         format!("{} (`etcdutl snapshot restore` of the same file and one etcd started on it, until /health)", secs(floor)),
         "<= 1.5".into(),

@@ -1,5 +1,5 @@
 //! Issue 29's rows (`BENCH_ONLY=archive`): continuous archiving of a 1-member cluster into the
-//! fast S3 server (s3s-fs) while clients write small values at a steady 5,000 writes per
+//! fast S3 server (versitygw) while clients write small values at a steady 5,000 writes per
 //! second, then a restore to the last revision (100,000 writes after the full snapshot) beside
 //! the restore of that snapshot alone.
 
@@ -160,7 +160,7 @@ pub fn rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
     until("arch Available", 600, || healthy_at_size(k, ns, "arch", 1));
     let endpoint = format!("http://{}:2379", e2e::member_ip(k, ns, "arch"));
     e2e::backups::aws_secret(k, ns);
-    let fast = e2e::stores::S3sFs::start("127.0.0.1");
+    let fast = e2e::stores::Versitygw::start("127.0.0.1");
     fast.create_bucket("bench");
     let s3 = |path: &str| json!({"path": path, "awsSecret": "aws", "endpoint": fast.url, "forcePathStyle": true});
     let idle = rss_kib(operator.pid());
