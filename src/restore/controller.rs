@@ -422,11 +422,34 @@ async fn verified_object(
     Ok(object)
 }
 
-/// A safety snapshot taken: its coreos-style path, the revision it holds, and its key.
+/// A safety snapshot taken: its coreos-style path, the revision it holds, its key, and what
+/// was verified of it as it streamed.
 struct Safety {
     path: String,
     revision: i64,
     location: Path,
+    verified: snapshot::Verified,
+}
+
+/// Sets a kept safety snapshot's sha256 as its metadata, in the background: that is a copy of
+/// the object onto itself (2 s of a 1 GiB restore here), which the members being replaced need
+/// not wait for; a copy that fails is a warning, the snapshot good without it (etcd's own hash
+/// is inside, and a restore from it checks that). Only once the restored snapshot is verified,
+/// so that no copy races the deletion of a safety snapshot taken beside a bad one.
+fn tag_in_background(target: &storage::Target, safety: &Safety) {
+    let (how, location) = (target.metadata.clone(), safety.location.clone());
+    let (path, size, sha256) = (
+        safety.path.clone(),
+        safety.verified.size,
+        safety.verified.sha256.clone(),
+    );
+    tokio::spawn(async move {
+        if let Err(why) =
+            snapshot::set_metadata(&how, &location, size, &[("sha256", &sha256)]).await
+        {
+            warn!(path, "sha256 metadata not set: {why}");
+        }
+    });
 }
 
 /// What the safety snapshot kept, for the restore's note.
@@ -482,21 +505,12 @@ async fn safety_snapshot(
         cluster: cluster.into(),
         source,
     })?;
-    if let Err(why) = snapshot::set_metadata(
-        &target.metadata,
-        &location,
-        saved.verified.size,
-        &[("sha256", &saved.verified.sha256)],
-    )
-    .await
-    {
-        warn!(name, "sha256 metadata not set: {why}");
-    }
     let bucket = path.split_once('/').map_or("", |(b, _)| b);
     Ok(Some(Safety {
         path: format!("{bucket}/{name}"),
         revision: saved.revision,
         location,
+        verified: saved.verified,
     }))
 }
 
@@ -750,7 +764,13 @@ async fn verify_and_keep(
         safety_snapshot(&ctx.client, &ns, cluster, target, path),
     );
     match verified {
-        Ok(v) => Ok((v, safety?)),
+        Ok(v) => {
+            let safety = safety?;
+            if let Some(s) = &safety {
+                tag_in_background(target, s);
+            }
+            Ok((v, safety))
+        }
         Err(e) => {
             discard(target, safety).await;
             Err(e)
