@@ -549,6 +549,38 @@ fn backup_once(
     (start.elapsed(), status)
 }
 
+/// The machine's CPU time so far, busy and in all, in ticks (the first line of `/proc/stat`;
+/// idle and iowait are not busy).
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let line = stat.lines().next().unwrap();
+    let times: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let all: u64 = times.iter().sum();
+    (all - times[3] - times[4], all)
+}
+
+/// What `during` cost in CPU: the share of the machine's cores that were busy, and the seconds
+/// used by each of `pids`.
+fn cpu_during(pids: &[u32], during: impl FnOnce()) -> (f64, Vec<f64>) {
+    let (busy, all) = machine_ticks();
+    let before: Vec<u64> = pids.iter().map(|&p| cpu_ticks(p)).collect();
+    during();
+    let (busy_after, all_after) = machine_ticks();
+    let used = pids
+        .iter()
+        .zip(before)
+        .map(|(&p, t)| (cpu_ticks(p) - t) as f64 / CLK_TCK as f64);
+    (
+        (busy_after - busy) as f64 / (all_after - all) as f64,
+        used.collect(),
+    )
+}
+
 /// Backups of a 1 GiB database from its one member, into the fast S3 server (versitygw) and into
 /// moto, beside the floors: `etcdctl snapshot save` to a local file, and each store's own
 /// intake of that file by the same client. Then a zstd backup of Kubernetes-like objects, and
@@ -571,19 +603,32 @@ fn backup_rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
     fast.create_bucket("bench");
     let moto = Moto::start("127.0.0.1");
     moto.create_bucket("bench");
-    for (store, url) in [
-        ("versitygw", fast.url.as_str()),
-        ("moto", moto.url.as_str()),
-    ] {
+    let etcd = e2e::etcd_pid(&pod_names(k, ns, "big")[0]).expect("big's etcd on this host");
+    let stores = [
+        ("versitygw", fast.url.as_str(), fast.pid()),
+        ("moto", moto.url.as_str(), moto.pid()),
+    ];
+    for (store, url, store_pid) in stores {
         let store_rate = mib_per_s(size, intake(url, &file));
         let mut best = Duration::MAX;
         let mut saved = 0;
+        // The CPU of the run kept (the faster one).
+        let mut cpu = (0.0, vec![]);
         for i in 0..2 {
-            peak = peak.max(peak_rss_kib(operator.pid(), || {
-                let (took, s) = backup_once(k, ns, "big", &format!("{store}-{i}"), url, json!({}));
-                best = best.min(took);
-                saved = s["size"].as_u64().unwrap();
-            }));
+            let (busy, used) = cpu_during(&[etcd, operator.pid(), store_pid], || {
+                peak = peak.max(peak_rss_kib(operator.pid(), || {
+                    let (took, s) =
+                        backup_once(k, ns, "big", &format!("{store}-{i}"), url, json!({}));
+                    if took < best {
+                        best = took;
+                        cpu.0 = -1.0;
+                    }
+                    saved = s["size"].as_u64().unwrap();
+                }));
+            });
+            if cpu.0 < 0.0 {
+                cpu = (busy, used);
+            }
         }
         let rate = mib_per_s(saved, best);
         let ceiling = floor_rate.min(store_rate);
@@ -598,6 +643,18 @@ fn backup_rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
                 secs(floor)
             ),
             ">= 0.9".into(),
+        ));
+        rows.push((
+            format!("CPU during that backup to {store} (2 cores)"),
+            format!(
+                "the machine {:.0}% busy; etcd {:.1} s, the operator {:.1} s, {store} {:.1} s",
+                cpu.0 * 100.0,
+                cpu.1[0],
+                cpu.1[1],
+                cpu.1[2]
+            ),
+            format!("{} of wall time", secs(best)),
+            "".into(),
         ));
         if store == "versitygw" {
             rows.push((
