@@ -610,26 +610,23 @@ fn backup_rows(k: &Kubectl, ns: &str, operator: &OperatorProcess) -> Vec<Row> {
     ];
     for (store, url, store_pid) in stores {
         let store_rate = mib_per_s(size, intake(url, &file));
-        let mut best = Duration::MAX;
         let mut saved = 0;
-        // The CPU of the run kept (the faster one).
-        let mut cpu = (0.0, vec![]);
+        // The faster of two runs, with its CPU.
+        let mut kept: Option<(Duration, (f64, Vec<f64>))> = None;
         for i in 0..2 {
-            let (busy, used) = cpu_during(&[etcd, operator.pid(), store_pid], || {
+            let mut took = Duration::ZERO;
+            let cpu = cpu_during(&[etcd, operator.pid(), store_pid], || {
                 peak = peak.max(peak_rss_kib(operator.pid(), || {
-                    let (took, s) =
-                        backup_once(k, ns, "big", &format!("{store}-{i}"), url, json!({}));
-                    if took < best {
-                        best = took;
-                        cpu.0 = -1.0;
-                    }
+                    let (t, s) = backup_once(k, ns, "big", &format!("{store}-{i}"), url, json!({}));
+                    took = t;
                     saved = s["size"].as_u64().unwrap();
                 }));
             });
-            if cpu.0 < 0.0 {
-                cpu = (busy, used);
+            if kept.as_ref().is_none_or(|(best, _)| took < *best) {
+                kept = Some((took, cpu));
             }
         }
+        let (best, cpu) = kept.unwrap();
         let rate = mib_per_s(saved, best);
         let ceiling = floor_rate.min(store_rate);
         rows.push((
