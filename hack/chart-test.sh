@@ -48,6 +48,13 @@ if grep -q 'PrometheusRule\|PodMonitor\|ServiceMonitor\|grafana_dashboard' "$out
   echo "[chart] monitoring objects rendered although alerts and dashboards are off" >&2; exit 1
 fi
 "$here/monitoring-test.sh"
+# The operator lends its cloud identity to no namespace unless listed.
+if grep -q -- '--ambient-credentials-namespaces' "$out/defaults.yaml"; then
+  echo "[chart] the defaults allow ambient cloud credentials" >&2; exit 1
+fi
+render ambient --set 'backups.ambientCredentials.namespaces={team-a,team-b}'
+grep -q -- '- --ambient-credentials-namespaces=team-a,team-b$' "$out/ambient.yaml" ||
+  { echo "[chart] backups.ambientCredentials.namespaces is not passed to the operator" >&2; exit 1; }
 render no-election --set leaderElection.enabled=false --set metrics.service.enabled=false \
   --set memberGate.enabled=false
 schedule=(--set 'backupSchedules[0].name=nightly' --set 'backupSchedules[0].schedule=0 3 * * *'

@@ -167,6 +167,11 @@ struct RunArgs {
     /// Seconds any single request to the Kubernetes API may take (watches excepted).
     #[arg(long, default_value_t = 20)]
     request_timeout: u64,
+    /// Namespaces (`*`: all) whose EtcdBackups and EtcdRestores may use this operator's own
+    /// cloud identity (its pod's environment: IRSA, workload identity) when their S3 or GCS
+    /// section names no Secret. None by default: such a backup fails, naming the field.
+    #[arg(long, env = "AMBIENT_CREDENTIALS_NAMESPACES", value_delimiter = ',')]
+    ambient_credentials_namespaces: Vec<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -452,6 +457,7 @@ async fn clients(
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(&args.log_level, args.log_format)?;
+    backup::storage::allow_ambient(args.ambient_credentials_namespaces.clone());
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
     let (client, watch_client) = clients(&args, &metrics).await?;
     if args.install_crds {

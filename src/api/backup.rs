@@ -42,6 +42,7 @@ pub struct EtcdBackupSpec {
     /// Client URLs of the etcd cluster to back up, for example
     /// `http://example-client.default.svc:2379`. Use this or `clusterName`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 512)))]
     pub etcd_endpoints: Vec<String>,
 
     /// Name of an EtcdCluster in this namespace to back up; the operator finds its endpoints
@@ -122,17 +123,18 @@ pub enum CompressionAlgorithm {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupPolicy {
-    /// Give up on one snapshot after this many seconds. 0 means the default, 60.
+    /// Give up on one snapshot after this many seconds (at most a day). 0 means the default,
+    /// 60.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 86400))]
     pub timeout_in_second: Option<i64>,
-    /// Take a snapshot every this many seconds. 0 means once.
+    /// Take a snapshot every this many seconds (at most a year). 0 means once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 31536000))]
     pub backup_interval_in_second: Option<i64>,
     /// Keep at most this many periodic snapshots, deleting the oldest. 0 means keep all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 100000))]
     pub max_backups: Option<i64>,
     /// Tiered retention of periodic snapshots (an extension of this operator): the newest
     /// `last`, and the newest of each of the newest `hourly` hours, `daily` days, `weekly` ISO
@@ -156,13 +158,13 @@ pub struct ContinuousArchive {
     /// 10m, 5s when unset. The recovery point: changes of the last interval may be lost with
     /// the whole cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(s|m))+$"))]
+    #[schemars(transform = validation::flush_interval_rules)]
     pub flush_interval: Option<String>,
     /// ... or as soon as it holds this many bytes of changes: `8Mi`, `512Ki`, or bytes
-    /// (quoted); 64Ki to 256Mi, 8Mi when unset. The operator holds about one chunk per
+    /// (quoted); 64Ki to 32Mi, 8Mi when unset. The operator holds about one chunk per
     /// archived cluster in memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]+(Ki|Mi)?$"))]
+    #[schemars(transform = validation::chunk_bytes_rules)]
     pub max_chunk_bytes: Option<String>,
 }
 
@@ -196,7 +198,10 @@ impl ContinuousArchive {
             .as_deref()
             .and_then(parse)
             .unwrap_or(8 << 20)
-            .clamp(64 << 10, 256 << 20)
+            .clamp(
+                validation::MIN_CHUNK_BYTES as usize,
+                validation::MAX_CHUNK_BYTES as usize,
+            )
     }
 }
 

@@ -73,7 +73,11 @@ pub struct EtcdClusterSpec {
 
     /// Container image repository of etcd; the image is `<repository>:v<version>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = DEFAULT_REPOSITORY), length(min = 1, max = 255))]
+    #[schemars(
+        extend("default" = DEFAULT_REPOSITORY),
+        length(min = 1, max = 255),
+        regex(pattern = validation::REPOSITORY_PATTERN)
+    )]
     pub repository: Option<String>,
 
     /// etcd version, a semantic version such as `3.6.16` (a leading `v` is accepted). At least
@@ -378,8 +382,10 @@ pub struct PodPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume_claim_spec: Option<PersistentVolumeClaimSpec>,
 
-    /// Extra annotations for member pods.
+    /// Extra annotations for member pods. Keys under `etcd.database.coreos.com/` are reserved:
+    /// the operator reads some of them back.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = validation::pod_annotation_rules)]
     pub annotations: BTreeMap<String, String>,
 
     /// Accepted for compatibility with coreos manifests and ignored: the operator's own image
@@ -664,10 +670,6 @@ pub struct RestoreHandoff {
     pub name: String,
     /// Its UID.
     pub uid: String,
-    /// The bearer token itself, in hand-offs made before the token moved into a Secret;
-    /// empty now.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub token: String,
     /// The sha256 (hex) of the bearer token with which the seed fetches the snapshot from the
     /// operator. The token is in the Secret `<cluster>-restore-token`, mounted into the seed
     /// alone: neither this annotation nor the seed's pod spec lets a reader fetch the data.

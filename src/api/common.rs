@@ -46,7 +46,7 @@ impl StorageType {
 pub struct S3Source {
     /// Full path of the snapshot as `<bucket>/<key>`, for example `my-bucket/etcd/prod.db`.
     /// Periodic backups append `_v<revision>_<timestamp>` to the key.
-    #[schemars(length(min = 3), regex(pattern = r"^[^/]+/.+$"))]
+    #[schemars(length(min = 3, max = 1088), regex(pattern = r"^[^/]+/.+$"))]
     pub path: String,
     /// Name of a Secret in the same namespace with the files `credentials` and `config`, in the
     /// format of `~/.aws/credentials` and `~/.aws/config`. Without it, credentials come from the
@@ -113,7 +113,7 @@ pub enum S3EncryptionMode {
 #[serde(rename_all = "camelCase")]
 pub struct AbsSource {
     /// Full path of the snapshot as `<container>/<blob>`.
-    #[schemars(length(min = 3), regex(pattern = r"^[^/]+/.+$"))]
+    #[schemars(length(min = 3, max = 1088), regex(pattern = r"^[^/]+/.+$"))]
     pub path: String,
     /// Name of a Secret in the same namespace with the keys `storage-account`, `storage-key` and,
     /// optionally, `cloud` (the Azure cloud name) or `endpoint` (a Blob service URL).
@@ -125,7 +125,7 @@ pub struct AbsSource {
 #[serde(rename_all = "camelCase")]
 pub struct GcsSource {
     /// Full path of the snapshot as `<bucket>/<object>`.
-    #[schemars(length(min = 3), regex(pattern = r"^[^/]+/.+$"))]
+    #[schemars(length(min = 3, max = 1088), regex(pattern = r"^[^/]+/.+$"))]
     pub path: String,
     /// Name of a Secret in the same namespace with a service-account key in `credentials.json`
     /// (or an access token in `access-token`). Without it, workload identity is used.
@@ -138,7 +138,7 @@ pub struct GcsSource {
 #[serde(rename_all = "camelCase")]
 pub struct OssSource {
     /// Full path of the snapshot as `<bucket>/<key>`.
-    #[schemars(length(min = 3), regex(pattern = r"^[^/]+/.+$"))]
+    #[schemars(length(min = 3, max = 1088), regex(pattern = r"^[^/]+/.+$"))]
     pub path: String,
     /// Name of a Secret in the same namespace with the keys `accessKeyID` and `accessKeySecret`.
     pub oss_secret: String,

@@ -7,6 +7,7 @@ pub mod backup;
 #[allow(clippy::duplicated_attributes)]
 pub mod cluster;
 pub mod common;
+pub mod handoff;
 #[allow(clippy::duplicated_attributes)]
 pub mod restore;
 pub mod validation;

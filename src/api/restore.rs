@@ -212,6 +212,10 @@ pub struct EtcdRestoreStatus {
     /// The seed member, bootstrapped from the snapshot.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub seed: String,
+    /// The sha256 of the hand-off annotation this restore wrote on its EtcdCluster: the
+    /// cluster's task acts on that annotation only while it is exactly this one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub handoff_sha256: String,
     /// The object as it was read through and verified, so that a pass retried before the
     /// hand-off (a safety snapshot that failed) does not read it again while it is unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -118,6 +118,61 @@ pub fn pod_label_rules(schema: &mut Schema) {
     );
 }
 
+/// Rules of `EtcdCluster.spec.pod.annotations`: the operator's own keys are reserved (it reads
+/// some of them back: a pod-template hash, a restore's UID, a new member's peers).
+pub fn pod_annotation_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        vec![rule(
+            "self.all(k, !k.startsWith('etcd.database.coreos.com/'))".into(),
+            "spec.pod.annotations may not use keys under etcd.database.coreos.com/: the operator owns them (pod-template-hash, restore-uid, join-peers, ...)",
+        )],
+    );
+}
+
+/// The most bytes of changes a continuous archive's chunk may hold: the operator keeps about
+/// one chunk per archived cluster in memory.
+pub const MAX_CHUNK_BYTES: u64 = 32 << 20;
+/// The fewest: smaller chunks only multiply objects.
+pub const MIN_CHUNK_BYTES: u64 = 64 << 10;
+
+/// Rules of `continuous.maxChunkBytes`: bytes, `Ki` or `Mi`, from 64Ki to 32Mi, refused
+/// rather than clamped when out of range.
+pub fn chunk_bytes_rules(schema: &mut Schema) {
+    schema.insert("maxLength".into(), json!(12));
+    schema.insert("pattern".into(), json!("^[0-9]+(Ki|Mi)?$"));
+    let bytes = "(self.endsWith('Mi') ? int(self.substring(0, size(self) - 2)) * 1048576 : \
+                 self.endsWith('Ki') ? int(self.substring(0, size(self) - 2)) * 1024 : \
+                 int(self))";
+    add_rules(
+        schema,
+        vec![rule_expr(
+            format!(
+                "!self.matches('^[0-9]+(Ki|Mi)?$') || ({bytes} >= {MIN_CHUNK_BYTES} && {bytes} <= {MAX_CHUNK_BYTES})"
+            ),
+            "'spec.backupPolicy.continuous.maxChunkBytes must be from 64Ki to 32Mi (the operator holds about one chunk per archived cluster in memory), got ' + self",
+        )],
+    );
+}
+
+/// Rules of `continuous.flushInterval`: a duration such as `5s` or `1m30s`, from 1s to 10m.
+pub fn flush_interval_rules(schema: &mut Schema) {
+    schema.insert("maxLength".into(), json!(16));
+    schema.insert("pattern".into(), json!("^([0-9]+(s|m))+$"));
+    add_rules(
+        schema,
+        vec![rule_expr(
+            "!self.matches('^([0-9]+(s|m))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('10m'))".into(),
+            "'spec.backupPolicy.continuous.flushInterval must be from 1s to 10m, got ' + self",
+        )],
+    );
+}
+
+/// An image repository: an optional registry host (with a port), then lower-case path
+/// components, as container runtimes parse image references. No tag or digest: the
+/// operator appends `:v<version>`.
+pub const REPOSITORY_PATTERN: &str = r"^(([a-zA-Z0-9-]+\.)*[a-zA-Z0-9-]+(:[0-9]+)?/)?[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$";
+
 /// Rules tying a storage-type field (`storageType` or `backupStorageType`) to the one storage
 /// section (`s3`, `abs`, `gcs`, `oss`) it names.
 pub fn storage_section_rules(schema: &mut Schema, type_field: &str) {

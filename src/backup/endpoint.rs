@@ -127,6 +127,81 @@ pub async fn backup_endpoint(
     };
     match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
         Some(cluster) => cluster_endpoint(client, ns, cluster, tls).await,
-        None => any_endpoint(&spec.etcd_endpoints, tls).await,
+        None => {
+            if tls.is_none()
+                && let Some(why) = spec.etcd_endpoints.iter().find_map(|u| foreign(u, ns))
+            {
+                return Err(Error::Refused(why));
+            }
+            any_endpoint(&spec.etcd_endpoints, tls).await
+        }
+    }
+}
+
+/// Why `url` may not be snapshotted for a backup in namespace `ns` without a client
+/// certificate, if it may not: only a Service of the backup's own namespace (`name`,
+/// `name.ns`, `name.ns.svc[.domain]`) may be, so that nobody can have the operator copy another
+/// namespace's etcd into their own bucket. With `clientTLSSecret`, holding the certificate is
+/// the proof of the right to the data.
+pub fn foreign(url: &str, ns: &str) -> Option<String> {
+    let host = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default();
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    let host = match host.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    };
+    let mut labels = host.split('.');
+    let name = labels.next().unwrap_or_default();
+    let rest: Vec<&str> = labels.collect();
+    let service_like = !name.is_empty()
+        && name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let own = match rest.as_slice() {
+        [] => true,
+        [n] => *n == ns,
+        [n, "svc", ..] => *n == ns,
+        _ => false,
+    };
+    (!(service_like && own)).then(|| {
+        format!(
+            "spec.etcdEndpoints: {url} is not a Service of namespace {ns}; without \
+             spec.clientTLSSecret a backup may only read an etcd of its own namespace"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::foreign;
+
+    #[test]
+    fn only_services_of_the_backups_own_namespace_are_read_without_a_certificate() {
+        for ours in [
+            "http://example-client:2379",
+            "http://example-client.team-a:2379",
+            "http://example-client.team-a.svc:2379",
+            "https://example-client.team-a.svc.cluster.local:2379",
+            "example-client.team-a.svc",
+        ] {
+            assert_eq!(foreign(ours, "team-a"), None, "{ours}");
+        }
+        for theirs in [
+            "http://example-client.team-b:2379",
+            "http://example-client.team-b.svc.cluster.local:2379",
+            "http://10.0.0.7:2379",
+            "http://[fd00::7]:2379",
+            "http://etcd.example.com:2379",
+            "http://user@example-client.team-b:2379",
+        ] {
+            let why = foreign(theirs, "team-a").expect(theirs);
+            assert!(why.starts_with("spec.etcdEndpoints: "), "{why}");
+        }
     }
 }

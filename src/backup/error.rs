@@ -27,6 +27,9 @@ pub enum Error {
     /// A field this operator does not implement yet.
     #[error("{0}")]
     Unsupported(String),
+    /// `etcdEndpoints` reaches beyond the backup's own namespace without a client certificate.
+    #[error("{0}")]
+    Refused(String),
     /// A Secret the spec names does not exist.
     #[error("{field}: Secret {name} does not exist")]
     SecretNotFound {
@@ -70,6 +73,7 @@ impl Error {
             Error::NoHealthyMember { .. } => "no_healthy_member",
             Error::Unreachable(_) => "etcd_unreachable",
             Error::Unsupported(_) => "unsupported_field",
+            Error::Refused(_) => "refused_endpoint",
             Error::SecretNotFound { .. } => "secret_not_found",
             Error::Storage(_) => "storage_config",
             Error::Snapshot(e) => e.metric_label(),
@@ -87,6 +91,7 @@ impl Error {
             Error::NoHealthyMember { .. } => "NoHealthyMember",
             Error::Unreachable(_) => "EtcdUnreachable",
             Error::Unsupported(_) => "UnsupportedField",
+            Error::Refused(_) => "RefusedEndpoint",
             Error::SecretNotFound { .. } => "SecretNotFound",
             Error::Storage(_) => "InvalidStorage",
             Error::Snapshot(_) => "SnapshotFailed",
@@ -103,6 +108,7 @@ impl Error {
         match self {
             Error::ClusterNotFound(_)
             | Error::Unsupported(_)
+            | Error::Refused(_)
             | Error::SecretNotFound { .. }
             | Error::Storage(_) => Duration::from_secs(20),
             _ => Duration::from_secs(10),

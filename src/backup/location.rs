@@ -5,7 +5,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
 use super::error::Error as BackupError;
-use super::storage::{Error, SecretData, Target, abs, gcs, s3, secret_of};
+use super::storage::{
+    Error, SecretData, Target, abs, ambient_allowed, gcs, no_ambient, s3, secret_of,
+};
 use crate::api::{AbsSource, GcsSource, S3Source, StorageType};
 
 /// The named Secret's data as text, or why not.
@@ -133,7 +135,12 @@ pub async fn target(
     let secret = secret_of(spec.kind, spec.s3, spec.abs, spec.gcs);
     let data = match &secret {
         Some((field, name)) => Some(secret_data(client, ns, field, name).await?),
-        None => None,
+        None if ambient_allowed(ns) => None,
+        None => match spec.kind {
+            StorageType::S3 => return Err(no_ambient("s3.awsSecret", ns).into()),
+            StorageType::Gcs => return Err(no_ambient("gcs.gcpSecret", ns).into()),
+            _ => None,
+        },
     };
     let missing = |section: &str| {
         Error::Spec(format!(

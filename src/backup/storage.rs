@@ -12,10 +12,14 @@
 //! - GCS (`gcpSecret`): `access-token` (an OAuth2 bearer token), or `credentials.json` (a
 //!   service account key).
 //!
+//! A section without a Secret gets no credentials at all: the operator never lends its own
+//! cloud identity (its pod's environment, a node's instance metadata) to whoever may create an
+//! EtcdBackup, unless an administrator allowed that namespace ([`allow_ambient`]).
+//!
 //! Pure except for [`build`], which only constructs the client (no request is made).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use object_store::ObjectStore;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
@@ -48,6 +52,35 @@ pub enum Error {
         #[source]
         source: object_store::Error,
     },
+}
+
+/// The namespaces whose backups and restores may use the operator's own cloud identity when
+/// their storage section names no Secret (`--ambient-credentials-namespaces`; `*` for all).
+/// Set once at start; unset, none may.
+static AMBIENT: OnceLock<Vec<String>> = OnceLock::new();
+
+/// Allows the storage sections of `namespaces` without a Secret to use the operator's own
+/// identity: the environment its pod is given (IRSA's web identity token, GKE workload
+/// identity), falling back to the platform's metadata server. Called once, at start.
+pub fn allow_ambient(namespaces: Vec<String>) {
+    let _ = AMBIENT.set(namespaces.into_iter().filter(|n| !n.is_empty()).collect());
+}
+
+/// Whether a storage section of namespace `ns` without a Secret may use the operator's own
+/// identity.
+pub fn ambient_allowed(ns: &str) -> bool {
+    AMBIENT
+        .get()
+        .is_some_and(|allowed| allowed.iter().any(|n| n == ns || n == "*"))
+}
+
+/// Why a section without a Secret (`field`) is refused in namespace `ns`.
+pub fn no_ambient(field: &str, ns: &str) -> Error {
+    Error::Spec(format!(
+        "{field} is not set: name a Secret with the store's credentials; this operator lends \
+         its own cloud identity only to the namespaces its administrator listed \
+         (backups.ambientCredentials.namespaces), and {ns:?} is not one of them"
+    ))
 }
 
 /// Splits a coreos storage path, `<bucket or container>/<key>`, into its two parts.
@@ -246,7 +279,8 @@ fn s3_encryption(
     (builder, headers)
 }
 
-/// The store for an S3 section; `data` is the Secret's data when `awsSecret` is set.
+/// The store for an S3 section; `data` is the Secret's data when `awsSecret` is set, and
+/// `None` only where [`ambient_allowed`] (the pod's environment then gives the credentials).
 pub fn s3(source: &S3Source, data: Option<&SecretData>) -> Result<Target, Error> {
     let (bucket, location) = split_path(&source.path).ok_or_else(|| {
         Error::Spec(format!(
@@ -258,7 +292,11 @@ pub fn s3(source: &S3Source, data: Option<&SecretData>) -> Result<Target, Error>
     // by us and again by the server, while a snapshot's integrity is checked end to end (its
     // sha256, recorded in the EtcdBackup's status and the object's metadata, is checked by
     // every restore, as is etcd's own hash inside it) and TLS guards it in transit.
-    let mut builder = AmazonS3Builder::new()
+    let base = match data {
+        Some(_) => AmazonS3Builder::new(),
+        None => AmazonS3Builder::from_env(),
+    };
+    let mut builder = base
         .with_bucket_name(bucket)
         .with_unsigned_payload(true);
     if let (Some(data), Some(secret)) = (data, source.aws_secret.as_deref()) {
@@ -366,7 +404,7 @@ pub fn abs(source: &AbsSource, data: &SecretData) -> Result<Target, Error> {
     })
 }
 
-/// The store for a GCS section.
+/// The store for a GCS section; `data` is `None` only where [`ambient_allowed`].
 pub fn gcs(source: &GcsSource, data: Option<&SecretData>) -> Result<Target, Error> {
     let (bucket, location) = split_path(&source.path).ok_or_else(|| {
         Error::Spec(format!(
@@ -374,7 +412,11 @@ pub fn gcs(source: &GcsSource, data: Option<&SecretData>) -> Result<Target, Erro
             source.path
         ))
     })?;
-    let mut builder = GoogleCloudStorageBuilder::new().with_bucket_name(bucket);
+    let base = match data {
+        Some(_) => GoogleCloudStorageBuilder::new(),
+        None => GoogleCloudStorageBuilder::from_env(),
+    };
+    let mut builder = base.with_bucket_name(bucket);
     if let (Some(data), Some(secret)) = (data, source.gcp_secret.as_deref()) {
         if let Some(token) = data.get("access-token").filter(|t| !t.trim().is_empty()) {
             builder = builder.with_credentials(Arc::new(

@@ -22,7 +22,7 @@ use super::serving::{self, ReadMemory, Serving};
 use crate::api::common::find_condition;
 use crate::api::{Condition, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster};
 use crate::etcd::{self, ClientTls, Endpoint, Etcd, Member, Status};
-use crate::kube::names::{Addressing, CLIENT_PORT, addressing, selector};
+use crate::kube::names::{Addressing, CLIENT_PORT, addressing, controlled_by, selector};
 
 /// How long one etcd request may take before the member counts as not answering.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
@@ -247,8 +247,10 @@ fn label_selector(name: &str) -> String {
 /// Names of the cluster's volume claims that exist and are not being deleted.
 async fn list_claims(
     pvcs: &Api<PersistentVolumeClaim>,
-    name: &str,
+    cluster: &EtcdCluster,
 ) -> Result<std::collections::BTreeSet<String>, Error> {
+    let name = cluster.name_any();
+    let name = name.as_str();
     let list = pvcs
         .list_metadata(&ListParams::default().labels(&label_selector(name)))
         .await
@@ -259,6 +261,7 @@ async fn list_claims(
     Ok(list
         .items
         .into_iter()
+        .filter(|c| controlled_by(&c.metadata, cluster))
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter_map(|c| c.metadata.name)
         .collect())
@@ -283,6 +286,7 @@ fn cached_claims(
     Some(
         claims
             .iter()
+            .filter(|c| controlled_by(&c.metadata, cluster))
             .filter(|c| c.metadata.deletion_timestamp.is_none())
             .filter_map(|c| c.metadata.name.clone())
             .collect(),
@@ -405,7 +409,7 @@ async fn observe_objects(
     {
         obs.plan.claims = match cached_claims(handles, cached, cluster) {
             Some(claims) => claims,
-            None => list_claims(&handles.pvcs, &name).await?,
+            None => list_claims(&handles.pvcs, cluster).await?,
         };
     }
     obs.plan.known_members = cluster
@@ -419,7 +423,9 @@ async fn observe_objects(
         None => list_pods(&handles.pods, &name).await?,
     };
     let now = Timestamp::now();
-    for pod in list {
+    // A pod that only wears the cluster's labels is not a member: it is never counted,
+    // replaced or deleted.
+    for pod in list.into_iter().filter(|p| controlled_by(&p.metadata, cluster)) {
         let mut view = pod_view(&pod, now);
         view.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         view.node_lost =

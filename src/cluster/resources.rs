@@ -326,8 +326,9 @@ pub struct SeedRestore {
     pub uid: String,
     /// Where the operator serves the snapshot.
     pub url: String,
-    /// Bearer token for it.
-    pub token: SeedToken,
+    /// The Secret holding its bearer token (key [`crate::kube::restore_token::KEY`]), mounted
+    /// into the etcd container alone: the pod's spec does not hold it.
+    pub token_secret: String,
     /// sha256 the fetched file must have.
     pub sha256: String,
     /// The seed's member name.
@@ -341,16 +342,6 @@ pub struct SeedRestore {
     /// For a point-in-time restore: where the operator serves the archived changes the seed
     /// replays onto the snapshot before etcd serves anyone.
     pub changes_url: Option<String>,
-}
-
-/// How the seed gets its bearer token.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SeedToken {
-    /// From this Secret (key [`crate::kube::restore_token::KEY`]), mounted into the etcd
-    /// container alone: the pod's spec does not hold it.
-    Secret(String),
-    /// In the command line: only for a hand-off made before tokens moved into Secrets.
-    Value(String),
 }
 
 /// Where the restore token's Secret is mounted in a seed's etcd container.
@@ -379,13 +370,10 @@ fn gated_command(gate: &Gate) -> Vec<String> {
             format!("{GATE_DIR}/etcd-gate"),
             "restore".into(),
             format!("--url={}", r.url),
-            match &r.token {
-                SeedToken::Secret(_) => format!(
-                    "--token-file={TOKEN_DIR}/{}",
-                    crate::kube::restore_token::KEY
-                ),
-                SeedToken::Value(v) => format!("--token={v}"),
-            },
+            format!(
+                "--token-file={TOKEN_DIR}/{}",
+                crate::kube::restore_token::KEY
+            ),
             format!("--sha256={}", r.sha256),
             format!("--data-dir={DATA_DIR}"),
             format!("--name={}", r.name),
@@ -614,9 +602,8 @@ fn member_volumes(
         });
         mounts.push(gate_mount(true));
     }
-    if let Some(SeedToken::Secret(secret)) = gate.and_then(|g| g.restore.as_ref()).map(|r| &r.token)
-    {
-        let (volume, mount) = token_volume(secret);
+    if let Some(r) = gate.and_then(|g| g.restore.as_ref()) {
+        let (volume, mount) = token_volume(&r.token_secret);
         volumes.push(volume);
         mounts.push(mount);
     }
@@ -1035,7 +1022,7 @@ mod tests {
             restore: Some(SeedRestore {
                 uid: "uid-1".into(),
                 url: "http://10.0.0.9:8080/restores/ns/example/snapshot".into(),
-                token: SeedToken::Secret("example-restore-token".into()),
+                token_secret: "example-restore-token".into(),
                 sha256: "ab".repeat(32),
                 name: "example-s".into(),
                 initial_cluster: "example-s=http://example-s.example.ns.svc:2380".into(),

@@ -74,10 +74,20 @@ pub async fn run(
     let mut cluster_events = futures::stream::select_all(scopes.iter().map(|ns| {
         let clusters = api(*ns);
         let scope = ns.map(String::from);
-        // managedFields are most of an EtcdCluster whose status is written; nothing reads them,
-        // and each object is kept twice (here and in its task's channel).
+        // managedFields are most of an EtcdCluster whose status is written, and each object is
+        // kept twice (here and in its task's channel); they are read only to know who wrote a
+        // restore hand-off, so they are kept only while one is on the cluster.
         watcher(clusters, watcher::Config::default())
-            .modify(|o| o.metadata.managed_fields = None)
+            .modify(|o| {
+                let handoff = o
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(crate::api::RESTORE_ANNOTATION));
+                if !handoff {
+                    o.metadata.managed_fields = None;
+                }
+            })
             .backoff(crate::kube::watch_backoff())
             .map(move |ev| (scope.clone(), ev))
             .boxed()

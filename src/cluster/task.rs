@@ -144,6 +144,9 @@ pub enum Error {
     /// Writing the status failed.
     #[error("writing status: {0}")]
     WriteStatus(#[source] kube::Error),
+    /// Reading the EtcdRestore a restore hand-off names, to verify it, failed.
+    #[error("reading the EtcdRestore of the restore hand-off: {0}")]
+    ReadRestore(#[source] kube::Error),
 }
 
 impl Error {
@@ -158,6 +161,7 @@ impl Error {
             Error::Observe(e) => e.metric_label(),
             Error::Act(e) => e.metric_label(),
             Error::WriteStatus(_) => "write_status",
+            Error::ReadRestore(_) => "read_restore",
         }
     }
 
@@ -412,8 +416,9 @@ async fn reconcile(
     next_look(ctx, cluster, &obs, &action, outcome, &new_status, memory).await
 }
 
-/// The restore the restore controller handed over, if any; one it handed over malformed is
-/// reported and ends the pass.
+/// The restore handed over, if any, once its source vouches for it
+/// ([`crate::api::handoff`]); one that is malformed, forged or replayed is reported
+/// (`InvalidRestore`) and ends the pass before anything is touched.
 async fn pending_restore(
     ctx: &Context,
     handles: &Handles,
@@ -421,8 +426,11 @@ async fn pending_restore(
     cluster: &EtcdCluster,
     memory: &mut Memory,
 ) -> Result<Option<RestoreHandoff>, Error> {
-    match cluster.pending_restore() {
-        Some(Ok(handoff)) => Ok(Some(handoff)),
+    let pending = crate::kube::handoff::pending(&handles.restores, cluster)
+        .await
+        .map_err(Error::ReadRestore)?;
+    match pending {
+        Some(Ok(verified)) => Ok(Some(verified.handoff)),
         Some(Err(message)) => {
             let reason = "InvalidRestore";
             report_invalid(ctx, handles, pass.cached, cluster, memory, reason, &message).await?;

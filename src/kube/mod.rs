@@ -12,6 +12,7 @@
 pub mod apiserver;
 pub mod cache;
 pub mod crds;
+pub mod handoff;
 pub mod invalid;
 pub mod names;
 pub mod restore_token;

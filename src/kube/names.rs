@@ -206,6 +206,18 @@ pub struct Secrets {
     pub auto: bool,
 }
 
+/// Whether `meta` names `owner` (by UID) as its controller: the only proof that an object is
+/// the cluster's. Labels are not: anyone who may create a pod can make it wear them.
+pub fn controlled_by(meta: &ObjectMeta, owner: &EtcdCluster) -> bool {
+    let Some(uid) = owner.meta().uid.as_deref() else {
+        return false;
+    };
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
 /// The Secret of the CA that `TLS.auto` makes for `cluster`.
 pub fn ca_name(cluster: &EtcdCluster) -> String {
     format!("{}-ca", cluster.name_any())

@@ -40,7 +40,7 @@ use tracing::{info, warn};
 
 use crate::api::{
     Condition, EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RESTORE_ANNOTATION,
-    RestoreHandoff, RestorePhase, VerifiedObject, common::find_condition,
+    RestoreHandoff, RestorePhase, VerifiedObject, common::find_condition, handoff,
 };
 use crate::backup::compress::Unpack;
 use crate::backup::endpoint::cluster_endpoint;
@@ -55,7 +55,7 @@ use crate::kube::restore_token;
 use crate::report::Reporter;
 
 /// The field manager of restore status writes.
-const MANAGER: &str = "etcd-operator-restore";
+const MANAGER: &str = handoff::RESTORE_MANAGER;
 /// Keeps an EtcdRestore from going while its cluster is being rebuilt from it: the seed reads
 /// the snapshot's location from it, and a restore deleted half-way would strand the seed.
 /// Set just before the hand-off, removed once the hand-off is off the cluster (completed, or
@@ -250,6 +250,14 @@ async fn write_status(
 fn handoff_of(cluster: &EtcdCluster) -> Option<RestoreHandoff> {
     let value = cluster.annotations().get(RESTORE_ANNOTATION)?;
     serde_json::from_str(value).ok()
+}
+
+/// Whether the hand-off on `cluster` is the one this restore (`status`) wrote.
+fn is_ours(cluster: &EtcdCluster, status: &EtcdRestoreStatus) -> bool {
+    cluster
+        .annotations()
+        .get(RESTORE_ANNOTATION)
+        .is_some_and(|v| !status.handoff_sha256.is_empty() && handoff::digest(v) == status.handoff_sha256)
 }
 
 /// What is known of a snapshot's sha256 before it is read: its object metadata, or the status
@@ -522,7 +530,12 @@ async fn patch_annotation(
 ) -> Result<(), Error> {
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), ns);
     let patch = serde_json::json!({"metadata": {"annotations": {RESTORE_ANNOTATION: value}}});
-    api.patch(cluster, &PatchParams::default(), &Patch::Merge(&patch))
+    // The cluster's task acts on a hand-off only when this field manager wrote it.
+    let params = PatchParams {
+        field_manager: Some(handoff::RESTORE_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch(cluster, &params, &Patch::Merge(&patch))
         .await
         .map(|_| ())
         .map_err(|source| Error::Kube {
@@ -696,10 +709,21 @@ async fn reconcile_inner(restore: &EtcdRestore, ctx: &Context) -> Result<Action,
         return Ok(Action::requeue(Duration::from_secs(10)));
     };
     if let Some(handoff) = handoff_of(&cluster) {
-        if handoff.uid == uid {
+        // Ours only if it is still exactly what this restore wrote: one changed since is
+        // replaced by a fresh hand-off (the cluster's task refuses it meanwhile).
+        if handoff.uid == uid && is_ours(&cluster, &current) {
             return follow(ctx, restore, &cluster, &handoff).await;
         }
-        if cluster.pending_restore().is_some() {
+        // Another restore's counts only when verified: a forged or stale annotation must not
+        // keep a real restore out.
+        let restores: Api<EtcdRestore> = Api::namespaced(ctx.client.clone(), &ns);
+        let pending = crate::kube::handoff::pending(&restores, &cluster)
+            .await
+            .map_err(|source| Error::Kube {
+                what: format!("reading EtcdRestore {}", handoff.name),
+                source,
+            })?;
+        if handoff.uid != uid && matches!(pending, Some(Ok(_))) {
             return Err(Error::Busy {
                 cluster: cluster_name,
                 other: handoff.name,
@@ -808,7 +832,6 @@ async fn start(
     let handoff = RestoreHandoff {
         name: restore.name_any(),
         uid: uid.clone(),
-        token: String::new(),
         token_sha256,
         // What the seed receives: the snapshot itself (the operator decompresses it on the way).
         sha256: verified.snapshot_sha256.clone(),
@@ -823,7 +846,6 @@ async fn start(
     };
     let value = serde_json::to_string(&handoff).unwrap_or_default();
     set_finalizer(ctx, restore, true).await?;
-    patch_annotation(ctx, &ns, &cluster_name, Some(value)).await?;
     let note = format!(
         "verified {} ({} bytes, sha256 {}){}; {}; the cluster's members are being replaced",
         target.url,
@@ -841,7 +863,11 @@ async fn start(
     next.verified = Some(verified);
     next.pre_restore_path = handoff.pre_restore_path;
     next.target_revision = handoff.to_revision;
+    // The status vouches for the hand-off before it exists: the cluster's task, which may see
+    // the annotation at once, acts on it only once it finds its sha256 here.
+    next.handoff_sha256 = handoff::digest(&value);
     write_status(ctx, restore, &next).await?;
+    patch_annotation(ctx, &ns, &cluster_name, Some(value)).await?;
     info!(restore = restore.name_any(), "{note}");
     ctx.events
         .publish(restore, EventType::Normal, "RestoreStarted", note.clone())

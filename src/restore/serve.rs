@@ -3,8 +3,9 @@
 //! etcd pods hold no cloud credentials: the seed's `etcd-gate` fetches the snapshot from the
 //! operator (`GET /restores/<namespace>/<cluster>/snapshot`, `Authorization: Bearer <token>`),
 //! and the operator streams it from object storage as it reads it, never holding it whole.
-//! What is served, and to whom, is decided by the EtcdCluster's restore annotation alone (the
-//! token, the EtcdRestore), read afresh on every request, so any replica can serve it.
+//! What is served, and to whom, is decided by the EtcdCluster's restore annotation (the token,
+//! the EtcdRestore) once its source vouches for it ([`crate::api::handoff`]), read afresh on
+//! every request, so any replica can serve it.
 //!
 //! A recovery from lost quorum hands over a restore whose snapshot comes from a surviving
 //! member instead: the operator streams it straight from that member's etcd, which serves a
@@ -22,12 +23,13 @@ use kube::{Api, Client};
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 
-use crate::api::{EtcdCluster, EtcdRestore, RestoreHandoff};
+use crate::api::{EtcdCluster, EtcdRestore};
 use crate::backup::compress::{Unpack, ZSTD_MAGIC};
 use crate::backup::location::{Storage, target};
 use crate::backup::pitr;
 use crate::cluster::handles::Sources;
 use crate::etcd::{Endpoint, Etcd};
+use crate::kube::handoff::{self, Verified};
 use crate::kube::restore_token;
 
 /// How long connecting to a surviving member may take.
@@ -80,18 +82,19 @@ pub fn after_of(query: Option<&str>) -> Option<i64> {
 }
 
 impl Snapshots {
-    /// Opens the snapshot of the restore pending on `cluster` in `ns`, if `bearer` is its
-    /// token; otherwise the status code and message to answer with.
-    /// The restore pending on `cluster` in `ns`, if `bearer` is its token; otherwise the status
-    /// code and message to answer with.
+    /// The restore pending on `cluster` in `ns`, verified against its source
+    /// ([`crate::api::handoff`]), if `bearer` is its token; otherwise the status code and
+    /// message to answer with. A hand-off that is not verified serves nothing: whoever may
+    /// annotate an EtcdCluster must not be able to point it at another restore's snapshot.
     async fn authorized(
         &self,
         ns: &str,
         cluster: &str,
         bearer: Option<&str>,
-    ) -> Result<RestoreHandoff, (StatusCode, String)> {
+    ) -> Result<Verified, (StatusCode, String)> {
         let internal = |e: String| (StatusCode::BAD_GATEWAY, e);
         let clusters: Api<EtcdCluster> = Api::namespaced(self.client.clone(), ns);
+        let restores: Api<EtcdRestore> = Api::namespaced(self.client.clone(), ns);
         let not_found = || {
             (
                 StatusCode::NOT_FOUND,
@@ -103,44 +106,32 @@ impl Snapshots {
             .await
             .map_err(|e| internal(format!("reading EtcdCluster {ns}/{cluster}: {e}")))?
             .ok_or_else(not_found)?;
-        let handoff = match c.pending_restore() {
-            Some(Ok(h)) => h,
-            _ => return Err(not_found()),
+        let verified = match handoff::pending(&restores, &c).await {
+            Ok(Some(Ok(v))) => v,
+            Ok(_) => return Err(not_found()),
+            Err(e) => return Err(internal(format!("reading the restore of {ns}/{cluster}: {e}"))),
         };
-        let allowed = if handoff.token_sha256.is_empty() {
-            // A hand-off made before the token moved into a Secret.
-            !handoff.token.is_empty() && bearer == Some(handoff.token.as_str())
-        } else {
-            restore_token::matches(bearer, &handoff.token_sha256)
-        };
-        if !allowed {
+        if !restore_token::matches(bearer, &verified.handoff.token_sha256) {
             return Err((StatusCode::FORBIDDEN, "wrong or missing token".into()));
         }
-        Ok(handoff)
+        Ok(verified)
     }
 
-    /// The storage of the EtcdRestore `handoff` names, if it still exists.
+    /// The storage of the verified restore.
     async fn storage_of(
         &self,
         ns: &str,
-        handoff: &RestoreHandoff,
+        verified: &Verified,
     ) -> Result<crate::backup::storage::Target, (StatusCode, String)> {
-        let internal = |e: String| (StatusCode::BAD_GATEWAY, e);
-        let restores: Api<EtcdRestore> = Api::namespaced(self.client.clone(), ns);
-        let restore = restores
-            .get_opt(&handoff.name)
-            .await
-            .map_err(|e| internal(format!("reading EtcdRestore {}: {e}", handoff.name)))?
-            .filter(|r| r.metadata.uid.as_deref() == Some(handoff.uid.as_str()))
-            .ok_or_else(|| {
-                (
-                    StatusCode::NOT_FOUND,
-                    format!("EtcdRestore {ns}/{} no longer exists", handoff.name),
-                )
-            })?;
+        let restore = verified.restore.as_ref().ok_or_else(|| {
+            (
+                StatusCode::NOT_FOUND,
+                format!("EtcdRestore {ns}/{} no longer exists", verified.handoff.name),
+            )
+        })?;
         let (store, _) = target(&self.client, ns, Storage::from(&restore.spec))
             .await
-            .map_err(|e| internal(e.to_string()))?;
+            .map_err(|e| (StatusCode::BAD_GATEWAY, e.to_string()))?;
         Ok(store)
     }
 
@@ -153,7 +144,8 @@ impl Snapshots {
         bearer: Option<&str>,
     ) -> Result<Opened, (StatusCode, String)> {
         let internal = |e: String| (StatusCode::BAD_GATEWAY, e);
-        let handoff = self.authorized(ns, cluster, bearer).await?;
+        let verified = self.authorized(ns, cluster, bearer).await?;
+        let handoff = &verified.handoff;
         if !handoff.member.is_empty() {
             let ep = self
                 .sources
@@ -168,7 +160,7 @@ impl Snapshots {
                 .await
                 .map_err(|e| internal(format!("snapshot of member {}: {e}", handoff.member)));
         }
-        let mut store = self.storage_of(ns, &handoff).await?;
+        let mut store = self.storage_of(ns, &verified).await?;
         if !handoff.object.is_empty() {
             // A point-in-time restore: the spec names the backup, the hand-off its snapshot.
             store = store.with_location(Path::from(handoff.object.as_str()));
@@ -193,7 +185,8 @@ impl Snapshots {
         bearer: Option<&str>,
         after: i64,
     ) -> Result<Vec<String>, (StatusCode, String)> {
-        let handoff = self.authorized(ns, cluster, bearer).await?;
+        let verified = self.authorized(ns, cluster, bearer).await?;
+        let handoff = &verified.handoff;
         let (Some(target), false) = (handoff.to_revision, handoff.object.is_empty()) else {
             return Err((
                 StatusCode::NOT_FOUND,
@@ -202,7 +195,7 @@ impl Snapshots {
                 ),
             ));
         };
-        let store = self.storage_of(ns, &handoff).await?;
+        let store = self.storage_of(ns, &verified).await?;
         let key = store.location.to_string();
         let snapshot = pitr::snapshot_revision(&key, &handoff.object).unwrap_or(after);
         pitr::changes(store.store.as_ref(), &key, snapshot, after, target)

@@ -14,7 +14,7 @@ use super::handles::{Handles, Pass};
 use super::members::{self, ClusterState};
 use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::{Action, DeleteReason, MoveReason, RemoveReason};
-use super::resources::{self, Gate, SeedRestore, SeedToken};
+use super::resources::{self, Gate, SeedRestore};
 use super::version::Version;
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};

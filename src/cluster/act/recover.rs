@@ -35,7 +35,6 @@ pub(super) async fn recover_from_member(
     let handoff = RestoreHandoff {
         name: recovery_name(&cluster.name_any(), uid),
         uid: uid.to_string(),
-        token: String::new(),
         token_sha256,
         sha256: String::new(),
         bump_revision: bump_for(revision_before),
@@ -163,13 +162,14 @@ async fn annotate(
         annotations.insert(RESTORE_ANNOTATION.into(), h.into());
     }
     let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+    // The task acts on a recovery's hand-off only when this field manager wrote it.
+    let params = PatchParams {
+        field_manager: Some(crate::api::handoff::RECOVERY_MANAGER.into()),
+        ..PatchParams::default()
+    };
     handles
         .clusters
-        .patch(
-            &cluster.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+        .patch(&cluster.name_any(), &params, &Patch::Merge(&patch))
         .await
         .map_err(|source| Error::Recover {
             what: format!("EtcdCluster {}", cluster.name_any()),

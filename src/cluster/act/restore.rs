@@ -63,11 +63,7 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
         restore: Some(SeedRestore {
             uid: handoff.uid.clone(),
             url: url.clone(),
-            token: if handoff.token_sha256.is_empty() {
-                SeedToken::Value(handoff.token.clone())
-            } else {
-                SeedToken::Secret(token_secret)
-            },
+            token_secret,
             sha256: handoff.sha256.clone(),
             name: name.clone(),
             initial_cluster: ic,
