@@ -57,7 +57,11 @@ pub fn refusal(
     handoff: &RestoreHandoff,
     restore: Option<&EtcdRestore>,
 ) -> Option<String> {
-    let raw = cluster.metadata.annotations.as_ref()?.get(RESTORE_ANNOTATION)?;
+    let raw = cluster
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(RESTORE_ANNOTATION)?;
     let recovery = !handoff.member.is_empty();
     let manager = if recovery {
         RECOVERY_MANAGER
@@ -69,7 +73,9 @@ pub fn refusal(
         return Some(format!(
             "annotation {RESTORE_ANNOTATION} was written by {}, not by the operator ({manager}); \
              it is ignored and no member is touched: remove it, and restore with an EtcdRestore",
-            wrote.map_or("an unknown writer".into(), |w| format!("field manager {w:?}"))
+            wrote.map_or("an unknown writer".into(), |w| format!(
+                "field manager {w:?}"
+            ))
         ));
     }
     if recovery {
@@ -106,9 +112,7 @@ fn restore_refusal(
         return Some(format!(
             "annotation {RESTORE_ANNOTATION} names EtcdRestore {name}, which is not Restoring \
              (phase {}); no member is touched",
-            status
-                .phase
-                .map_or("none".into(), |p| format!("{p:?}"))
+            status.phase.map_or("none".into(), |p| format!("{p:?}"))
         ));
     }
     if status.handoff_sha256 != digest(raw) {

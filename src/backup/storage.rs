@@ -296,9 +296,7 @@ pub fn s3(source: &S3Source, data: Option<&SecretData>) -> Result<Target, Error>
         Some(_) => AmazonS3Builder::new(),
         None => AmazonS3Builder::from_env(),
     };
-    let mut builder = base
-        .with_bucket_name(bucket)
-        .with_unsigned_payload(true);
+    let mut builder = base.with_bucket_name(bucket).with_unsigned_payload(true);
     if let (Some(data), Some(secret)) = (data, source.aws_secret.as_deref()) {
         let credentials = key(data, secret, "credentials")?;
         let profile = aws_profile(credentials, "default");

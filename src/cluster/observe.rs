@@ -425,7 +425,10 @@ async fn observe_objects(
     let now = Timestamp::now();
     // A pod that only wears the cluster's labels is not a member: it is never counted,
     // replaced or deleted.
-    for pod in list.into_iter().filter(|p| controlled_by(&p.metadata, cluster)) {
+    for pod in list
+        .into_iter()
+        .filter(|p| controlled_by(&p.metadata, cluster))
+    {
         let mut view = pod_view(&pod, now);
         view.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         view.node_lost =

@@ -376,6 +376,25 @@ fn leaf_current(
     }
 }
 
+/// Refuses to write over a Secret of `TLS.auto`'s names that the cluster does not own (no
+/// controller ownerReference to it): a user's Secret is reported, never taken over.
+fn not_ours(api: &SecretApi, cluster: &EtcdCluster, secret: &Secret) -> Result<(), Error> {
+    if crate::kube::names::controlled_by(&secret.metadata, cluster) {
+        return Ok(());
+    }
+    Err(Error::Invalid(Invalid {
+        reason: "TLSSecretConflict",
+        message: format!(
+            "spec.TLS.auto: Secret {}/{} exists and is not this cluster's (no controller \
+             ownerReference to EtcdCluster {}); the operator does not overwrite it: rename or \
+             delete it, or name it in spec.TLS.static",
+            api.namespace(),
+            secret.name_any(),
+            cluster.name_any()
+        ),
+    }))
+}
+
 fn owned_secret(cluster: &EtcdCluster, name: &str) -> Secret {
     Secret {
         metadata: meta(cluster, name, "tls"),
@@ -412,6 +431,9 @@ async fn auto_ca(
         .get_opt(&ca_name)
         .await
         .map_err(api_err("reading", &ca_name))?;
+    if let Some(s) = &existing {
+        not_ours(api, cluster, s)?;
+    }
     let ca_present = existing.is_some();
     let found = match existing.and_then(|s| Some((AutoState::from_secret(&s, validity)?, s))) {
         Some(found) => found,
@@ -497,6 +519,9 @@ async fn prepare_auto(
         let Some(name) = name else { continue };
         let want = names(cluster, role);
         let existing = api.get_opt(name).await.map_err(api_err("reading", name))?;
+        if let Some(s) = &existing {
+            not_ours(api, cluster, s)?;
+        }
         let secret = match existing {
             Some(s) if leaf_current(&s, layout, &state, &want, now) => s,
             _ => {

@@ -257,7 +257,9 @@ fn is_ours(cluster: &EtcdCluster, status: &EtcdRestoreStatus) -> bool {
     cluster
         .annotations()
         .get(RESTORE_ANNOTATION)
-        .is_some_and(|v| !status.handoff_sha256.is_empty() && handoff::digest(v) == status.handoff_sha256)
+        .is_some_and(|v| {
+            !status.handoff_sha256.is_empty() && handoff::digest(v) == status.handoff_sha256
+        })
 }
 
 /// What is known of a snapshot's sha256 before it is read: its object metadata, or the status

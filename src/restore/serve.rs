@@ -109,7 +109,11 @@ impl Snapshots {
         let verified = match handoff::pending(&restores, &c).await {
             Ok(Some(Ok(v))) => v,
             Ok(_) => return Err(not_found()),
-            Err(e) => return Err(internal(format!("reading the restore of {ns}/{cluster}: {e}"))),
+            Err(e) => {
+                return Err(internal(format!(
+                    "reading the restore of {ns}/{cluster}: {e}"
+                )));
+            }
         };
         if !restore_token::matches(bearer, &verified.handoff.token_sha256) {
             return Err((StatusCode::FORBIDDEN, "wrong or missing token".into()));
@@ -126,7 +130,10 @@ impl Snapshots {
         let restore = verified.restore.as_ref().ok_or_else(|| {
             (
                 StatusCode::NOT_FOUND,
-                format!("EtcdRestore {ns}/{} no longer exists", verified.handoff.name),
+                format!(
+                    "EtcdRestore {ns}/{} no longer exists",
+                    verified.handoff.name
+                ),
             )
         })?;
         let (store, _) = target(&self.client, ns, Storage::from(&restore.spec))
