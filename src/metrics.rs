@@ -204,6 +204,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     backups: BackupSeries,
     leader: Gauge,
+    cached_secrets: Gauge,
     /// The phase each cluster was last counted under, so a cluster is counted once.
     phases: Mutex<HashMap<(String, String), String>>,
     ready: AtomicBool,
@@ -310,6 +311,12 @@ impl Metrics {
         register_upkeep(&mut registry, &upkeep, &defrag_seconds, &defrag_reclaimed);
         let backups = BackupSeries::registered(&mut registry);
         register_leader(&mut registry, &leader);
+        let cached_secrets = Gauge::default();
+        registry.register(
+            "cached_secrets",
+            "Secrets whose metadata the operator's watch cache holds: only those it made",
+            cached_secrets.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -324,6 +331,7 @@ impl Metrics {
             requests,
             backups,
             leader,
+            cached_secrets,
             phases: Mutex::default(),
             ready: AtomicBool::new(false),
         }
@@ -519,6 +527,12 @@ impl Metrics {
     /// A request to the Kubernetes API is being sent.
     pub fn api_request(&self, labels: RequestLabels) {
         self.requests.get_or_create(&labels).inc();
+    }
+
+    /// Records how many Secrets the watch cache holds.
+    pub fn set_cached_secrets(&self, n: usize) {
+        self.cached_secrets
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Whether this replica leads.

@@ -99,6 +99,23 @@ fn snapshot_status(ns: &str, operator: &Operator, token: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `etcd_operator_cached_secrets` as the operator serves it.
+fn cached_secrets(operator: &Operator) -> Option<usize> {
+    let ip = operator.pods()[0]["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10"])
+        .arg(format!("http://{ip}:8080/metrics"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_operator_cached_secrets "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 fn restarts(operator: &Operator) -> i64 {
     operator
         .pods()
@@ -472,6 +489,40 @@ fn hostile_input_is_refused_clearly_and_costs_no_pod_no_key_and_no_restart() {
         None,
     );
     tried += 1;
+
+    // The cache holds only the operator's own Secrets, however many others the namespace has.
+    let unrelated: Vec<Value> = (0..1000)
+        .map(|i| {
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("app-{i}"),
+                "annotations": {"note": "x".repeat(100)}}, "stringData": {"password": "p"}})
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": unrelated});
+    k.ok(&["create", "-n", ns, "-f", "-"], Some(&list.to_string()));
+    let own = || {
+        let out = k.ok(
+            &[
+                "get",
+                "secrets",
+                "-n",
+                ns,
+                "-l",
+                "app.kubernetes.io/managed-by=etcd-operator",
+                "-o",
+                "name",
+            ],
+            None,
+        );
+        out.lines().count()
+    };
+    until(
+        "the cache to hold exactly the operator's own Secrets",
+        30,
+        || cached_secrets(&operator) == Some(own()),
+    );
+    let held = cached_secrets(&operator).unwrap();
+    eprintln!("Secrets held in the cache with 1,000 unrelated ones: {held} (the operator's own)");
+    assert!(held < 10, "{held}");
 
     let uid = get(&k, ns, "etcdrestore/no-secret")["metadata"]["uid"]
         .as_str()

@@ -198,10 +198,7 @@ impl ContinuousArchive {
             .as_deref()
             .and_then(parse)
             .unwrap_or(8 << 20)
-            .clamp(
-                validation::MIN_CHUNK_BYTES as usize,
-                validation::MAX_CHUNK_BYTES as usize,
-            )
+            .clamp(validation::MIN_CHUNK_BYTES, validation::MAX_CHUNK_BYTES)
     }
 }
 

@@ -132,9 +132,9 @@ pub fn pod_annotation_rules(schema: &mut Schema) {
 
 /// The most bytes of changes a continuous archive's chunk may hold: the operator keeps about
 /// one chunk per archived cluster in memory.
-pub const MAX_CHUNK_BYTES: u64 = 32 << 20;
+pub const MAX_CHUNK_BYTES: usize = 32 << 20;
 /// The fewest: smaller chunks only multiply objects.
-pub const MIN_CHUNK_BYTES: u64 = 64 << 10;
+pub const MIN_CHUNK_BYTES: usize = 64 << 10;
 
 /// Rules of `continuous.maxChunkBytes`: bytes, `Ki` or `Mi`, from 64Ki to 32Mi, refused
 /// rather than clamped when out of range.

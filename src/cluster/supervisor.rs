@@ -193,7 +193,11 @@ impl Books {
     fn on_cache(&mut self, ctx: &Arc<Context>, scope: Option<String>, change: cache::Change) {
         let first_pods = matches!(&change, cache::Change::Pod(e) if matches!(**e, Event::InitDone))
             && self.pods_listed.insert(scope.clone());
+        let secrets = matches!(&change, cache::Change::Secret(_));
         let woken = ctx.caches.apply(&scope, change);
+        if secrets {
+            ctx.metrics.set_cached_secrets(ctx.caches.secrets.count());
+        }
         for k in woken.clusters {
             if let Some(h) = self.tasks.get(&k) {
                 h.wake.notify_one();

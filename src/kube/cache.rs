@@ -1,6 +1,9 @@
 //! Shared watch caches of what every pass reads: the member pods, the Services and their
-//! EndpointSlices, the PodDisruptionBudgets, the volume claims (metadata) and the Secrets
-//! (metadata; a Secret's contents are fetched once per resourceVersion). The supervisor feeds them from one watch per
+//! EndpointSlices, the PodDisruptionBudgets, the volume claims (metadata) and the operator's own
+//! Secrets (metadata without annotations; a Secret's contents are fetched once per
+//! resourceVersion). Secrets a user names (static TLS, a pod's environment) are never watched:
+//! the operator holds nothing of the Secrets it does not use, so it reads those by name, again
+//! at most every [`USER_SECRET_TTL`]. The supervisor feeds them from one watch per
 //! kind and scope; the tasks read them instead of listing, so a cluster at rest costs the API
 //! server nothing.
 //!
@@ -25,6 +28,13 @@ use super::names::{CLUSTER_LABEL, MANAGER};
 /// How long an expectation (or a Secret write) is waited for in the cache before the task
 /// stops waiting and the cache is trusted again; watch events arrive within milliseconds.
 pub const SETTLE: Duration = Duration::from_secs(30);
+
+/// How long a Secret the operator does not own is trusted as last read: a user's Secret that
+/// changes (a static certificate renewed by cert-manager) is seen within this long.
+pub const USER_SECRET_TTL: Duration = Duration::from_secs(300);
+
+/// The label the watch of Secrets selects: only those the operator made.
+pub const OWN_SECRETS: &str = "app.kubernetes.io/managed-by=etcd-operator";
 
 /// Objects of one kind by namespace and group (the cluster they belong to, or for Secrets
 /// their own name), as the watches last told.
@@ -82,6 +92,12 @@ impl<K: Resource + Clone> Index<K> {
             .or_default()
             .insert(name, Arc::new(o));
         Some(k)
+    }
+
+    /// How many objects are kept.
+    pub fn count(&self) -> usize {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.objects.values().map(BTreeMap::len).sum()
     }
 
     /// Applies one event of the watch over `scope`.
@@ -155,6 +171,8 @@ struct Content {
     /// When this operator last wrote the Secret: until the watch shows the write, reads go to
     /// the API server.
     written: Option<Instant>,
+    /// When it was last read or written.
+    at: Instant,
 }
 
 /// Every cache the tasks read.
@@ -170,7 +188,7 @@ pub struct Caches {
     pub budgets: Index<PodDisruptionBudget>,
     /// Volume claims' metadata, by cluster.
     pub claims: Index<PartialObjectMeta<PersistentVolumeClaim>>,
-    /// Secrets' metadata, by name.
+    /// The operator's own Secrets' metadata ([`OWN_SECRETS`]), without annotations, by name.
     pub secrets: Index<PartialObjectMeta<Secret>>,
     /// Whether each node is Ready (watched only when node loss is acted on).
     pub nodes: Nodes,
@@ -264,9 +282,9 @@ pub fn watches(
         .boxed(),
         watcher::watcher(
             api::<PartialObjectMeta<Secret>>(client, &scope),
-            watcher::Config::default(),
+            watcher::Config::default().labels(OWN_SECRETS),
         )
-        .modify(clear_managed_fields::<PartialObjectMeta<Secret>>)
+        .modify(slim_secret)
         .map(|e| e.map(Change::Secret))
         .boxed(),
     ];
@@ -412,6 +430,14 @@ impl Nodes {
     }
 }
 
+/// Only what the index reads of a Secret: its name and resourceVersion. Annotations go first
+/// (`kubectl.kubernetes.io/last-applied-configuration` holds a Secret's data when it was
+/// applied with kubectl).
+fn slim_secret(s: &mut PartialObjectMeta<Secret>) {
+    clear_managed_fields(s);
+    s.metadata.annotations = None;
+}
+
 fn clear_managed_fields<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
@@ -516,22 +542,28 @@ impl SecretApi {
         (self.ns.clone(), name.to_string())
     }
 
-    /// What the metadata cache says of `name`: `None` when it cannot say (not synced, or this
-    /// operator wrote the Secret moments ago), else its resourceVersion if it exists.
+    /// What the caches say of `name`: `None` when they cannot say (not synced, this operator
+    /// wrote the Secret moments ago, or a Secret it does not own was read too long ago), else
+    /// its resourceVersion if it exists.
     fn cached_version(&self, name: &str) -> Option<Option<String>> {
         let caches = self.caches.as_ref()?;
         let listed = caches.secrets.group(&self.ns, name)?;
         let contents = caches.contents.lock().unwrap_or_else(|e| e.into_inner());
-        let recent = contents
-            .get(&self.key(name))
+        let content = contents.get(&self.key(name));
+        let recent = content
             .and_then(|c| c.written)
             .is_some_and(|at| at.elapsed() < SETTLE);
-        let version = listed.first().and_then(|m| m.resource_version());
-        match (&version, recent) {
-            // Written by us and not yet shown by the watch: only a read of the object knows.
-            (None, true) => None,
-            _ => Some(version),
+        if let Some(version) = listed.first().and_then(|m| m.resource_version()) {
+            return Some(Some(version));
         }
+        if recent {
+            // Written by us and not yet shown by the watch: only a read of the object knows.
+            return None;
+        }
+        // Not one of ours: as last read, while that is fresh enough. One found missing is read
+        // again (a spec that names it is looked at again soon, and the user may have made it).
+        let content = content.filter(|c| c.secret.is_some() && c.at.elapsed() < USER_SECRET_TTL)?;
+        Some(content.secret.as_ref().and_then(|s| s.resource_version()))
     }
 
     /// Secret `name`, or `None` if it does not exist.
@@ -615,6 +647,7 @@ impl SecretApi {
                     .unwrap_or_default(),
                 secret: secret.cloned().map(Arc::new),
                 written,
+                at: Instant::now(),
             },
         );
     }

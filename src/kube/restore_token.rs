@@ -7,10 +7,10 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
+use super::names;
 use crate::api::EtcdCluster;
 
 /// The key of the token in the Secret.
@@ -33,22 +33,30 @@ pub fn digest(token: &str) -> String {
 }
 
 /// A new token, written to `cluster`'s Secret (replacing an earlier restore's); returns its
-/// sha256 for the hand-off.
+/// sha256 for the hand-off. A Secret of that name the cluster does not own is never taken
+/// over (nor deleted later): that is a conflict (409) naming it.
 pub async fn issue(client: &kube::Client, cluster: &EtcdCluster) -> Result<String, kube::Error> {
     let token = uuid::Uuid::new_v4().simple().to_string();
     let ns = cluster.namespace().unwrap_or_default();
     let name = secret_name(&cluster.name_any());
     let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(ns.clone()),
-            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
+        metadata: names::meta(cluster, &name, "restore-token"),
         data: Some([(KEY.to_string(), ByteString(token.clone().into_bytes()))].into()),
         ..Secret::default()
     };
     let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    if let Some(existing) = api.get_metadata_opt(&name).await?
+        && !names::controlled_by(&existing.metadata, cluster)
+    {
+        let message = format!(
+            "Secret {ns}/{name} exists and is not EtcdCluster {}'s (no controller \
+             ownerReference to it); the restore's token is kept there, so rename or delete it",
+            cluster.name_any()
+        );
+        return Err(kube::Error::Api(Box::new(
+            kube::core::Status::failure(&message, "AlreadyExists").with_code(409),
+        )));
+    }
     api.patch(
         &name,
         &PatchParams::apply(MANAGER).force(),
