@@ -52,6 +52,12 @@ fi
 if grep -q -- '--ambient-credentials-namespaces' "$out/defaults.yaml"; then
   echo "[chart] the defaults allow ambient cloud credentials" >&2; exit 1
 fi
+grep -q -- '- --network-policies$' "$out/defaults.yaml" ||
+  { echo "[chart] the defaults give clusters no NetworkPolicy" >&2; exit 1; }
+render no-policies --set networkPolicies.enabled=false --set 'networkPolicies.metricsNamespaces={monitoring}'
+if grep -q -- '--network-polic' "$out/no-policies.yaml"; then
+  echo "[chart] networkPolicies.enabled=false still passes --network-policies" >&2; exit 1
+fi
 render ambient --set 'backups.ambientCredentials.namespaces={team-a,team-b}'
 grep -q -- '- --ambient-credentials-namespaces=team-a,team-b$' "$out/ambient.yaml" ||
   { echo "[chart] backups.ambientCredentials.namespaces is not passed to the operator" >&2; exit 1; }

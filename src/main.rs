@@ -172,6 +172,18 @@ struct RunArgs {
     /// section names no Secret. None by default: such a backup fails, naming the field.
     #[arg(long, env = "AMBIENT_CREDENTIALS_NAMESPACES", value_delimiter = ',')]
     ambient_credentials_namespaces: Vec<String>,
+    /// Give every EtcdCluster a NetworkPolicy (unless its spec.networkPolicy.enabled says
+    /// otherwise): peers only from its members, clients from those it lists.
+    #[arg(long, env = "NETWORK_POLICIES")]
+    network_policies: bool,
+    /// Namespaces from which members' metrics port may be scraped under their NetworkPolicy;
+    /// none: from anyone.
+    #[arg(long, value_delimiter = ',')]
+    network_policy_metrics_namespaces: Vec<String>,
+    /// This operator's pod labels (`key=value`, comma-separated), by which the NetworkPolicies
+    /// let it reach the members' client port when clients are listed.
+    #[arg(long, value_delimiter = ',')]
+    operator_pod_labels: Vec<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -395,6 +407,17 @@ fn cluster_context(
         caches: Default::default(),
         sources,
         tasks: Default::default(),
+        network: cluster::network_policy::PolicySettings {
+            enabled: args.network_policies,
+            operator_namespace: args.leader_election_namespace.clone(),
+            operator_labels: args
+                .operator_pod_labels
+                .iter()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            metrics_namespaces: args.network_policy_metrics_namespaces.clone(),
+        },
         timings: cluster::task::Timings {
             replace_unhealthy_after: Duration::from_secs(args.replace_unhealthy_after),
             quorum_grace: Duration::from_secs(args.quorum_loss_grace),

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
     Toleration,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -112,6 +113,29 @@ pub struct EtcdClusterSpec {
     /// of this operator: the coreos operator has no such field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<Recovery>,
+
+    /// Who may reach the members (an extension of this operator). The operator gives each
+    /// cluster a NetworkPolicy: the peer port only from its members, the metrics port from the
+    /// monitoring namespaces its administrator named (else from anyone), the client port from
+    /// the members, the operator and `clients` (else from anyone, as without a policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<ClusterNetworkPolicy>,
+}
+
+/// A cluster's NetworkPolicy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNetworkPolicy {
+    /// Whether the cluster gets its NetworkPolicy; unset: as the operator was started
+    /// (chart `networkPolicies.enabled`, on by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Who may reach the client port (2379) besides the members and the operator, as
+    /// NetworkPolicy peers (`namespaceSelector`, `podSelector`, `ipBlock`). Unset or empty:
+    /// anyone may, so that existing clients keep working; list them to close it to others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub clients: Vec<NetworkPolicyPeer>,
 }
 
 /// Recovery from lost quorum.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, ResourceExt};
 
@@ -28,6 +29,10 @@ pub struct Handles {
     pub budgets: Api<PodDisruptionBudget>,
     /// EndpointSlices of the cluster's namespace (what cluster DNS answers from).
     pub slices: Api<EndpointSlice>,
+    /// NetworkPolicies of the cluster's namespace.
+    pub policies: Api<NetworkPolicy>,
+    /// What the clusters' NetworkPolicies are made from.
+    pub network: super::network_policy::PolicySettings,
     /// The namespace's EtcdClusters (a recovery's handoff is an annotation on the cluster).
     pub clusters: Api<EtcdCluster>,
     /// Its EtcdBackups, the newest of which a recovery may restore.
@@ -64,6 +69,8 @@ impl Handles {
             pvcs: Api::namespaced(client.clone(), ns),
             budgets: Api::namespaced(client.clone(), ns),
             slices: Api::namespaced(client.clone(), ns),
+            policies: Api::namespaced(client.clone(), ns),
+            network: super::network_policy::PolicySettings::default(),
             clusters: Api::namespaced(client.clone(), ns),
             backups: Api::namespaced(client.clone(), ns),
             restores: Api::namespaced(client.clone(), ns),
@@ -73,6 +80,11 @@ impl Handles {
             secrets: SecretApi::cached(client, ns, caches.clone()),
             caches,
         }
+    }
+
+    /// The same, making NetworkPolicies from `network`.
+    pub fn with_network(self, network: super::network_policy::PolicySettings) -> Self {
+        Handles { network, ..self }
     }
 
     /// The URL a restore's seed of `cluster` fetches the snapshot from.

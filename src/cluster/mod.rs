@@ -25,6 +25,7 @@
 pub mod act;
 pub mod handles;
 pub mod members;
+pub mod network_policy;
 pub mod observe;
 pub mod plan;
 pub mod recovery;

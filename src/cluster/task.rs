@@ -52,6 +52,8 @@ pub struct Context {
     /// How many cluster tasks run (kept by the supervisor): how often one at rest is looked
     /// at depends on it.
     pub tasks: std::sync::atomic::AtomicUsize,
+    /// What each cluster's NetworkPolicy is made from.
+    pub network: super::network_policy::PolicySettings,
 }
 
 /// How long the planner gives members before it acts on their silence.
@@ -995,7 +997,8 @@ pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake
         ctx.snapshot_url.clone(),
         ctx.caches.clone(),
         ctx.sources.clone(),
-    );
+    )
+    .with_network(ctx.network.clone());
     let mut memory = Memory::default();
     let mut retries = backoff();
     loop {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
@@ -186,6 +187,8 @@ pub struct Caches {
     pub slices: Index<EndpointSlice>,
     /// PodDisruptionBudgets, by cluster.
     pub budgets: Index<PodDisruptionBudget>,
+    /// NetworkPolicies, by cluster.
+    pub policies: Index<NetworkPolicy>,
     /// Volume claims' metadata, by cluster.
     pub claims: Index<PartialObjectMeta<PersistentVolumeClaim>>,
     /// The operator's own Secrets' metadata ([`OWN_SECRETS`]), without annotations, by name.
@@ -202,6 +205,7 @@ impl Default for Caches {
             services: Index::by_cluster(),
             slices: Index::by_cluster(),
             budgets: Index::by_cluster(),
+            policies: Index::by_cluster(),
             claims: Index::by_cluster(),
             secrets: Index::by_name(),
             nodes: Nodes::default(),
@@ -221,6 +225,8 @@ pub enum Change {
     Slice(Box<Event<EndpointSlice>>),
     /// PodDisruptionBudgets.
     Budget(Box<Event<PodDisruptionBudget>>),
+    /// NetworkPolicies.
+    Policy(Box<Event<NetworkPolicy>>),
     /// Volume claims.
     Claim(Event<PartialObjectMeta<PersistentVolumeClaim>>),
     /// Secrets.
@@ -272,6 +278,10 @@ pub fn watches(
         watcher::watcher(api::<PodDisruptionBudget>(client, &scope), members())
             .modify(clear_managed_fields::<PodDisruptionBudget>)
             .map(|e| e.map(|e| Change::Budget(Box::new(e))))
+            .boxed(),
+        watcher::watcher(api::<NetworkPolicy>(client, &scope), members())
+            .modify(clear_managed_fields::<NetworkPolicy>)
+            .map(|e| e.map(|e| Change::Policy(Box::new(e))))
             .boxed(),
         watcher::watcher(
             api::<PartialObjectMeta<PersistentVolumeClaim>>(client, &scope),
@@ -494,6 +504,7 @@ impl Caches {
             Change::Service(e) => woken.clusters = self.services.apply(scope, *e),
             Change::Slice(e) => woken.clusters = self.slices.apply(scope, *e),
             Change::Budget(e) => woken.clusters = self.budgets.apply(scope, *e),
+            Change::Policy(e) => woken.clusters = self.policies.apply(scope, *e),
             Change::Claim(e) => woken.clusters = self.claims.apply(scope, e),
             Change::Secret(e) => {
                 if let Event::Delete(s) = &e {

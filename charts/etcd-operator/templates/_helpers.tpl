@@ -60,6 +60,9 @@ The rights the controllers use, and nothing else. Where each comes from:
                                       client Service sends clients to, for Available)
   services              patch, create act.rs (server-side apply of the two Services; an apply that
                                       creates the object is also authorized as create)
+  networkpolicies       list, watch,  kube/cache.rs (watcher); cluster/act/services.rs (the
+                        patch, create, cluster's NetworkPolicy applied, or deleted when its spec
+                        delete        opts out)
   persistentvolumeclaims create, list, delete
                                       act.rs (a member's volume when the pod policy asks for one;
                                       the claim of a removed member is deleted); observe.rs (which
@@ -110,13 +113,19 @@ The rights the controllers use, and nothing else. Where each comes from:
   resources: [poddisruptionbudgets]
   # One budget per cluster, applied server-side; deleted when the cluster shrinks to one member.
   verbs: [list, watch, patch, create, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  # One policy per cluster, applied server-side (list, watch: a cache shows whether it is as
+  # wanted); deleted when the cluster opts out.
+  verbs: [list, watch, patch, create, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [create, list, watch, delete]
 - apiGroups: [""]
   resources: [secrets]
-  # list, watch: of metadata only (a cache of resourceVersions tells when a Secret's contents
-  # must be read again); get reads the contents of the Secrets a cluster names.
+  # list, watch: of the operator's own Secrets' metadata only (label-selected: a cache of
+  # resourceVersions tells when their contents must be read again); get reads the contents of
+  # the Secrets a cluster names.
   verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [events.k8s.io]
   resources: [events]

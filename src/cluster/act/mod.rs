@@ -56,6 +56,13 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Applying or deleting the NetworkPolicy failed.
+    #[error("applying NetworkPolicy {name}: {source}")]
+    ApplyPolicy {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     /// Creating a member's pod (or its volume claim) failed.
     #[error("creating the pod of member {member}: {source}")]
     CreatePod {
@@ -109,6 +116,7 @@ impl Error {
         match self {
             Error::ApplyService { .. } => "apply_service",
             Error::ApplyBudget { .. } => "apply_budget",
+            Error::ApplyPolicy { .. } => "apply_network_policy",
             Error::CreatePod { .. } => "create_pod",
             Error::DeletePod { .. } => "delete_pod",
             Error::DeleteClaim { .. } => "delete_claim",

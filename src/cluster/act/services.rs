@@ -1,5 +1,6 @@
 //! The prepare stage: the Services and the PodDisruptionBudget every member's address
-//! depends on, applied before anything is observed (only what the caches show differs).
+//! depends on, and the NetworkPolicy that closes the members to whom they do not serve,
+//! applied before anything is observed (only what the caches show differs).
 
 use super::*;
 use k8s_openapi::api::core::v1::Pod;
@@ -52,7 +53,46 @@ pub async fn ensure_services(handles: &Handles, cluster: &EtcdCluster) -> Result
             Err(source) => return Err(Error::ApplyBudget { name, source }),
         },
     }
-    Ok(())
+    ensure_network_policy(handles, cluster, &params).await
+}
+
+/// Applies the cluster's NetworkPolicy, or deletes it when it should have none. An operator
+/// not allowed to (an older chart's RBAC) says so and goes on: members without a policy serve
+/// as they did, and a policy is no reason to stop healing a cluster.
+async fn ensure_network_policy(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    params: &PatchParams,
+) -> Result<(), Error> {
+    let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let cached = handles.caches.policies.group(&ns, &name);
+    let result = match crate::cluster::network_policy::network_policy(cluster, &handles.network) {
+        Some(policy) if in_place(&cached, &policy) == Some(true) => return Ok(()),
+        None if cached.as_ref().is_some_and(|p| p.is_empty()) => return Ok(()),
+        Some(policy) => handles
+            .policies
+            .patch(&name, params, &Patch::Apply(&policy))
+            .await
+            .map(|_| ()),
+        None => match handles
+            .policies
+            .delete(&name, &DeleteParams::default())
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            other => other.map(|_| ()),
+        },
+    };
+    match result {
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            tracing::warn!(
+                "NetworkPolicy {ns}/{name}: not allowed ({}); the members run without one",
+                e.message
+            );
+            Ok(())
+        }
+        other => other.map_err(|source| Error::ApplyPolicy { name, source }),
+    }
 }
 
 /// Whether `pod` is one the budget's quorum counts: not ended, not being deleted.
