@@ -1,10 +1,18 @@
 //! `/metrics`, `/healthz` and `/readyz`, served over plain HTTP/1.1 for Prometheus and the
 //! kubelet's probes; and `/restores/<namespace>/<cluster>/snapshot`, the snapshot a restore's
 //! seed member fetches (see [`crate::restore::serve`]).
+//!
+//! Anyone who reaches the pod may connect, so a flood of idle or slow clients must not starve
+//! the kubelet's probes (a failed liveness probe restarts the operator, and every cluster's
+//! task with it): a connection costs no buffer until it sends something; one that sends no
+//! whole request head within [`HEADER_TIMEOUT`] is closed; and at most [`connection_limit`]
+//! are served at once, those beyond being closed at once rather than left to fill the accept
+//! queue.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -13,8 +21,9 @@ use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
@@ -35,6 +44,24 @@ pub enum Error {
     },
 }
 
+/// How long a client may take to send a request's head (from its connection, or from its
+/// previous response).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections served at once: well below the process's open-file limit (the rest is for etcd
+/// clients, watches and object stores), at most 32,768.
+pub fn connection_limit() -> usize {
+    let soft = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3)?.parse::<usize>().ok())
+        })
+        .unwrap_or(1024);
+    (soft.saturating_sub(soft / 8 + 64)).clamp(64, 32_768)
+}
+
 /// Binds `addr` now (so a taken port fails start-up); the returned future serves until the
 /// process ends. Also returns the bound address (`addr` may ask for port 0).
 pub async fn serve(
@@ -48,19 +75,36 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .map_err(|source| Error::Bind { addr, source })?;
-    info!(%addr, "serving /metrics, /healthz and /readyz");
+    let limit = connection_limit();
+    info!(%addr, connections = limit, "serving /metrics, /healthz and /readyz");
+    let permits = Arc::new(Semaphore::new(limit));
     Ok((addr, async move {
         loop {
             let stream = match listener.accept().await {
                 Ok((stream, _)) => stream,
                 Err(e) => {
+                    // Out of file descriptors, most likely: wait for some to be closed rather
+                    // than spin.
                     warn!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
+            };
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                drop(stream);
+                continue;
             };
             let metrics = metrics.clone();
             let snapshots = snapshots.clone();
             tokio::spawn(async move {
+                let _permit = permit;
+                // Idle until it sends something: no buffer is held for it meanwhile.
+                if tokio::time::timeout(HEADER_TIMEOUT, stream.readable())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
                 let service = service_fn(move |req| {
                     let metrics = metrics.clone();
                     let snapshots = snapshots.clone();
@@ -78,6 +122,9 @@ pub async fn serve(
                     }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .max_buf_size(64 * 1024)
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });
