@@ -43,12 +43,22 @@ pub enum Role {
 }
 
 /// A certificate and its key, in PEM.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Pair {
     /// The certificate.
     pub cert: String,
     /// Its private key (PKCS#8).
     pub key: String,
+}
+
+/// The key never reaches a log or a panic message through `{:?}`.
+impl std::fmt::Debug for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pair")
+            .field("cert", &format_args!("{} bytes of PEM", self.cert.len()))
+            .field("key", &format_args!("<redacted>"))
+            .finish()
+    }
 }
 
 /// A CA: its certificate and key.

@@ -40,6 +40,36 @@ where
     .map(|_| ())
 }
 
+/// `message` with the query of every URL in it cut off: errors of object store requests name
+/// their URL, and a presigned or SAS-signed URL carries its signature in the query. What is
+/// left (scheme, host, path) still says which object failed.
+pub fn scrub(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = ["https://", "http://"]
+        .iter()
+        .filter_map(|s| rest.find(s))
+        .min()
+    {
+        let (before, url) = rest.split_at(at);
+        out.push_str(before);
+        let end = url
+            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>' | ','))
+            .unwrap_or(url.len());
+        let (url, after) = url.split_at(end);
+        match url.split_once('?') {
+            Some((base, _)) => {
+                out.push_str(base);
+                out.push_str("?<query removed>");
+            }
+            None => out.push_str(url),
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Publishes the Events of one controller, each with the controller's `action`. A failure is
 /// only logged (an Event is never worth a retry).
 #[derive(Clone)]
@@ -84,12 +114,39 @@ impl Reporter {
         let ev = Event {
             type_,
             reason: reason.into(),
-            note: Some(note),
+            note: Some(scrub(&note)),
             action: self.action.into(),
             secondary: related,
         };
         if let Err(e) = self.recorder.publish(&ev, &on.object_ref(&())).await {
             warn!("publishing an event: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scrub;
+
+    #[test]
+    fn signed_queries_never_reach_a_message() {
+        let e = "Generic S3 error: error sending request for url \
+                 (https://bucket.s3.amazonaws.com/etcd/x.db?X-Amz-Signature=abc&X-Amz-Credential=k): \
+                 timed out; and http://azurite:10000/acct/c/b?sv=2022&sig=SECRET, then done";
+        let s = scrub(e);
+        assert!(
+            !s.contains("abc") && !s.contains("SECRET") && !s.contains("Credential"),
+            "{s}"
+        );
+        assert!(
+            s.contains("(https://bucket.s3.amazonaws.com/etcd/x.db?<query removed>): timed out"),
+            "{s}"
+        );
+        assert!(
+            s.ends_with("http://azurite:10000/acct/c/b?<query removed>, then done"),
+            "{s}"
+        );
+        assert_eq!(scrub("no url here"), "no url here");
+        assert_eq!(scrub("s3://bucket/key failed"), "s3://bucket/key failed");
     }
 }

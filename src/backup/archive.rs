@@ -172,10 +172,10 @@ pub async fn start_after(
 ) -> Result<Option<i64>, String> {
     let snapshots = pitr::snapshots(store, key)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::report::scrub(&e.to_string()))?;
     let ranges = pitr::chunk_ranges(store, key)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::report::scrub(&e.to_string()))?;
     let after = match chunk::resume(&ranges, snapshots.last().map(|s| s.0), 0) {
         Resume::After(r) => Some(r),
         Resume::NoSnapshot | Resume::Gap { .. } => None,
@@ -230,8 +230,11 @@ pub async fn archive(
 ) -> Result<Outcome, String> {
     let mut etcd = Etcd::connect_streaming(endpoint, CONNECT_TIMEOUT)
         .await
-        .map_err(|e| e.to_string())?;
-    let mut watch = etcd.watch_all(after + 1).await.map_err(|e| e.to_string())?;
+        .map_err(|e| crate::report::scrub(&e.to_string()))?;
+    let mut watch = etcd
+        .watch_all(after + 1)
+        .await
+        .map_err(|e| crate::report::scrub(&e.to_string()))?;
     let interval_ms = i64::try_from(settings.flush_interval().as_millis()).unwrap_or(5000);
     let mut chunker = Chunker::new(after, settings.max_chunk_bytes(), interval_ms);
     let mut tick = tokio::time::interval(TICK);
@@ -426,7 +429,7 @@ impl Task {
         let ns = self.ns();
         let (store, _) = target(&self.shared.client, &ns, Storage::from(&self.backup.spec))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::report::scrub(&e.to_string()))?;
         let key = store.location.to_string();
         let Some(after) = start_after(store.store.as_ref(), &key, status).await? else {
             status.send_modify(|s| {
@@ -436,7 +439,7 @@ impl Task {
         };
         let endpoint = backup_endpoint(&self.shared.client, &self.backup, &ns)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::report::scrub(&e.to_string()))?;
         status.send_modify(|s| s.message.clear());
         *self.failing_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let outcome = archive(

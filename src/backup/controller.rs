@@ -75,7 +75,9 @@ fn archive_shared(ctx: &Arc<Context>) -> archive::Shared {
             Box::pin(async move {
                 let ns = backup.namespace().unwrap_or_default();
                 let previous = backup.status.clone().unwrap_or_default();
-                let taken = take(&ctx, &backup, &ns).await.map_err(|e| e.to_string())?;
+                let taken = take(&ctx, &backup, &ns)
+                    .await
+                    .map_err(|e| crate::report::scrub(&e.to_string()))?;
                 record_success(&ctx, &backup, &previous, &taken)
                     .await
                     .map_err(|e| e.to_string())?;
@@ -148,6 +150,24 @@ async fn retain(backup: &EtcdBackup, target: &Target) {
     }
 }
 
+/// A one-shot backup writes to the exact path it names: an object there that this EtcdBackup
+/// did not write (its status names another path, or none) is someone's data, and is kept.
+async fn refuse_overwrite(
+    backup: &EtcdBackup,
+    target: &super::storage::Target,
+    path: &str,
+) -> Result<(), Error> {
+    let ours = backup.status.as_ref().is_some_and(|s| s.path == path);
+    match target.store.head(&target.location).await {
+        Ok(_) if !ours => Err(Error::Exists(path.to_string())),
+        Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(source) => Err(Error::List {
+            url: target.url.clone(),
+            source,
+        }),
+    }
+}
+
 /// Takes one snapshot as the spec asks.
 async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Error> {
     let spec = &backup.spec;
@@ -163,7 +183,10 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
             let bucket = spec_path.split_once('/').map_or("", |(b, _)| b);
             (Path::from(name.as_str()), format!("{bucket}/{name}"))
         }
-        None => (target.location.clone(), spec_path),
+        None => {
+            refuse_overwrite(backup, &target, &spec_path).await?;
+            (target.location.clone(), spec_path)
+        }
     };
     let mut etcd = Etcd::connect_streaming(&endpoint, CONNECT_TIMEOUT)
         .await
@@ -402,7 +425,8 @@ async fn reconcile_inner(backup: &EtcdBackup, ctx: &Context) -> Result<Action, E
             if !cluster.is_empty() {
                 ctx.metrics.backup_result(&ns, &cluster, false);
             }
-            let message = e.to_string();
+            // Object store errors name their URL: no signed query may reach a status or Event.
+            let message = crate::report::scrub(&e.to_string());
             let reported = previous.reason == message;
             let status = EtcdBackupStatus {
                 succeeded: false,

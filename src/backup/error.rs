@@ -27,6 +27,12 @@ pub enum Error {
     /// A field this operator does not implement yet.
     #[error("{0}")]
     Unsupported(String),
+    /// A one-shot backup's object exists already, and this backup did not write it.
+    #[error(
+        "{0} exists already and this EtcdBackup did not write it: a one-shot backup never \
+         overwrites an object; delete it or choose another path"
+    )]
+    Exists(String),
     /// `etcdEndpoints` reaches beyond the backup's own namespace without a client certificate.
     #[error("{0}")]
     Refused(String),
@@ -74,6 +80,7 @@ impl Error {
             Error::Unreachable(_) => "etcd_unreachable",
             Error::Unsupported(_) => "unsupported_field",
             Error::Refused(_) => "refused_endpoint",
+            Error::Exists(_) => "object_exists",
             Error::SecretNotFound { .. } => "secret_not_found",
             Error::Storage(_) => "storage_config",
             Error::Snapshot(e) => e.metric_label(),
@@ -92,6 +99,7 @@ impl Error {
             Error::Unreachable(_) => "EtcdUnreachable",
             Error::Unsupported(_) => "UnsupportedField",
             Error::Refused(_) => "RefusedEndpoint",
+            Error::Exists(_) => "ObjectExists",
             Error::SecretNotFound { .. } => "SecretNotFound",
             Error::Storage(_) => "InvalidStorage",
             Error::Snapshot(_) => "SnapshotFailed",
@@ -109,6 +117,7 @@ impl Error {
             Error::ClusterNotFound(_)
             | Error::Unsupported(_)
             | Error::Refused(_)
+            | Error::Exists(_)
             | Error::SecretNotFound { .. }
             | Error::Storage(_) => Duration::from_secs(20),
             _ => Duration::from_secs(10),

@@ -896,7 +896,8 @@ async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Actio
                 Ok(Some(now)) if now.metadata.uid == restore.metadata.uid => Arc::new(now),
                 _ => restore,
             };
-            let message = e.to_string();
+            // Object store errors name their URL: no signed query may reach a status or Event.
+            let message = crate::report::scrub(&e.to_string());
             let reported = restore.status.as_ref().is_some_and(|s| s.reason == message);
             // A final failure is marked so: it is not tried again for this generation.
             let reason = if e.is_final() { "Final" } else { e.reason() };
