@@ -58,6 +58,44 @@ render no-policies --set networkPolicies.enabled=false --set 'networkPolicies.me
 if grep -q -- '--network-polic' "$out/no-policies.yaml"; then
   echo "[chart] networkPolicies.enabled=false still passes --network-policies" >&2; exit 1
 fi
+# Every right granted to the operator is in the README's RBAC table with the code that needs
+# it, and every right the table lists is granted (the defaults: cluster-wide, Nodes, the API
+# servers' slice, the Lease, the CRDs).
+python3 - "$out/defaults.yaml" "$here/../README.md" "$here/.." <<'PY' || { echo "[chart] the RBAC rules and the README's RBAC table differ" >&2; exit 1; }
+import os, re, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+granted = set()
+for d in docs:
+    if d["kind"] in ("Role", "ClusterRole"):
+        for r in d.get("rules", []):
+            for g in r.get("apiGroups", []):
+                for res in r.get("resources", []):
+                    for v in r.get("verbs", []):
+                        granted.add((g or "(core)", res, v))
+readme = open(sys.argv[2]).read()
+table = readme.split("<!-- rbac-table -->")[1].split("<!-- /rbac-table -->")[0]
+listed, problems = set(), []
+for line in table.strip().splitlines()[2:]:
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    group, res, verbs, code = cells
+    for v in verbs.split(","):
+        listed.add((group, res, v.strip()))
+    current = None
+    for token in re.findall(r"`([^`]+)`", code):
+        if token.startswith("src/"):
+            current = token
+            if not os.path.isfile(os.path.join(sys.argv[3], token)):
+                problems.append(f"{res}: {token} does not exist")
+        elif current is None or token not in open(os.path.join(sys.argv[3], current)).read():
+            problems.append(f"{res} {verbs}: {token} is not in {current}")
+for g in sorted(granted - listed):
+    problems.append(f"granted but not in the table: {g}")
+for g in sorted(listed - granted):
+    problems.append(f"in the table but not granted: {g}")
+for p in problems:
+    print("[chart] rbac:", p, file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
 render ambient --set 'backups.ambientCredentials.namespaces={team-a,team-b}'
 grep -q -- '- --ambient-credentials-namespaces=team-a,team-b$' "$out/ambient.yaml" ||
   { echo "[chart] backups.ambientCredentials.namespaces is not passed to the operator" >&2; exit 1; }

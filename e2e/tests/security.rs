@@ -447,6 +447,31 @@ fn hostile_input_is_refused_clearly_and_costs_no_pod_no_key_and_no_restart() {
     tried += 1;
     base.holds(&k, ns, "backups and restores without credentials");
 
+    // A one-shot backup onto someone else's object: refused, the object kept.
+    moto.curl(
+        &["-X", "PUT", "--data-binary", "someone's data"],
+        &format!("/{BUCKET}/etcd/theirs.db"),
+    );
+    k.ok(
+        &["apply", "-n", ns, "-f", "-"],
+        Some(&manifest(
+            "EtcdBackup",
+            "overwrite",
+            json!({"clusterName": "example",
+            "storageType": "S3", "s3": s3_spec(&moto, BUCKET, "etcd/theirs.db", "aws")}),
+        )),
+    );
+    until_failed(
+        &k,
+        ns,
+        "etcdbackup/overwrite",
+        60,
+        "never overwrites an object",
+    );
+    let kept = moto.curl(&[], &format!("/{BUCKET}/etcd/theirs.db"));
+    assert_eq!(kept, b"someone's data", "the object was overwritten");
+    tried += 1;
+
     // A user's Secret under a name TLS.auto would use is reported, never taken over.
     k.ok(
         &[
