@@ -116,6 +116,44 @@ fn cached_secrets(operator: &Operator) -> Option<usize> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Opens `n` connections to the operator's HTTP port (every other one sending the start of a
+/// request head and no more), then times `/healthz` five times while they are open; returns
+/// how many were open and the slowest answer.
+fn flood(operator: &Operator, n: usize) -> (usize, std::time::Duration) {
+    use std::io::Write;
+    let ip = operator.pods()[0]["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let addr: std::net::SocketAddr = format!("{ip}:8080").parse().unwrap();
+    let mut open = Vec::with_capacity(n);
+    for i in 0..n {
+        let Ok(mut s) =
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))
+        else {
+            break;
+        };
+        if i % 2 == 1 {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nx-slow: ");
+        }
+        open.push(s);
+    }
+    let mut worst = std::time::Duration::ZERO;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let out = Command::new("curl")
+            .args(["-sf", "--max-time", "5", &format!("http://{addr}/healthz")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "/healthz not answered under the flood: {out:?}"
+        );
+        worst = worst.max(started.elapsed());
+    }
+    (open.len(), worst)
+}
+
 fn restarts(operator: &Operator) -> i64 {
     operator
         .pods()
@@ -472,6 +510,32 @@ fn hostile_input_is_refused_clearly_and_costs_no_pod_no_key_and_no_restart() {
     assert_eq!(kept, b"someone's data", "the object was overwritten");
     tried += 1;
 
+    // Two periodic backups under one path: reported, neither prunes the other's snapshots.
+    for name in ["twin-a", "twin-b"] {
+        k.ok(
+            &["apply", "-n", ns, "-f", "-"],
+            Some(&manifest(
+                "EtcdBackup",
+                name,
+                json!({"clusterName": "example",
+                "storageType": "S3", "s3": s3_spec(&moto, BUCKET, "etcd/twins", "aws"),
+                "backupPolicy": {"backupIntervalInSecond": 5, "maxBackups": 1}}),
+            )),
+        );
+    }
+    until("the shared prefix to be reported", 90, || {
+        ["twin-a", "twin-b"]
+            .iter()
+            .any(|n| !events(&k, ns, n, "SharedPrefix").is_empty())
+    });
+    k.ok(
+        &["delete", "etcdbackup", "twin-a", "twin-b", "-n", ns],
+        None,
+    );
+    let kept = moto.keys(BUCKET, "etcd/twins");
+    assert!(kept.len() >= 2, "a twin's snapshots were pruned: {kept:?}");
+    tried += 1;
+
     // A user's Secret under a name TLS.auto would use is reported, never taken over.
     k.ok(
         &[
@@ -554,6 +618,13 @@ fn hostile_input_is_refused_clearly_and_costs_no_pod_no_key_and_no_restart() {
         .unwrap()
         .to_string();
     tried += forged_hand_offs(&k, ns, &operator, &base, &uid);
+
+    // 10,000 idle or slow-header connections to the operator: its probes are still answered.
+    let (held, worst) = flood(&operator, 10_000);
+    eprintln!("/healthz with {held} idle or slow-header connections open: worst of 5 {worst:?}");
+    assert!(held >= 9_000, "only {held} connections could be opened");
+    assert!(worst < std::time::Duration::from_secs(1), "{worst:?}");
+    tried += 1;
 
     // The lookalike was never touched, and the members never counted it.
     let pod = get(&k, ns, "pod/lookalike");

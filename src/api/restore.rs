@@ -106,6 +106,26 @@ impl<'a> From<&'a super::EtcdBackupSpec> for StorageSection<'a> {
     }
 }
 
+impl<'a> StorageSection<'a> {
+    /// Where the section points: its type, its S3 endpoint (if any) and its path; `None` for
+    /// a type whose section is missing.
+    pub fn place(&self) -> Option<(StorageType, &'a str, &'a str)> {
+        Some(match self.kind {
+            StorageType::S3 => {
+                let s3 = self.s3?;
+                (
+                    self.kind,
+                    s3.endpoint.as_deref().unwrap_or(""),
+                    s3.path.as_str(),
+                )
+            }
+            StorageType::Abs => (self.kind, "", self.abs?.path.as_str()),
+            StorageType::Gcs => (self.kind, "", self.gcs?.path.as_str()),
+            StorageType::Oss => (self.kind, "", self.oss?.path.as_str()),
+        })
+    }
+}
+
 impl<'a> From<&'a super::RecoveryStore> for StorageSection<'a> {
     fn from(spec: &'a super::RecoveryStore) -> Self {
         StorageSection {

@@ -37,7 +37,7 @@ use super::snapshot::{self, Verified};
 use super::storage::{Metadata, Target};
 use crate::api::{
     BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION,
-    SCHEDULE_PREFIX_ANNOTATION, StorageType,
+    SCHEDULE_PREFIX_ANNOTATION, StorageSection,
 };
 use crate::etcd::{self, Etcd};
 use crate::report::Reporter;
@@ -232,6 +232,17 @@ async fn finish(ctx: &Context, backup: &EtcdBackup, taken: &Taken) {
         .await
         .err(),
     };
+    if let Some(other) = sharing_prefix(ctx, backup).await {
+        let message = format!(
+            "EtcdBackup {other} writes periodic snapshots under the same path: neither prunes \
+             the other's, so this one's retention is not applied; give each its own path"
+        );
+        warn!(backup = backup.name_any(), "{message}");
+        ctx.events
+            .publish(backup, EventType::Warning, "SharedPrefix", message)
+            .await;
+        return;
+    }
     if let Some(why) = metadata_error {
         warn!(path = taken.path, "sha256 metadata not set: {why}");
         ctx.events
@@ -271,16 +282,26 @@ fn periodic_retention(backup: &EtcdBackup) -> Option<naming::Retention> {
 /// For a backup made by a schedule (`etcd-operator backup create --keep-snapshots M`): the key
 /// prefix of the schedule's objects (without the bucket) and how many of them to keep. Only
 /// when this backup's own path is one of them.
+/// Another periodic EtcdBackup of the namespace writing under the same path as `backup` (a
+/// periodic one), whose snapshots this one's retention would prune as its own.
+async fn sharing_prefix(ctx: &Context, backup: &EtcdBackup) -> Option<String> {
+    interval_of(backup)?;
+    let place = StorageSection::from(&backup.spec).place()?;
+    let api: kube::Api<EtcdBackup> =
+        kube::Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
+    let all = api.list(&kube::api::ListParams::default()).await.ok()?;
+    all.items
+        .into_iter()
+        .filter(|b| b.metadata.uid != backup.metadata.uid && interval_of(b).is_some())
+        .find(|b| StorageSection::from(&b.spec).place() == Some(place))
+        .map(|b| b.name_any())
+}
+
 fn scheduled_retention(backup: &EtcdBackup) -> Option<(String, usize)> {
     let annotations = backup.metadata.annotations.as_ref()?;
     let keep: usize = annotations.get(SCHEDULE_KEEP_ANNOTATION)?.parse().ok()?;
     let prefix = annotations.get(SCHEDULE_PREFIX_ANNOTATION)?;
-    let path = match backup.spec.storage_type {
-        StorageType::S3 => &backup.spec.s3.as_ref()?.path,
-        StorageType::Abs => &backup.spec.abs.as_ref()?.path,
-        StorageType::Gcs => &backup.spec.gcs.as_ref()?.path,
-        StorageType::Oss => return None,
-    };
+    let (_, _, path) = StorageSection::from(&backup.spec).place()?;
     naming::parse_scheduled(prefix, path)?;
     let (_, key) = prefix.split_once('/')?;
     (keep > 0).then(|| (key.to_string(), keep))
@@ -533,7 +554,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{BackupPolicy, EtcdBackupSpec, S3Source};
+    use crate::api::{BackupPolicy, EtcdBackupSpec, S3Source, StorageType};
 
     fn backup(interval: i64, status: EtcdBackupStatus) -> EtcdBackup {
         let mut b = EtcdBackup::new(
