@@ -26,6 +26,16 @@ enum Command {
         #[command(subcommand)]
         command: BackupCommand,
     },
+    /// Whether this pod may open a TCP connection to ADDRESS (`host:port`): exits 0 if it
+    /// can, 1 if not within --timeout seconds. For checking a cluster's NetworkPolicy from a
+    /// pod of the operator's image (`kubectl run ... -- reach example-client:2379`).
+    Reach {
+        /// `host:port`.
+        address: String,
+        /// Seconds to wait for the connection.
+        #[arg(long, default_value_t = 3)]
+        timeout: u64,
+    },
     /// Print the CustomResourceDefinitions of EtcdCluster, EtcdBackup and EtcdRestore as YAML.
     Crd {
         /// Write one file per kind into this directory instead of printing them.
@@ -244,6 +254,19 @@ fn main() -> anyhow::Result<()> {
                     .await
                     .context("creating the scheduled EtcdBackup")
             })?;
+        }
+        Command::Reach { address, timeout } => {
+            let timeout = Duration::from_secs(timeout);
+            let reached = std::net::ToSocketAddrs::to_socket_addrs(&address.as_str())
+                .with_context(|| format!("resolving {address}"))?
+                .any(|a| std::net::TcpStream::connect_timeout(&a, timeout).is_ok());
+            println!(
+                "{address}: {}",
+                if reached { "reached" } else { "not reached" }
+            );
+            if !reached {
+                std::process::exit(1);
+            }
         }
         Command::Crd { out_dir: None } => {
             let yaml = api::crds_yaml().context("serializing the CRDs")?;
