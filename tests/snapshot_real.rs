@@ -170,8 +170,11 @@ async fn scenario(minor: &str) {
         hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &stored).as_ref())
     );
     let mut unpack = etcd_operator::backup::compress::Unpack::default();
-    let mut unpacked = unpack.push(&stored).unwrap();
-    unpacked.extend(unpack.finish().unwrap());
+    let mut unpacked = Vec::new();
+    unpack
+        .push_each(&stored, |piece| unpacked.extend_from_slice(piece))
+        .unwrap();
+    unpacked.extend(unpack.finish());
     assert_eq!(zst.snapshot_size, unpacked.len() as u64);
     assert_eq!(
         zst.snapshot_sha256,

@@ -44,43 +44,111 @@ enum State {
     /// Not zstd: passed through.
     Plain,
     /// A zstd frame: decompressed.
-    Zstd(Box<zstd::stream::write::Decoder<'static, Vec<u8>>>),
+    Zstd(Box<Inflate>),
+}
+
+/// The largest window a stored snapshot's frames may ask for (2^25: 32 MiB of decoder
+/// memory); this operator's own levels use at most 8 MiB. A frame asking for more is refused
+/// rather than given the memory.
+pub const WINDOW_LOG_MAX: u32 = 25;
+/// The most bytes one call gives back: whatever the input expands to, memory stays flat.
+pub const OUT_MAX: usize = 1 << 20;
+
+/// A zstd decoder with the input it has not consumed yet.
+struct Inflate {
+    decoder: zstd::stream::raw::Decoder<'static>,
+    pending: Vec<u8>,
+    at: usize,
+    /// Where the decoder writes, made once.
+    out: Vec<u8>,
+}
+
+impl Inflate {
+    fn new() -> std::io::Result<Self> {
+        let mut decoder = zstd::stream::raw::Decoder::new()?;
+        decoder.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(WINDOW_LOG_MAX))?;
+        Ok(Inflate {
+            decoder,
+            pending: Vec::new(),
+            at: 0,
+            out: vec![0u8; OUT_MAX],
+        })
+    }
+
+    /// At most [`OUT_MAX`] bytes more of the output, or `None` once the input given so far
+    /// is used up and nothing is left in the decoder.
+    fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+        let mut input = InBuffer::around(&self.pending[self.at..]);
+        let mut output = OutBuffer::around(&mut self.out[..]);
+        self.decoder.run(&mut input, &mut output)?;
+        let (read, written) = (input.pos(), output.pos());
+        self.at += read;
+        if self.at == self.pending.len() {
+            self.pending.clear();
+            self.at = 0;
+        }
+        if written == 0 && read == 0 {
+            return Ok(None);
+        }
+        Ok(Some(self.out[..written].to_vec()))
+    }
 }
 
 /// A stored snapshot read back: decompressed if it is a zstd frame, passed through otherwise,
-/// decided by its first four bytes.
-pub struct Unpack(State);
+/// decided by its first four bytes. Fed one stored chunk at a time ([`Unpack::feed`]), it gives
+/// the snapshot back in pieces of at most [`OUT_MAX`] bytes ([`Unpack::take`]), so that a
+/// frame that expands enormously (a decompression bomb) costs time, never memory.
+pub struct Unpack(State, Vec<u8>);
 
 impl Default for Unpack {
     fn default() -> Self {
-        Unpack(State::Undecided(Vec::new()))
+        Unpack(State::Undecided(Vec::new()), Vec::new())
     }
 }
 
 impl Unpack {
-    /// Takes the next chunk of what was stored; returns the next bytes of the snapshot.
-    pub fn push(&mut self, chunk: &[u8]) -> std::io::Result<Vec<u8>> {
-        if let State::Undecided(seen) = &mut self.0 {
-            seen.extend_from_slice(chunk);
-            if seen.len() < ZSTD_MAGIC.len() {
-                return Ok(Vec::new());
-            }
-            let seen = std::mem::take(seen);
-            if seen[..4] == ZSTD_MAGIC {
-                self.0 = State::Zstd(Box::new(zstd::stream::write::Decoder::new(Vec::new())?));
-                return self.push(&seen);
-            }
-            self.0 = State::Plain;
-            return Ok(seen);
-        }
+    /// Takes the next chunk of what was stored; [`Unpack::take`] gives what it holds.
+    pub fn feed(&mut self, chunk: &[u8]) -> std::io::Result<()> {
         match &mut self.0 {
-            State::Zstd(d) => {
-                d.write_all(chunk)?;
-                d.flush()?;
-                Ok(std::mem::take(d.get_mut()))
+            State::Undecided(seen) => {
+                seen.extend_from_slice(chunk);
+                if seen.len() < ZSTD_MAGIC.len() {
+                    return Ok(());
+                }
+                let seen = std::mem::take(seen);
+                if seen[..4] == ZSTD_MAGIC {
+                    let mut inflate = Inflate::new()?;
+                    inflate.pending = seen;
+                    self.0 = State::Zstd(Box::new(inflate));
+                } else {
+                    self.0 = State::Plain;
+                    self.1 = seen;
+                }
             }
-            _ => Ok(chunk.to_vec()),
+            State::Plain => self.1.extend_from_slice(chunk),
+            State::Zstd(z) => z.pending.extend_from_slice(chunk),
         }
+        Ok(())
+    }
+
+    /// The next piece of the snapshot from what was fed, or `None` when that is used up.
+    pub fn take(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        match &mut self.0 {
+            State::Undecided(_) => Ok(None),
+            State::Plain => Ok((!self.1.is_empty()).then(|| std::mem::take(&mut self.1))),
+            State::Zstd(z) => z.next(),
+        }
+    }
+
+    /// Takes the next chunk and gives back every piece it makes (for callers that hash as they
+    /// go: `each` sees at most [`OUT_MAX`] bytes at a time).
+    pub fn push_each(&mut self, chunk: &[u8], mut each: impl FnMut(&[u8])) -> std::io::Result<()> {
+        self.feed(chunk)?;
+        while let Some(piece) = self.take()? {
+            each(&piece);
+        }
+        Ok(())
     }
 
     /// Whether what was stored is known to be the snapshot itself (four bytes were seen and
@@ -94,16 +162,12 @@ impl Unpack {
         matches!(self.0, State::Zstd(_))
     }
 
-    /// The end of what was stored: whatever is left (a snapshot shorter than four bytes,
-    /// passed through, for the checks that follow to refuse).
-    pub fn finish(self) -> std::io::Result<Vec<u8>> {
+    /// The end of what was stored: a snapshot shorter than four bytes comes back as it is,
+    /// for the checks that follow to refuse; everything else was given by [`Unpack::take`].
+    pub fn finish(self) -> Vec<u8> {
         match self.0 {
-            State::Undecided(seen) => Ok(seen),
-            State::Plain => Ok(Vec::new()),
-            State::Zstd(mut d) => {
-                d.flush()?;
-                Ok(std::mem::take(d.get_mut()))
-            }
+            State::Undecided(seen) => seen,
+            State::Plain | State::Zstd(_) => self.1,
         }
     }
 }
@@ -125,10 +189,11 @@ mod tests {
         let mut u = Unpack::default();
         let mut out = Vec::new();
         for c in chunks {
-            out.extend(u.push(c).unwrap());
+            u.push_each(c, |piece| out.extend_from_slice(piece))
+                .unwrap();
         }
         let compressed = u.compressed();
-        out.extend(u.finish().unwrap());
+        out.extend(u.finish());
         (out, compressed)
     }
 
@@ -168,5 +233,40 @@ mod tests {
         stored.extend(c.finish().unwrap());
         let (short, _) = unpack_in(&[&stored[..stored.len() / 2]]);
         assert!(short.len() < raw.len() && raw.starts_with(&short));
+    }
+
+    #[test]
+    fn a_bomb_comes_back_in_bounded_pieces_and_a_huge_window_is_refused() {
+        // 64 MiB of zeros compress to a few KiB: every piece given back is at most OUT_MAX.
+        let mut c = Compressor::new(1).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        let mut stored = Vec::new();
+        for _ in 0..64 {
+            stored.extend(c.push(&zeros).unwrap());
+        }
+        stored.extend(c.finish().unwrap());
+        assert!(stored.len() < 64 * 1024, "{}", stored.len());
+        let mut u = Unpack::default();
+        let (mut total, mut largest) = (0usize, 0usize);
+        u.push_each(&stored, |p| {
+            total += p.len();
+            largest = largest.max(p.len());
+        })
+        .unwrap();
+        assert_eq!(total, 64 << 20);
+        assert!(largest <= OUT_MAX, "{largest}");
+
+        // A frame that asks for a 1 GiB window is refused, not given the memory.
+        let mut big = zstd::stream::raw::Encoder::new(1).unwrap();
+        big.set_parameter(zstd::zstd_safe::CParameter::WindowLog(30))
+            .unwrap();
+        let mut wide = zstd::stream::write::Encoder::with_encoder(Vec::new(), big);
+        wide.write_all(&data()).unwrap();
+        let wide = wide.finish().unwrap();
+        let mut u = Unpack::default();
+        assert!(
+            u.push_each(&wide, |_| {}).is_err(),
+            "a 2^30 window was accepted"
+        );
     }
 }

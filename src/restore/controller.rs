@@ -339,12 +339,14 @@ async fn verify(
         if let Some(hash) = &mut stored.1 {
             hash.update(&chunk);
         }
-        verifier.update(&unpack.push(&chunk).map_err(corrupt)?);
+        unpack
+            .push_each(&chunk, |piece| verifier.update(piece))
+            .map_err(corrupt)?;
         if unpack.plain() {
             stored.1 = None;
         }
     }
-    verifier.update(&unpack.finish().map_err(corrupt)?);
+    verifier.update(&unpack.finish());
     let verified = verifier.finish().map_err(|source| Error::Corrupt {
         url: url.clone(),
         source,

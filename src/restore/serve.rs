@@ -247,29 +247,43 @@ async fn unpacked(
         }
     }
     let mut unpack = Unpack::default();
-    let first = unpack.push(&head).map_err(|e| e.to_string())?;
-    let first = futures::stream::once(async move { Ok(Bytes::from(first)) });
+    unpack.feed(&head).map_err(|e| e.to_string())?;
     if !unpack.compressed() {
+        let first = match unpack.take().map_err(|e| e.to_string())? {
+            Some(first) => first,
+            None => unpack.finish(),
+        };
+        let first = futures::stream::once(async move { Ok(Bytes::from(first)) });
         let rest = stream.map(|r| r.map_err(std::io::Error::other));
         return Ok(Opened {
             size: Some(size),
             body: first.chain(rest).boxed(),
         });
     }
-    let rest = futures::stream::unfold(Some((stream, unpack)), |state| async move {
+    // Each piece the decoder gives is sent before more is read: memory stays flat whatever a
+    // frame expands to.
+    let body = futures::stream::unfold(Some((stream, unpack)), |state| async move {
         let (mut stream, mut unpack) = state?;
-        match stream.next().await {
-            Some(Ok(chunk)) => {
-                let out = unpack.push(&chunk).map(Bytes::from);
-                Some((out, Some((stream, unpack))))
+        loop {
+            match unpack.take() {
+                Err(e) => return Some((Err(e), None)),
+                Ok(Some(piece)) => return Some((Ok(Bytes::from(piece)), Some((stream, unpack)))),
+                Ok(None) => {}
             }
-            Some(Err(e)) => Some((Err(std::io::Error::other(e)), None)),
-            None => Some((unpack.finish().map(Bytes::from), None)),
+            match stream.next().await {
+                Some(Ok(chunk)) => {
+                    if let Err(e) = unpack.feed(&chunk) {
+                        return Some((Err(e), None));
+                    }
+                }
+                Some(Err(e)) => return Some((Err(std::io::Error::other(e)), None)),
+                None => return None,
+            }
         }
     });
     Ok(Opened {
         size: None,
-        body: first.chain(rest).boxed(),
+        body: body.boxed(),
     })
 }
 
