@@ -163,17 +163,22 @@ pub async fn read_chunk(
     Ok(Chunk::decode(&name, &bytes)?)
 }
 
-/// The chunks of `plan`, read and checked, in order.
-async fn read_all(
+/// Reads and checks the chunks of `plan` one at a time, in order (none is held past its
+/// turn); returns the last change received at or before `unix_ms`, if asked.
+async fn check_all(
     store: &dyn ObjectStore,
     key: &str,
     plan: &[(i64, i64)],
-) -> Result<Vec<Chunk>, Error> {
-    let mut out = Vec::with_capacity(plan.len());
+    unix_ms: Option<i64>,
+) -> Result<Option<i64>, Error> {
+    let mut at = None;
     for range in plan {
-        out.push(read_chunk(store, key, *range).await?);
+        let chunk = read_chunk(store, key, *range).await?;
+        if let Some(ms) = unix_ms {
+            at = at.max(chunk::revision_at(std::slice::from_ref(&chunk), ms));
+        }
     }
-    Ok(out)
+    Ok(at)
 }
 
 /// The last revision the archive holds without a gap after a snapshot at `snapshot`.
@@ -207,14 +212,16 @@ pub async fn plan(store: &dyn ObjectStore, key: &str, point: Point) -> Result<Pl
     let target = match point {
         Point::Revision(t) => t,
         Point::Time(t) => {
-            let chunks = read_all(store, key, &chunk::replay_plan(&ranges, rev, archived)?).await?;
-            chunk::revision_at(&chunks, t.as_millisecond()).map_or(rev, |r| r.max(rev))
+            let plan = chunk::replay_plan(&ranges, rev, archived)?;
+            check_all(store, key, &plan, Some(t.as_millisecond()))
+                .await?
+                .map_or(rev, |r| r.max(rev))
         }
     };
     let replayed = chunk::replay_plan(&ranges, rev, target)?;
     // A time's chunks, read and checked just above, hold the target's: they are not read twice.
     if let Point::Revision(_) = point {
-        read_all(store, key, &replayed).await?;
+        check_all(store, key, &replayed, None).await?;
     }
     let highest = snaps
         .iter()
@@ -250,8 +257,12 @@ pub async fn changes(
     }
     let ranges = chunk_ranges(store, key).await?;
     let plan = chunk::replay_plan(&ranges, after, target)?;
-    let chunks = read_all(store, key, &plan).await?;
-    let last = chunk::last_changes(&chunk::steps(&chunks, after, target));
+    // One chunk at a time: what is held is the keys the range touched, not the range.
+    let (mut last, mut applied) = (std::collections::BTreeMap::new(), after);
+    for range in &plan {
+        let chunk = read_chunk(store, key, *range).await?;
+        chunk::fold(&mut last, &mut applied, &chunk, target);
+    }
     Ok(chunk::txn_lines(
         &last,
         chunk::TXN_MAX_OPS,
