@@ -194,6 +194,10 @@ struct RunArgs {
     /// let it reach the members' client port when clients are listed.
     #[arg(long, value_delimiter = ',')]
     operator_pod_labels: Vec<String>,
+    /// Snapshots streamed at once (backups, and a restore's verification and safety
+    /// snapshot), across every namespace; the others wait their turn.
+    #[arg(long, default_value_t = backup::slots::DEFAULT)]
+    max_concurrent_snapshots: usize,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -504,6 +508,7 @@ async fn clients(
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(&args.log_level, args.log_format)?;
     backup::storage::allow_ambient(args.ambient_credentials_namespaces.clone());
+    backup::slots::set(args.max_concurrent_snapshots);
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
     let (client, watch_client) = clients(&args, &metrics).await?;
     if args.install_crds {

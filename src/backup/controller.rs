@@ -188,6 +188,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
             (target.location.clone(), spec_path)
         }
     };
+    let _slot = super::slots::take(1).await;
     let mut etcd = Etcd::connect_streaming(&endpoint, CONNECT_TIMEOUT)
         .await
         .map_err(snapshot::Error::Etcd)?;

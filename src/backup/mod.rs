@@ -14,7 +14,8 @@
 //!   their replay to a revision or a time;
 //! - [`archive`]: the task that writes them, one per archiving backup;
 //! - [`pitr`]: a restore to a revision or a time, planned from the store, and the changes
-//!   its seed replays.
+//!   its seed replays;
+//! - [`slots`]: how many snapshots stream at once, process-wide.
 
 pub mod archive;
 pub mod chunk;
@@ -26,5 +27,6 @@ pub mod location;
 pub mod naming;
 pub mod pitr;
 pub mod schedule;
+pub mod slots;
 pub mod snapshot;
 pub mod storage;
