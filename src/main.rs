@@ -259,19 +259,7 @@ fn main() -> anyhow::Result<()> {
                     .context("creating the scheduled EtcdBackup")
             })?;
         }
-        Command::Reach { address, timeout } => {
-            let timeout = Duration::from_secs(timeout);
-            let reached = std::net::ToSocketAddrs::to_socket_addrs(&address.as_str())
-                .with_context(|| format!("resolving {address}"))?
-                .any(|a| std::net::TcpStream::connect_timeout(&a, timeout).is_ok());
-            println!(
-                "{address}: {}",
-                if reached { "reached" } else { "not reached" }
-            );
-            if !reached {
-                std::process::exit(1);
-            }
-        }
+        Command::Reach { address, timeout } => reach(&address, Duration::from_secs(timeout))?,
         Command::Crd { out_dir: None } => {
             let yaml = api::crds_yaml().context("serializing the CRDs")?;
             std::io::stdout()
@@ -287,6 +275,21 @@ fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("writing {}", path.display()))?;
             }
         }
+    }
+    Ok(())
+}
+
+/// `etcd-operator reach`: exits 1 unless a TCP connection to `address` opens within `timeout`.
+fn reach(address: &str, timeout: Duration) -> anyhow::Result<()> {
+    let reached = std::net::ToSocketAddrs::to_socket_addrs(address)
+        .with_context(|| format!("resolving {address}"))?
+        .any(|a| std::net::TcpStream::connect_timeout(&a, timeout).is_ok());
+    println!(
+        "{address}: {}",
+        if reached { "reached" } else { "not reached" }
+    );
+    if !reached {
+        std::process::exit(1);
     }
     Ok(())
 }

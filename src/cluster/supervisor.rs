@@ -78,16 +78,7 @@ pub async fn run(
         // kept twice (here and in its task's channel); they are read only to know who wrote a
         // restore hand-off, so they are kept only while one is on the cluster.
         watcher(clusters, watcher::Config::default())
-            .modify(|o| {
-                let handoff = o
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(crate::api::RESTORE_ANNOTATION));
-                if !handoff {
-                    o.metadata.managed_fields = None;
-                }
-            })
+            .modify(slim_cluster)
             .backoff(crate::kube::watch_backoff())
             .map(move |ev| (scope.clone(), ev))
             .boxed()
@@ -272,6 +263,18 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     watcher::watcher(api, config)
+}
+
+/// An EtcdCluster as its task needs it: managedFields only while a restore hand-off is on it.
+fn slim_cluster(o: &mut DynamicObject) {
+    let handoff = o
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(crate::api::RESTORE_ANNOTATION));
+    if !handoff {
+        o.metadata.managed_fields = None;
+    }
 }
 
 /// The Secrets `cluster` reads: its TLS Secrets (the CA of `TLS.auto` included) and those its
