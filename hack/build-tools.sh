@@ -17,6 +17,11 @@
 #   versitygw           versitygw                (github.com/versity/versitygw: an S3 gateway on a
 #                                                 directory, the fast S3 server of the backup
 #                                                 benchmark and the snapshot tests)
+#   kube-network-policies kube-network-policies  (sigs.k8s.io/kube-network-policies/cmd: the
+#                                                 NetworkPolicy implementation kind ships,
+#                                                 nftables and NFQUEUE, on every node of the
+#                                                 local cluster; patched to queue through the
+#                                                 xtables NFQUEUE target)
 # Usage: hack/build-tools.sh TOOL   prints the directory holding the tool's binaries.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,7 +40,7 @@ gobuild() {
   mv "$out/$name.tmp" "$out/$name"
 }
 
-tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|krew|local-path|pause|promtool|prometheus|versitygw}
+tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|krew|kube-network-policies|local-path|pause|promtool|prometheus|versitygw}
 case "$tool" in
   etcd-3.5|etcd-3.6)
     dir=$here/etcd/v${tool#etcd-}
@@ -84,6 +89,24 @@ case "$tool" in
     dir=$here/versitygw; v=$(modver "$dir" github.com/versity/versitygw)
     out=$cache/versitygw/$v/bin
     gobuild "$dir" "$out" versitygw github.com/versity/versitygw/cmd/versitygw ;;
+  kube-network-policies)
+    # The release with one patch (xt-nfqueue.patch says why), built from a patched copy of the
+    # module through a go.mod of its own (-modfile): the module cache and the helper module stay
+    # as they are. The cache key names the patch too.
+    dir=$here/kube-network-policies; v=$(modver "$dir" sigs.k8s.io/kube-network-policies)
+    patch_=$dir/xt-nfqueue.patch
+    out=$cache/kube-network-policies/$v-$(sha256sum "$patch_" | cut -c1-8)/bin
+    if [ ! -x "$out/kube-network-policies" ]; then
+      src=$(cd "$dir" && go mod download sigs.k8s.io/kube-network-policies && go list -m -f '{{.Dir}}' sigs.k8s.io/kube-network-policies)
+      tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+      cp -r "$src" "$tmp/src"; chmod -R u+w "$tmp/src"
+      patch -s -p1 -d "$tmp/src" < "$patch_"
+      { cat "$dir/go.mod"; echo "replace sigs.k8s.io/kube-network-policies => $tmp/src"; } > "$tmp/go.mod"
+      cp "$dir/go.sum" "$tmp/go.sum"
+      # The module's one program is its cmd package (upstream builds cmd/main.go into this name).
+      GOFLAGS="$GOFLAGS -modfile=$tmp/go.mod" \
+        gobuild "$dir" "$out" kube-network-policies sigs.k8s.io/kube-network-policies/cmd
+    fi ;;
   *) echo "unknown tool $tool" >&2; exit 2 ;;
 esac
 echo "$out"

@@ -5,6 +5,7 @@
 #   etcd     - Debian's etcd 3.4 serves the local control plane (and is a test etcd)
 #   containerd, runc, CNI plugins, conntrack, iptables, iproute2 - the local cluster's node
 #   gcc, libc6-dev - the static pause binary
+#   patch          - kube-network-policies is built with a patch (hack/kube-network-policies)
 #   moto (PyPI)    - a real S3 API server for the snapshot tests
 #   PyYAML (PyPI)  - hack/chart-test.sh reads the rendered chart
 #   ca-certificates - the operator image's CA bundle (object storage clients need one)
@@ -25,6 +26,7 @@ command -v iptables >/dev/null || missing+=(iptables)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v gcc >/dev/null || missing+=(gcc)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing+=(libc6-dev)
+command -v patch >/dev/null || missing+=(patch)
 command -v python3 >/dev/null || missing+=(python3)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "[deps] installing ${missing[*]}" >&2
