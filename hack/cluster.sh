@@ -4,7 +4,9 @@
 #   hack/cluster.sh up                        the control plane on this machine and NODES (default 3)
 #                                             worker nodes, each in its own network namespace with its
 #                                             own containerd, kubelet, kube-proxy and pod range, zones
-#                                             zone-a, zone-b, zone-c in turn; CoreDNS on every node; the
+#                                             zone-a, zone-b, zone-c in turn; NetworkPolicies enforced
+#                                             by kube-network-policies (nftables, NFQUEUE) on every
+#                                             node, in its namespace; CoreDNS on every node; the
 #                                             locally built images in every node's containerd; a
 #                                             default StorageClass (local-path) whose claims become
 #                                             directories on their pod's node
@@ -15,7 +17,8 @@
 #   hack/cluster.sh down --control-plane-only stops a control plane started without nodes and removes
 #                                             its state only
 #   hack/cluster.sh node stop NODE            NODE powered off: its network gone, then every process of
-#                                             it (containerd, kubelet, kube-proxy, pods) killed at once
+#                                             it (containerd, kubelet, kube-proxy, kube-network-policies,
+#                                             pods) killed at once
 #   hack/cluster.sh node start NODE           NODE powered on again (its disk kept: images, volumes)
 #   hack/cluster.sh node partition NODE       NODE cut off from the other nodes and the control plane
 #   hack/cluster.sh node heal NODE            the partition lifted
@@ -23,7 +26,9 @@
 #   hack/cluster.sh start COMPONENT [NODE]    etcd, kube-apiserver, kube-controller-manager,
 #                                             kube-scheduler, kube-proxy (the host's),
 #                                             local-path-provisioner; with NODE: containerd,
-#                                             kubelet, kube-proxy. start waits until ready.
+#                                             kubelet, kube-proxy, kube-network-policies (stopped,
+#                                             its rules stay and fail closed, as after a crash).
+#                                             start waits until ready.
 #   hack/cluster.sh nodes                     the node names
 #   hack/cluster.sh kubeconfig                prints the kubeconfig path
 #   hack/cluster.sh import ARCHIVE...         imports image archives into every node's containerd
@@ -196,6 +201,10 @@ ready() { # ready COMPONENT [NODE]: whether it answers
       containerd) ctr --address "$(node_dir "$n")/containerd/containerd.sock" version ;;
       kubelet) in_node "$n" curl -fsS http://127.0.0.1:10248/healthz ;;
       kube-proxy) in_node "$n" curl -sS -o /dev/null http://127.0.0.1:10256/healthz ;;
+      # Its metrics are registered once its caches are synced, just before its rules are written.
+      kube-network-policies) local m
+        m=$(in_node "$n" curl -fsS http://127.0.0.1:9080/metrics) &&
+          grep -q '^kube_network_policies_packet_process_duration_microseconds_count' <<<"$m" ;;
     esac
     return
   fi
@@ -573,13 +582,53 @@ start_containerd() { # start_containerd NODE
   wait_for "$n containerd" 30 ready containerd "$n"
 }
 
-start_node_daemons() { # start_node_daemons INDEX: kubelet and kube-proxy
-  local i=$1 n=eo-node-$1 N bin; N=$(node_dir "$n"); bin=$(k8s_bin)
+start_node_daemons() { # start_node_daemons INDEX: kubelet, kube-proxy, kube-network-policies
+  local i=$1 n=eo-node-$1 N bin knp; N=$(node_dir "$n"); bin=$(k8s_bin)
+  knp=$("$here/build-tools.sh" kube-network-policies)
   node_start_daemon "$n" "$n-kubelet" "$bin/kubelet" --config="$N/kubelet/config.yaml" \
     --kubeconfig="$N/kubelet.kubeconfig" --root-dir="$N/kubelet/root" \
     --cert-dir="$N/kubelet/pki" --hostname-override="$n" --node-ip="$(node_ip "$i")" \
     --node-labels="topology.kubernetes.io/zone=$(zone_of "$i"),topology.kubernetes.io/region=local"
   node_start_daemon "$n" "$n-kube-proxy" "$bin/kube-proxy" --config="$N/kube-proxy.yaml"
+  # In the node's network namespace, so its nftables table is the node's and goes with it. Only
+  # the first packet of a connection to or from a pod some NetworkPolicy selects goes to it (the
+  # others are not touched). Fail closed, as upstream: such packets are dropped while it is down.
+  # No admin network policy APIs (their CRDs are not installed). Its DNS workaround stays on (the
+  # default: kernels before 6.12 need it). NRI needs containerd 1.7+ (v0.8.0 ignores
+  # --disable-nri, tries, and logs that it failed): without it, a new pod's first packets can
+  # come before the API has its address, and are judged as no pod's (a new client's first SYN
+  # to a pod a policy admits it to is dropped; TCP sends it again a second later). --v=2 logs
+  # each verdict.
+  node_start_daemon "$n" "$n-kube-network-policies" unshare --mount --propagation private \
+    sh -c "$knp_sandbox" "$state/kube-network-policies/run" \
+    env KUBERNETES_SERVICE_HOST="$api_host" KUBERNETES_SERVICE_PORT="$api_port" \
+    "$knp/kube-network-policies" --hostname-override="$n" --metrics-bind-address=127.0.0.1:9080 \
+    --admin-network-policy=false --baseline-admin-network-policy=false \
+    --disable-nri --v=2
+}
+
+# kube-network-policies reads the API only the way a pod does (rest.InClusterConfig: the token
+# and CA in /var/run/secrets/kubernetes.io/serviceaccount, the address from KUBERNETES_SERVICE_*;
+# it has no kubeconfig flag). It gets them in a mount namespace of its own, where /run is
+# $state/kube-network-policies/run. The mounts that namespace starts with (every node's network
+# namespaces, pod volumes and root filesystems: this machine's mounts are private) are dropped
+# first, else it would keep them alive after their node is stopped.
+# shellcheck disable=SC2016
+knp_sandbox='for m in $(awk "{print \$5}" /proc/self/mountinfo | sort -r); do
+  case $m in /|/proc|/proc/*|/sys|/sys/*|/dev|/dev/*) continue ;; esac
+  case $0/ in "$m"/*) continue ;; esac
+  umount -l "$m" 2>/dev/null || true
+done
+mount --bind "$0" /run && exec "$@"'
+
+# The identity kube-network-policies uses (hack/manifests/kube-network-policies.yaml): a token of
+# its ServiceAccount, as long-lived as the certificates here.
+network_policy_identity() {
+  local d=$state/kube-network-policies/run/secrets/kubernetes.io/serviceaccount
+  kubectl apply -f "$here/manifests/kube-network-policies.yaml" >/dev/null
+  mkdir -p "$d"; chmod 700 "$state/kube-network-policies"
+  [ -s "$d/token" ] || kubectl -n kube-system create token kube-network-policies --duration=87600h > "$d/token"
+  cp "$pki/ca.crt" "$d/ca.crt"
 }
 
 # Bridged traffic between nodes crosses the host's netfilter (br_netfilter), where the host
@@ -609,7 +658,7 @@ coredns_ready() { # coredns_ready NODE: the node's own CoreDNS pod is Ready
 node_report() {
   local n=$1 d
   log "$n: conditions: $(kubectl get node "$n" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}; {end}' 2>&1)"
-  for d in kubelet containerd kube-proxy; do
+  for d in kubelet containerd kube-proxy kube-network-policies; do
     running "$n-$d" || log "$n-$d is not running"
     log "$n-$d: the last lines of its log"
     tail -n 30 "$logs/$n-$d.log" >&2 2>/dev/null || true
@@ -625,7 +674,8 @@ node_ready() { kubectl wait --for=condition=Ready "node/$1" --timeout=2s; }
 wait_node_ready() {
   local n=$1 try
   for try in 1 2; do
-    if wait_for "node $n Ready" 120 node_ready "$n" && wait_for "CoreDNS on $n" 120 coredns_ready "$n"; then
+    if wait_for "node $n Ready" 120 node_ready "$n" && wait_for "CoreDNS on $n" 120 coredns_ready "$n" &&
+       wait_for "kube-network-policies on $n" 60 ready kube-network-policies "$n"; then
       return 0
     fi
     node_report "$n"
@@ -682,6 +732,8 @@ PROXY
     --authorization-kubeconfig="$state/scheduler.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false
   build_images
+  "$here/build-tools.sh" kube-network-policies >/dev/null
+  network_policy_identity
   jobs_=()
   for i in $(seq 1 "$count"); do node_up "$i" & jobs_+=($!); done
   wait_all "${jobs_[@]}" || { log "a node failed to start: see $logs"; return 1; }
@@ -775,7 +827,8 @@ component() { # component COMPONENT [NODE]: its PID-file name
   local c=$1 n=${2:-}
   if [ -n "$n" ]; then
     node_index "$n" >/dev/null
-    case $c in containerd|kubelet|kube-proxy) echo "$n-$c" ;; *) log "a node runs containerd, kubelet, kube-proxy; not $c"; return 2 ;; esac
+    case $c in containerd|kubelet|kube-proxy|kube-network-policies) echo "$n-$c" ;;
+      *) log "a node runs containerd, kubelet, kube-proxy, kube-network-policies; not $c"; return 2 ;; esac
   else
     case $c in etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|local-path-provisioner) echo "$c" ;;
       *) log "the control plane runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, local-path-provisioner; not $c (node components take a NODE)"; return 2 ;; esac
@@ -888,5 +941,5 @@ case "${1:-}" in
   kubeconfig) echo "$kubeconfig" ;;
   has-node) for n in $(node_names); do running "$n-kubelet" && exit 0; done; exit 1 ;;
   import) shift; import_images "$@" ;;
-  *) sed -n '2,38p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,43p' "$0" >&2; exit 2 ;;
 esac
