@@ -78,6 +78,8 @@ pub async fn serve(
     let limit = connection_limit();
     info!(%addr, connections = limit, "serving /metrics, /healthz and /readyz");
     let permits = Arc::new(Semaphore::new(limit));
+    let active = Arc::new(Semaphore::new(ACTIVE_MAX));
+    let heads = Arc::new(Heads::default());
     Ok((addr, async move {
         loop {
             let stream = match listener.accept().await {
@@ -94,42 +96,122 @@ pub async fn serve(
                 drop(stream);
                 continue;
             };
-            let metrics = metrics.clone();
-            let snapshots = snapshots.clone();
+            let served = Served {
+                metrics: metrics.clone(),
+                snapshots: snapshots.clone(),
+                active: active.clone(),
+                heads: heads.clone(),
+            };
             tokio::spawn(async move {
                 let _permit = permit;
-                // Idle until it sends something: no buffer is held for it meanwhile.
+                // Idle until it sends something: a small task, no buffer held for it meanwhile.
                 if tokio::time::timeout(HEADER_TIMEOUT, stream.readable())
                     .await
                     .is_err()
                 {
                     return;
                 }
-                let service = service_fn(move |req| {
-                    let metrics = metrics.clone();
-                    let snapshots = snapshots.clone();
-                    async move {
-                        Ok::<_, Infallible>(match (parse_path(req.uri().path()), snapshots) {
-                            (Some((ns, cluster, Asked::Snapshot)), Some(snapshots)) => {
-                                snapshot(&req, &snapshots, ns, cluster).await
-                            }
-                            (Some((ns, cluster, Asked::Changes)), Some(snapshots)) => {
-                                changes(&req, &snapshots, ns, cluster).await
-                            }
-                            _ => respond(&req, &metrics)
-                                .map(|b| b.map_err(|n| match n {}).boxed_unsync()),
-                        })
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_TIMEOUT)
-                    .max_buf_size(64 * 1024)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                // Boxed: an idle connection's task does not carry hyper's state inline.
+                Box::pin(served.serve(stream)).await;
             });
         }
     }))
+}
+
+/// Connections reading or answering a request at once, each holding hyper's buffers (8 KiB
+/// and up). Beyond, the connection that has been reading its first request head the longest is
+/// cut to make room: a client that sends its request at once (a probe, a scrape, a seed) is
+/// never the oldest for long, so a crowd of slow senders can neither starve it nor grow the
+/// operator's memory.
+pub const ACTIVE_MAX: usize = 512;
+
+/// Connections past their first byte and not yet through their first request head, oldest
+/// first, each with the signal that cuts it.
+#[derive(Default)]
+struct Heads {
+    next: std::sync::atomic::AtomicU64,
+    waiting: std::sync::Mutex<std::collections::VecDeque<(u64, Arc<tokio::sync::Notify>)>>,
+}
+
+impl Heads {
+    fn enter(&self) -> (u64, Arc<tokio::sync::Notify>) {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.push_back((id, cut.clone()));
+        (id, cut)
+    }
+
+    fn leave(&self, id: u64) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.retain(|(i, _)| *i != id);
+    }
+
+    /// Cuts the connection that has waited longest for its head; whether there was one.
+    fn cut_oldest(&self) -> bool {
+        let oldest = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        oldest.map(|(_, cut)| cut.notify_one()).is_some()
+    }
+}
+
+/// What serving one connection needs.
+struct Served {
+    metrics: Arc<Metrics>,
+    snapshots: Option<Arc<Snapshots>>,
+    active: Arc<Semaphore>,
+    heads: Arc<Heads>,
+}
+
+impl Served {
+    /// Serves `stream`, which has sent its first bytes, once it has one of the active slots.
+    async fn serve(self, stream: tokio::net::TcpStream) {
+        let slot = match self.active.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                self.heads.cut_oldest();
+                match tokio::time::timeout(HEADER_TIMEOUT, self.active.clone().acquire_owned())
+                    .await
+                {
+                    Ok(Ok(slot)) => slot,
+                    _ => return,
+                }
+            }
+        };
+        let _slot = slot;
+        let (id, cut) = self.heads.enter();
+        let (metrics, snapshots, heads) = (self.metrics, self.snapshots, self.heads.clone());
+        let service = service_fn(move |req| {
+            // Through its first head: no longer one to cut.
+            heads.leave(id);
+            let metrics = metrics.clone();
+            let snapshots = snapshots.clone();
+            async move {
+                Ok::<_, Infallible>(match (parse_path(req.uri().path()), snapshots) {
+                    (Some((ns, cluster, Asked::Snapshot)), Some(snapshots)) => {
+                        snapshot(&req, &snapshots, ns, cluster).await
+                    }
+                    (Some((ns, cluster, Asked::Changes)), Some(snapshots)) => {
+                        changes(&req, &snapshots, ns, cluster).await
+                    }
+                    _ => respond(&req, &metrics).map(|b| b.map_err(|n| match n {}).boxed_unsync()),
+                })
+            }
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .max_buf_size(64 * 1024)
+            .serve_connection(TokioIo::new(stream), service);
+        tokio::select! {
+            _ = connection => {}
+            _ = cut.notified() => {}
+        }
+        self.heads.leave(id);
+    }
 }
 
 fn bearer(req: &Request<Incoming>) -> Option<&str> {

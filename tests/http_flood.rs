@@ -24,6 +24,18 @@ fn budget() -> usize {
     (soft.saturating_sub(512) / 2).min(5_000)
 }
 
+/// This process's resident memory, KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 async fn healthz(addr: std::net::SocketAddr) -> (String, Duration) {
     let started = Instant::now();
     let mut s = TcpStream::connect(addr).await.unwrap();
@@ -47,6 +59,7 @@ async fn healthz_is_answered_at_once_under_idle_and_slow_header_connections() {
         n >= 500,
         "this machine's open-file limit allows only {n} connections"
     );
+    let rss_before = rss_kib();
     let mut idle = Vec::with_capacity(n);
     for i in 0..n {
         let mut s = TcpStream::connect(addr).await.unwrap();
@@ -64,8 +77,14 @@ async fn healthz_is_answered_at_once_under_idle_and_slow_header_connections() {
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         worst = worst.max(took);
     }
-    eprintln!("/healthz with {n} idle or slow-header connections open: worst of 5 {worst:?}");
+    let grew = rss_kib().saturating_sub(rss_before) / 1024;
+    eprintln!(
+        "/healthz with {n} idle or slow-header connections open: worst of 5 {worst:?}; \
+         this process (both ends) grew {grew} MiB"
+    );
     assert!(worst < Duration::from_secs(1), "{worst:?}");
+    // The server holds hyper's buffers for at most ACTIVE_MAX of them.
+    assert!(grew < 48, "memory grew {grew} MiB with {n} connections");
 
     // Past the header timeout every one of them has been closed by the server.
     tokio::time::sleep(HEADER_TIMEOUT + Duration::from_secs(2)).await;

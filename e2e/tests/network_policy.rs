@@ -106,9 +106,11 @@ fn members_are_closed_to_pods_the_policy_does_not_allow() {
     patch_spec(&k, ns, "example", json!({"networkPolicy": {"clients": []}}));
     until("the policy to open the client port", 60, || {
         let p = get(&k, ns, "networkpolicy/example");
-        p["spec"]["ingress"]
-            .as_array()
-            .is_some_and(|rules| rules.iter().any(|r| r["from"].is_null()))
+        p["spec"]["ingress"].as_array().is_some_and(|rules| {
+            rules
+                .iter()
+                .any(|r| r["ports"][0]["port"] == 2379 && r["from"].is_null())
+        })
     });
     let ip = member_ip(&k, ns);
     assert!(reaches(

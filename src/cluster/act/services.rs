@@ -66,8 +66,18 @@ async fn ensure_network_policy(
 ) -> Result<(), Error> {
     let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
     let cached = handles.caches.policies.group(&ns, &name);
+    // The spec must be the same both ways: a rule that loses its `from` (clients no longer
+    // listed) is a field taken away, which `in_place` alone does not see.
+    let same_spec = |policy: &k8s_openapi::api::networking::v1::NetworkPolicy| {
+        cached.iter().flatten().any(|have| {
+            have.metadata.name == policy.metadata.name
+                && serde_json::to_value(&have.spec).ok() == serde_json::to_value(&policy.spec).ok()
+        })
+    };
     let result = match crate::cluster::network_policy::network_policy(cluster, &handles.network) {
-        Some(policy) if in_place(&cached, &policy) == Some(true) => return Ok(()),
+        Some(policy) if in_place(&cached, &policy) == Some(true) && same_spec(&policy) => {
+            return Ok(());
+        }
         None if cached.as_ref().is_some_and(|p| p.is_empty()) => return Ok(()),
         Some(policy) => handles
             .policies
