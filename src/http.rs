@@ -48,17 +48,22 @@ pub enum Error {
 /// previous response).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Connections served at once: well below the process's open-file limit (the rest is for etcd
-/// clients, watches and object stores), at most 32,768.
-pub fn connection_limit() -> usize {
-    let soft = std::fs::read_to_string("/proc/self/limits")
+/// This process's soft limit of open files (1024 where /proc does not say).
+pub fn open_file_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|l| {
             l.lines()
                 .find(|l| l.starts_with("Max open files"))
                 .and_then(|l| l.split_whitespace().nth(3)?.parse::<usize>().ok())
         })
-        .unwrap_or(1024);
+        .unwrap_or(1024)
+}
+
+/// Connections served at once: well below the process's open-file limit (the rest is for etcd
+/// clients, watches and object stores), at most 32,768.
+pub fn connection_limit() -> usize {
+    let soft = open_file_limit();
     (soft.saturating_sub(soft / 8 + 64)).clamp(64, 32_768)
 }
 
@@ -147,14 +152,16 @@ impl Heads {
         waiting.retain(|(i, _)| *i != id);
     }
 
-    /// Cuts the connection that has waited longest for its head; whether there was one.
-    fn cut_oldest(&self) -> bool {
+    /// Cuts the connection that has waited longest for its head, if there is one.
+    fn cut_oldest(&self) {
         let oldest = self
             .waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pop_front();
-        oldest.map(|(_, cut)| cut.notify_one()).is_some()
+        if let Some((_, cut)) = oldest {
+            cut.notify_one();
+        }
     }
 }
 

@@ -13,15 +13,7 @@ use tokio::net::TcpStream;
 
 /// Connections this process can hold at both ends: half of its open-file limit, less a margin.
 fn budget() -> usize {
-    let soft = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|l| {
-            l.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3)?.parse::<usize>().ok())
-        })
-        .unwrap_or(1024);
-    (soft.saturating_sub(512) / 2).min(5_000)
+    (etcd_operator::http::open_file_limit().saturating_sub(512) / 2).min(5_000)
 }
 
 /// This process's resident memory, KiB.

@@ -74,13 +74,19 @@ fn owned_pods(k: &Kubectl, ns: &str, cluster: &str) -> Vec<String> {
     names
 }
 
-/// The HTTP status with which the operator answers a request for `ns`/example's restore
-/// snapshot with bearer token `token`.
-fn snapshot_status(ns: &str, operator: &Operator, token: &str) -> String {
+/// The operator pod's HTTP address (metrics, probes, restore snapshots).
+fn http_address(operator: &Operator) -> std::net::SocketAddr {
     let ip = operator.pods()[0]["status"]["podIP"]
         .as_str()
         .unwrap()
         .to_string();
+    format!("{ip}:8080").parse().unwrap()
+}
+
+/// The HTTP status with which the operator answers a request for `ns`/example's restore
+/// snapshot with bearer token `token`.
+fn snapshot_status(ns: &str, operator: &Operator, token: &str) -> String {
+    let addr = http_address(operator);
     let out = Command::new("curl")
         .args([
             "-s",
@@ -93,7 +99,7 @@ fn snapshot_status(ns: &str, operator: &Operator, token: &str) -> String {
             "-H",
         ])
         .arg(format!("Authorization: Bearer {token}"))
-        .arg(format!("http://{ip}:8080/restores/{ns}/example/snapshot"))
+        .arg(format!("http://{addr}/restores/{ns}/example/snapshot"))
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -101,13 +107,10 @@ fn snapshot_status(ns: &str, operator: &Operator, token: &str) -> String {
 
 /// `etcd_operator_cached_secrets` as the operator serves it.
 fn cached_secrets(operator: &Operator) -> Option<usize> {
-    let ip = operator.pods()[0]["status"]["podIP"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let addr = http_address(operator);
     let out = Command::new("curl")
         .args(["-s", "--max-time", "10"])
-        .arg(format!("http://{ip}:8080/metrics"))
+        .arg(format!("http://{addr}/metrics"))
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout)
@@ -121,11 +124,7 @@ fn cached_secrets(operator: &Operator) -> Option<usize> {
 /// how many were open and the slowest answer.
 fn flood(operator: &Operator, n: usize) -> (usize, std::time::Duration) {
     use std::io::Write;
-    let ip = operator.pods()[0]["status"]["podIP"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let addr: std::net::SocketAddr = format!("{ip}:8080").parse().unwrap();
+    let addr = http_address(operator);
     let mut open = Vec::with_capacity(n);
     for i in 0..n {
         let Ok(mut s) =

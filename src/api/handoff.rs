@@ -23,11 +23,7 @@ pub const RECOVERY_MANAGER: &str = "etcd-operator-recovery";
 
 /// The sha256 (hex) of a hand-off annotation's value, as the EtcdRestore records it.
 pub fn digest(value: &str) -> String {
-    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, value.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    super::common::sha256_hex(value.as_bytes())
 }
 
 /// The field manager that last wrote `cluster`'s restore annotation, from its managedFields;

@@ -25,11 +25,7 @@ pub fn secret_name(cluster: &str) -> String {
 
 /// The sha256 of `token`, hex: what the hand-off annotation carries.
 pub fn digest(token: &str) -> String {
-    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::api::common::sha256_hex(token.as_bytes())
 }
 
 /// A new token, written to `cluster`'s Secret (replacing an earlier restore's); returns its
