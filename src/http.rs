@@ -1,6 +1,7 @@
 //! `/metrics`, `/healthz` and `/readyz`, served over plain HTTP/1.1 for Prometheus and the
-//! kubelet's probes; and `/restores/<namespace>/<cluster>/snapshot`, the snapshot a restore's
-//! seed member fetches (see [`crate::restore::serve`]).
+//! kubelet's probes ([`serve`]); and, on a port of their own and over TLS only
+//! ([`serve_snapshots`]), `/restores/<namespace>/<cluster>/snapshot`, the snapshot a restore's
+//! seed member fetches (see [`crate::restore::serve`] and [`crate::restore::identity`]).
 //!
 //! Anyone who reaches the pod may connect, so a flood of idle or slow clients must not starve
 //! the kubelet's probes (a failed liveness probe restarts the operator, and every cluster's
@@ -27,6 +28,7 @@ use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
+use crate::restore::identity::Identity;
 use crate::restore::serve::{Asked, Snapshots, after_of, parse_path};
 
 type Body = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -35,7 +37,7 @@ type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The address could not be bound.
-    #[error("binding the metrics address {addr}: {source}")]
+    #[error("binding {addr}: {source}")]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -67,12 +69,47 @@ pub fn connection_limit() -> usize {
     (soft.saturating_sub(soft / 8 + 64)).clamp(64, 32_768)
 }
 
-/// Binds `addr` now (so a taken port fails start-up); the returned future serves until the
-/// process ends. Also returns the bound address (`addr` may ask for port 0).
+/// What a listener answers.
+#[derive(Clone)]
+enum Routes {
+    /// `/metrics`, `/healthz`, `/readyz`.
+    Probes(Arc<Metrics>),
+    /// `/ca-<hex>/restores/...` (the prefix naming this process's CA).
+    Restores {
+        snapshots: Arc<Snapshots>,
+        prefix: String,
+    },
+}
+
+/// Binds `addr` now (so a taken port fails start-up); the returned future serves `/metrics`,
+/// `/healthz` and `/readyz` until the process ends. Also returns the bound address (`addr`
+/// may ask for port 0).
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
-    snapshots: Option<Arc<Snapshots>>,
+) -> Result<(SocketAddr, impl Future<Output = ()>), Error> {
+    listen(addr, Routes::Probes(metrics), None).await
+}
+
+/// The same for restore snapshots, over TLS with `identity`'s certificate alone: a snapshot is
+/// a cluster's whole data.
+pub async fn serve_snapshots(
+    addr: SocketAddr,
+    snapshots: Arc<Snapshots>,
+    identity: &Identity,
+) -> Result<(SocketAddr, impl Future<Output = ()> + use<>), Error> {
+    let routes = Routes::Restores {
+        snapshots,
+        prefix: identity.prefix.clone(),
+    };
+    let tls = tokio_rustls::TlsAcceptor::from(identity.tls.clone());
+    listen(addr, routes, Some(tls)).await
+}
+
+async fn listen(
+    addr: SocketAddr,
+    routes: Routes,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> Result<(SocketAddr, impl Future<Output = ()>), Error> {
     let listener = TcpListener::bind(addr)
         .await
@@ -81,7 +118,14 @@ pub async fn serve(
         .local_addr()
         .map_err(|source| Error::Bind { addr, source })?;
     let limit = connection_limit();
-    info!(%addr, connections = limit, "serving /metrics, /healthz and /readyz");
+    match &routes {
+        Routes::Probes(_) => {
+            info!(%addr, connections = limit, "serving /metrics, /healthz and /readyz");
+        }
+        Routes::Restores { prefix, .. } => {
+            info!(%addr, prefix, connections = limit, "serving restore snapshots over TLS");
+        }
+    }
     let permits = Arc::new(Semaphore::new(limit));
     let active = Arc::new(Semaphore::new(ACTIVE_MAX));
     let heads = Arc::new(Heads::default());
@@ -102,8 +146,8 @@ pub async fn serve(
                 continue;
             };
             let served = Served {
-                metrics: metrics.clone(),
-                snapshots: snapshots.clone(),
+                routes: routes.clone(),
+                tls: tls.clone(),
                 active: active.clone(),
                 heads: heads.clone(),
             };
@@ -167,8 +211,8 @@ impl Heads {
 
 /// What serving one connection needs.
 struct Served {
-    metrics: Arc<Metrics>,
-    snapshots: Option<Arc<Snapshots>>,
+    routes: Routes,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     active: Arc<Semaphore>,
     heads: Arc<Heads>,
 }
@@ -190,34 +234,72 @@ impl Served {
         };
         let _slot = slot;
         let (id, cut) = self.heads.enter();
-        let (metrics, snapshots, heads) = (self.metrics, self.snapshots, self.heads.clone());
+        let (routes, heads) = (self.routes, self.heads.clone());
         let service = service_fn(move |req| {
             // Through its first head: no longer one to cut.
             heads.leave(id);
-            let metrics = metrics.clone();
-            let snapshots = snapshots.clone();
-            async move {
-                Ok::<_, Infallible>(match (parse_path(req.uri().path()), snapshots) {
-                    (Some((ns, cluster, Asked::Snapshot)), Some(snapshots)) => {
-                        snapshot(&req, &snapshots, ns, cluster).await
-                    }
-                    (Some((ns, cluster, Asked::Changes)), Some(snapshots)) => {
-                        changes(&req, &snapshots, ns, cluster).await
-                    }
-                    _ => respond(&req, &metrics).map(|b| b.map_err(|n| match n {}).boxed_unsync()),
-                })
-            }
+            let routes = routes.clone();
+            async move { Ok::<_, Infallible>(route(&req, &routes).await) }
         });
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_TIMEOUT)
-            .max_buf_size(64 * 1024)
-            .serve_connection(TokioIo::new(stream), service);
-        tokio::select! {
-            _ = connection => {}
-            _ = cut.notified() => {}
+        let builder = {
+            let mut b = hyper::server::conn::http1::Builder::new();
+            b.timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(64 * 1024);
+            b
+        };
+        match self.tls {
+            None => {
+                tokio::select! {
+                    _ = builder.serve_connection(TokioIo::new(stream), service) => {}
+                    _ = cut.notified() => {}
+                }
+            }
+            // The handshake counts against the head's time, like the head it carries.
+            Some(tls) => {
+                tokio::select! {
+                    _ = async {
+                        let Ok(Ok(stream)) =
+                            tokio::time::timeout(HEADER_TIMEOUT, tls.accept(stream)).await
+                        else {
+                            return;
+                        };
+                        let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                    } => {}
+                    _ = cut.notified() => {}
+                }
+            }
         }
         self.heads.leave(id);
+    }
+}
+
+/// The answer to `req` on a listener of `routes`.
+async fn route(req: &Request<Incoming>, routes: &Routes) -> Response<Body> {
+    match routes {
+        Routes::Probes(metrics) => {
+            respond(req, metrics).map(|b| b.map_err(|n| match n {}).boxed_unsync())
+        }
+        Routes::Restores { snapshots, prefix } => {
+            let asked = req
+                .uri()
+                .path()
+                .strip_prefix(prefix.as_str())
+                .and_then(parse_path);
+            match asked {
+                Some((ns, cluster, Asked::Snapshot)) => snapshot(req, snapshots, ns, cluster).await,
+                Some((ns, cluster, Asked::Changes)) => changes(req, snapshots, ns, cluster).await,
+                None => {
+                    let mut response = Response::new(
+                        Full::new(Bytes::from_static(b"not found\n"))
+                            .map_err(|n| match n {})
+                            .boxed_unsync(),
+                    );
+                    *response.status_mut() = StatusCode::NOT_FOUND;
+                    response
+                }
+            }
+        }
     }
 }
 
@@ -354,7 +436,7 @@ mod tests {
     #[tokio::test]
     async fn readyz_waits_for_the_caches_and_tells_the_role() {
         let metrics = Arc::new(Metrics::new());
-        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), metrics.clone(), None)
+        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), metrics.clone())
             .await
             .unwrap();
         let server = tokio::spawn(server);

@@ -169,11 +169,16 @@ struct RunArgs {
     /// newer operator wrote them; needs the right to get, create and patch them.
     #[arg(long, env = "INSTALL_CRDS")]
     install_crds: bool,
-    /// Where etcd pods reach this operator's HTTP server (`http://IP:port`), from which a
-    /// restore's seed member fetches its snapshot. The chart sets it to the pod's IP; without
-    /// it, restores wait with a condition that says so.
+    /// Where etcd pods reach this operator's snapshot server (`https://IP:port`, the port of
+    /// --snapshot-bind-address), from which a restore's seed member fetches its snapshot over
+    /// TLS. The chart sets it to the pod's IP; without it, restores wait with a condition that
+    /// says so.
     #[arg(long, env = "SNAPSHOT_URL")]
     snapshot_url: Option<String>,
+    /// Where the snapshot server listens (TLS, with a certificate for --snapshot-url's IP
+    /// signed by a CA this process makes at start).
+    #[arg(long, env = "SNAPSHOT_BIND_ADDRESS", default_value = "0.0.0.0:8443")]
+    snapshot_bind_address: std::net::SocketAddr,
     /// Seconds any single request to the Kubernetes API may take (watches excepted).
     #[arg(long, default_value_t = 20)]
     request_timeout: u64,
@@ -427,13 +432,14 @@ fn cluster_context(
     recorder: kube::runtime::events::Recorder,
     metrics: std::sync::Arc<metrics::Metrics>,
     sources: std::sync::Arc<cluster::handles::Sources>,
+    snapshot: Option<cluster::handles::SnapshotServer>,
 ) -> cluster::task::Context {
     cluster::task::Context {
         client,
         events: report::Reporter::new(recorder, "Reconcile"),
         metrics,
         gate_image: args.member_gate_image.clone().filter(|i| !i.is_empty()),
-        snapshot_url: args.snapshot_url.clone().filter(|u| !u.is_empty()),
+        snapshot,
         caches: Default::default(),
         sources,
         tasks: Default::default(),
@@ -508,6 +514,23 @@ async fn clients(
     Ok((client, watch_client))
 }
 
+/// The TLS snapshot server, with a CA of this process's own, when `--snapshot-url` is set; what
+/// the seeds it serves are told.
+async fn serve_snapshots(
+    args: &RunArgs,
+    snapshots: std::sync::Arc<restore::serve::Snapshots>,
+) -> anyhow::Result<Option<cluster::handles::SnapshotServer>> {
+    let Some(url) = args.snapshot_url.as_deref().filter(|u| !u.is_empty()) else {
+        return Ok(None);
+    };
+    let identity = restore::identity::Identity::new(url, time::OffsetDateTime::now_utc())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let (_, serve) =
+        http::serve_snapshots(args.snapshot_bind_address, snapshots, &identity).await?;
+    tokio::spawn(serve);
+    Ok(Some(identity.server))
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(&args.log_level, args.log_format)?;
     backup::storage::allow_ambient(args.ambient_credentials_namespaces.clone());
@@ -522,9 +545,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         client: client.clone(),
         sources: sources.clone(),
     });
-    let (_, serve) =
-        http::serve(args.metrics_bind_address, metrics.clone(), Some(snapshots)).await?;
+    let (_, serve) = http::serve(args.metrics_bind_address, metrics.clone()).await?;
     tokio::spawn(serve);
+    let snapshot = serve_snapshots(&args, snapshots).await?;
     // The pod name names the replica in Events.
     let instance = args
         .identity
@@ -548,7 +571,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         client: client.clone(),
         events: report::Reporter::new(recorder.clone(), "Restore"),
     });
-    let ctx = std::sync::Arc::new(cluster_context(&args, client, recorder, metrics, sources));
+    let ctx = std::sync::Arc::new(cluster_context(
+        &args, client, recorder, metrics, sources, snapshot,
+    ));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     let backup_controller = backup::controller::run(

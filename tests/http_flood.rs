@@ -42,7 +42,7 @@ async fn healthz(addr: std::net::SocketAddr) -> (String, Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_is_answered_at_once_under_idle_and_slow_header_connections() {
     let metrics = Arc::new(Metrics::new());
-    let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), metrics, None)
+    let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), metrics)
         .await
         .unwrap();
     let server = tokio::spawn(server);

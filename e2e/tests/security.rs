@@ -83,10 +83,27 @@ fn http_address(operator: &Operator) -> std::net::SocketAddr {
     format!("{ip}:8080").parse().unwrap()
 }
 
-/// The HTTP status with which the operator answers a request for `ns`/example's restore
-/// snapshot with bearer token `token`.
-fn snapshot_status(ns: &str, operator: &Operator, token: &str) -> String {
-    let addr = http_address(operator);
+/// The path prefix that names the operator process's snapshot CA (`/ca-<hex>`), from its log.
+fn snapshot_prefix(k: &Kubectl, operator: &Operator) -> String {
+    let pod = operator.pods()[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ns = operator.pods()[0]["metadata"]["namespace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let log = k.ok(&["logs", "-n", &ns, &pod], None);
+    let line = log
+        .lines()
+        .find(|l| l.contains("serving restore snapshots over TLS"))
+        .expect("the snapshot server's start in the operator's log");
+    let from = line.find("/ca-").unwrap();
+    line[from..from + 4 + 16].to_string()
+}
+
+/// curl's HTTP status (`000`: no HTTP answer) for `url` with bearer token `token`.
+fn status_of(url: &str, token: &str, extra: &[&str]) -> String {
     let out = Command::new("curl")
         .args([
             "-s",
@@ -96,13 +113,47 @@ fn snapshot_status(ns: &str, operator: &Operator, token: &str) -> String {
             "%{http_code}",
             "--max-time",
             "10",
-            "-H",
         ])
+        .args(extra)
+        .arg("-H")
         .arg(format!("Authorization: Bearer {token}"))
-        .arg(format!("http://{addr}/restores/{ns}/example/snapshot"))
+        .arg(url)
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The answer (body, then the HTTP status) with which the operator answers a request for
+/// `ns`/example's restore snapshot with bearer token `token`, on its TLS snapshot port. (`-k`:
+/// what is checked here is who is served, not the certificate, which the gate's tests check.)
+fn snapshot_answer(k: &Kubectl, ns: &str, operator: &Operator, token: &str) -> String {
+    let ip = http_address(operator).ip();
+    let prefix = snapshot_prefix(k, operator);
+    let out = Command::new("curl")
+        .args(["-s", "-k", "-w", " %{http_code}", "--max-time", "10", "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!(
+            "https://{ip}:8443{prefix}/restores/{ns}/example/snapshot"
+        ))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Snapshots are served over TLS alone: not on the plain HTTP port, and the TLS port gives no
+/// HTTP answer to plain HTTP.
+fn snapshots_only_over_tls(k: &Kubectl, ns: &str, operator: &Operator, token: &str) {
+    let addr = http_address(operator);
+    let ip = addr.ip();
+    let plain = format!("http://{addr}/restores/{ns}/example/snapshot");
+    assert_eq!(status_of(&plain, token, &[]), "404", "{plain}");
+    let prefix = snapshot_prefix(k, operator);
+    let plain_to_tls = format!("http://{ip}:8443{prefix}/restores/{ns}/example/snapshot");
+    assert_eq!(
+        status_of(&plain_to_tls, token, &[]),
+        "000",
+        "{plain_to_tls}"
+    );
 }
 
 /// `etcd_operator_cached_secrets` as the operator serves it.
@@ -369,7 +420,12 @@ fn forged_hand_offs(
     annotate(k, ns, &replayed, "etcd-operator-restore");
     invalid_restore(k, ns, &["EtcdRestore no-secret", "not Restoring"]);
     // Nor does the snapshot server serve it to whoever wrote the token's hash there.
-    assert_eq!(snapshot_status(ns, operator, "letmein"), "404");
+    let answer = snapshot_answer(k, ns, operator, "letmein");
+    assert!(
+        answer.contains("no restore is pending on EtcdCluster") && answer.ends_with(" 404"),
+        "{answer}"
+    );
+    snapshots_only_over_tls(k, ns, operator, "letmein");
     holds_for(
         "no member pod deleted after a replayed hand-off",
         20,

@@ -208,7 +208,27 @@ fn the_coreos_tls_example_runs_with_secrets_the_user_made() {
     assert!(!keys.contains(&"after-backup".to_string()), "{keys:?}");
     let health = etcdctl_health(&k, ns, "example-tls", "etcd-client-tls", "etcdctl-restored");
     assert!(all_healthy(&health, 3), "{health}");
+    // The seed fetched the snapshot over TLS from the operator, trusting the CA it was given.
+    let seed = e2e::member_pods(&k, ns, "example-tls")
+        .into_iter()
+        .find(|p| !p["metadata"]["annotations"][RESTORE_FROM].is_null())
+        .expect("the restore's seed among the members");
+    let from = seed["metadata"]["annotations"][RESTORE_FROM]
+        .as_str()
+        .unwrap();
+    assert!(
+        from.starts_with("https://") && from.contains("/ca-"),
+        "{from}"
+    );
+    let command = seed["spec"]["containers"][0]["command"].to_string();
+    assert!(command.contains("--server-ca="), "{command}");
+    let name = seed["metadata"]["name"].as_str().unwrap();
+    let log = k.ok(&["logs", "-n", ns, name, "-c", "etcd"], None);
+    assert!(log.contains("fetched the snapshot"), "{log}");
 }
+
+/// The annotation with the URL a restore's seed fetched its snapshot from.
+const RESTORE_FROM: &str = "etcd.database.coreos.com/restore-from";
 
 /// Puts `key` through the client Service over TLS.
 fn put_key(k: &Kubectl, ns: &str, cluster: &str, secret: &str, key: &str) {

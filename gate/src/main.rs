@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
+mod http;
 mod replay;
 mod restore;
 

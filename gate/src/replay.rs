@@ -11,12 +11,13 @@
 //! and the answer ends with a line that counts the transactions: a cut answer is never taken
 //! for a whole one.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::BufRead;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use super::http::{Answer, Server, body_of, request};
 use super::log;
 
 /// Loopback ports of the etcd that takes the replay (not etcd's usual ones, which stay free).
@@ -35,7 +36,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the changes are served, and how to reach the etcd that applies them.
 pub struct Changes<'a> {
-    pub addr: SocketAddr,
+    pub server: &'a Server,
     pub path: &'a str,
     pub token: &'a str,
 }
@@ -66,67 +67,8 @@ pub fn data_args(args: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// An answer: its status code, its Content-Length if it gave one, and its body to read.
-pub(super) struct Answer {
-    pub code: u16,
-    pub length: Option<u64>,
-    pub body: BufReader<TcpStream>,
-}
-
-/// One HTTP/1.0 request (the restore's fetches and the replay's transactions); a read that
-/// makes no progress for `read_timeout` fails it.
-pub(super) fn request(
-    addr: &SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &str,
-    read_timeout: Duration,
-) -> Result<Answer, String> {
-    let err = |e: std::io::Error| format!("{addr}{path}: {e}");
-    let conn = TcpStream::connect_timeout(addr, Duration::from_secs(5)).map_err(err)?;
-    conn.set_read_timeout(Some(read_timeout)).map_err(err)?;
-    let head = format!(
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    (&conn).write_all(head.as_bytes()).map_err(err)?;
-    (&conn).write_all(body.as_bytes()).map_err(err)?;
-    let mut reader = BufReader::with_capacity(1 << 16, conn);
-    let mut status = String::new();
-    reader.read_line(&mut status).map_err(err)?;
-    let mut length = None;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).map_err(err)? == 0 || line.trim_end().is_empty() {
-            break;
-        }
-        if let Some((k, v)) = line.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            length = v.trim().parse::<u64>().ok();
-        }
-    }
-    let code = status
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("{addr}{path}: no HTTP status in {status:?}"))?;
-    Ok(Answer {
-        code,
-        length,
-        body: reader,
-    })
-}
-
-fn body_of(mut reader: BufReader<TcpStream>) -> String {
-    let mut body = String::new();
-    let _ = reader.by_ref().take(1 << 20).read_to_string(&mut body);
-    body
-}
-
 /// The revision etcd serves, once it answers.
-fn revision(etcd: &SocketAddr, child: &mut Child) -> Result<i64, String> {
+fn revision(etcd: &Server, child: &mut Child) -> Result<i64, String> {
     let started = Instant::now();
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -162,10 +104,10 @@ fn revision(etcd: &SocketAddr, child: &mut Child) -> Result<i64, String> {
 
 /// Applies the changes after `after`: each line but the last a transaction, the last
 /// `{"end": {"txns": N, ...}}`. Returns the end line.
-fn apply_once(etcd: &SocketAddr, from: &Changes<'_>, after: i64) -> Result<String, String> {
+fn apply_once(etcd: &Server, from: &Changes<'_>, after: i64) -> Result<String, String> {
     let path = format!("{}?after={after}", from.path);
     let auth = format!("Authorization: Bearer {}\r\n", from.token);
-    let answer = request(&from.addr, "GET", &path, &auth, "", ANSWER_TIMEOUT)?;
+    let answer = request(from.server, "GET", &path, &auth, "", ANSWER_TIMEOUT)?;
     if answer.code != 200 {
         return Err(format!("{}: {}", answer.code, body_of(answer.body).trim()));
     }
@@ -209,6 +151,7 @@ pub fn replay(
     from: &Changes<'_>,
 ) -> Result<(), String> {
     let etcd: SocketAddr = CLIENT.parse().map_err(|e| format!("{CLIENT}: {e}"))?;
+    let etcd = Server::plain(etcd);
     let mut child = start(program, data_dir, name, &data_args(program_args))?;
     let result = (|| {
         let started = Instant::now();

@@ -8,7 +8,6 @@
 //! appears only whole (by rename), and once it is there etcd starts at once.
 
 use std::io::{Read, Write};
-use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,15 +15,16 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::replay::request;
-use super::{endpoint, exit_on_termination, log};
+use super::http::{Server, request, url};
+use super::{exit_on_termination, log};
 
 pub const USAGE: &str = "\
-etcd-gate restore --url http://IP:port/PATH (--token T | --token-file F) --sha256 [HEX]
-        --data-dir DIR --name NAME
+etcd-gate restore --url https://IP:port/PATH --server-ca BASE64
+        (--token T | --token-file F) --sha256 [HEX] --data-dir DIR --name NAME
         --initial-cluster NAME=URL --initial-advertise-peer-urls URL --initial-cluster-token T
-        [--bump-revision N] [--changes-url http://IP:port/PATH] -- PROGRAM [ARG...]
-    fetch the snapshot at URL (Authorization: Bearer T, or the token in file F, read when it
+        [--bump-revision N] [--changes-url https://IP:port/PATH] -- PROGRAM [ARG...]
+    fetch the snapshot at URL over TLS, the server's certificate for IP signed by the CA whose
+    DER BASE64 is (http://: plain, with no --server-ca), with Authorization: Bearer T (or the token in file F, read when it
     is needed: a restarted seed that holds its data needs none), check its sha256 (if given: etcd's own
     trailing hash is checked by the restore tool either way), restore it into DIR
     with the etcdutl (or etcdctl) beside PROGRAM, then run PROGRAM; at once if DIR holds data.
@@ -40,7 +40,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, PartialEq)]
 pub struct Restore {
-    addr: SocketAddr,
+    server: Server,
     path: String,
     token: Token,
     sha256: String,
@@ -51,7 +51,7 @@ pub struct Restore {
     cluster_token: String,
     bump_revision: u64,
     /// A point-in-time restore's archived changes: where the operator serves them.
-    changes: Option<(SocketAddr, String)>,
+    changes: Option<(Server, String)>,
     program: String,
     program_args: Vec<String>,
 }
@@ -92,8 +92,9 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
                     .clone(),
             ),
         };
-        const KNOWN: [&str; 12] = [
+        const KNOWN: [&str; 13] = [
             "--url",
+            "--server-ca",
             "--token",
             "--token-file",
             "--sha256",
@@ -111,9 +112,9 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
         }
         values.insert(key, value);
     }
+    let ca = values.remove("--server-ca");
     let mut take = |k: &str| values.remove(k).ok_or_else(|| format!("{k} is required"));
-    let url = take("--url")?;
-    let (addr, path) = http_url("--url", &url)?;
+    let (server, path) = url("--url", &take("--url")?, ca.as_deref())?;
     // Empty for a snapshot served straight from a member's etcd (a recovery from lost
     // quorum): no hash is known before it is read, and it ends with etcd's own sha256 of
     // itself, which `snapshot restore` checks.
@@ -129,7 +130,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
         None => 0,
     };
     let changes = match values.remove("--changes-url") {
-        Some(u) => Some(http_url("--changes-url", &u)?),
+        Some(u) => Some(url("--changes-url", &u, ca.as_deref())?),
         None => None,
     };
     let token = match (values.remove("--token"), values.remove("--token-file")) {
@@ -140,7 +141,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
     let mut take = |k: &str| values.remove(k).ok_or_else(|| format!("{k} is required"));
     let (program, program_args) = command.split_first().ok_or("nothing to run after `--`")?;
     Ok(Restore {
-        addr,
+        server,
         path,
         token,
         sha256,
@@ -154,16 +155,6 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
         program: program.clone(),
         program_args: program_args.to_vec(),
     })
-}
-
-/// `http://IP:port/PATH`, the only URL form the gate speaks to.
-fn http_url(flag: &str, url: &str) -> Result<(SocketAddr, String), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{flag} {url}: only http://IP:port/PATH is supported"))?;
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let path = if path.is_empty() { "/" } else { path };
-    Ok((endpoint(&format!("http://{host}"))?, path.to_string()))
 }
 
 /// `dir` with `suffix` appended to its last component.
@@ -225,7 +216,7 @@ impl Restore {
         let err = |e: std::io::Error| e.to_string();
         let token = self.token.read()?;
         let auth = format!("Authorization: Bearer {token}\r\n");
-        let answer = request(&self.addr, "GET", &self.path, &auth, "", READ_TIMEOUT)?;
+        let answer = request(&self.server, "GET", &self.path, &auth, "", READ_TIMEOUT)?;
         let (length, mut reader) = (answer.length, answer.body);
         if answer.code != 200 {
             let mut body = String::new();
@@ -315,10 +306,10 @@ impl Restore {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        if let Some((addr, path)) = &self.changes {
+        if let Some((server, path)) = &self.changes {
             let token = self.token.read()?;
             let from = super::replay::Changes {
-                addr: *addr,
+                server,
                 path,
                 token: &token,
             };
@@ -367,16 +358,11 @@ mod tests {
              -- /usr/local/bin/etcd --name=c-x"
         )))
         .unwrap();
-        assert_eq!(r.addr, "10.0.0.9:8080".parse::<SocketAddr>().unwrap());
+        let plain = Server::plain("10.0.0.9:8080".parse().unwrap());
+        assert_eq!(r.server, plain);
         assert_eq!(r.path, "/restores/ns/c/snapshot");
         assert_eq!(r.bump_revision, 100);
-        assert_eq!(
-            r.changes,
-            Some((
-                "10.0.0.9:8080".parse().unwrap(),
-                "/restores/ns/c/changes".into()
-            ))
-        );
+        assert_eq!(r.changes, Some((plain, "/restores/ns/c/changes".into())));
         assert_eq!(r.program_args, vec!["--name=c-x"]);
         // A recovery's snapshot comes straight from a member: no hash is known before it is
         // read (etcd's own trailing hash is checked by the restore tool).
@@ -404,6 +390,12 @@ mod tests {
             "--url=http://10.0.0.9:8080/x --token t --token-file f --sha256= --data-dir=d              --name=n --initial-cluster=i --initial-advertise-peer-urls=p              --initial-cluster-token=t -- etcd",
             "--url=http://10.0.0.9:8080/x -- etcd",
             &format!("--url=https://h/x --token t --sha256={sha} -- etcd"),
+            // https with no CA to check the server by.
+            "--url=https://10.0.0.9:8443/x --token t --sha256= --data-dir=d --name=n \
+             --initial-cluster=i --initial-advertise-peer-urls=p --initial-cluster-token=t -- etcd",
+            "--url=https://10.0.0.9:8443/x --server-ca=bm90IGEgY2VydA== --token t --sha256= \
+             --data-dir=d --name=n --initial-cluster=i --initial-advertise-peer-urls=p \
+             --initial-cluster-token=t -- etcd",
             "--url=http://10.0.0.9:8080/x --token t --sha256=abc --data-dir=d --name=n \
              --initial-cluster=i --initial-advertise-peer-urls=p --initial-cluster-token=t -- etcd",
         ] {

@@ -44,9 +44,9 @@ pub struct Handles {
     /// The operator's image, whose `etcd-gate` holds a new member back until it is added;
     /// without it, the member is added first and its pod created after.
     pub gate_image: Option<String>,
-    /// Where etcd pods reach this operator's HTTP server (`--snapshot-url`), from which a
-    /// restore's seed fetches its snapshot.
-    pub snapshot_url: Option<String>,
+    /// Where etcd pods reach this operator's snapshot server (`--snapshot-url`), from which a
+    /// restore's seed fetches its snapshot, and the CA the seed trusts it by.
+    pub snapshot: Option<SnapshotServer>,
     /// The shared watch caches.
     pub caches: Arc<Caches>,
     /// Secrets of the cluster's namespace, read through the caches.
@@ -59,7 +59,7 @@ impl Handles {
         client: &Client,
         ns: &str,
         gate_image: Option<String>,
-        snapshot_url: Option<String>,
+        snapshot: Option<SnapshotServer>,
         caches: Arc<Caches>,
         sources: Arc<Sources>,
     ) -> Self {
@@ -76,7 +76,7 @@ impl Handles {
             restores: Api::namespaced(client.clone(), ns),
             sources,
             gate_image,
-            snapshot_url,
+            snapshot,
             secrets: SecretApi::cached(client, ns, caches.clone()),
             caches,
         }
@@ -89,13 +89,24 @@ impl Handles {
 
     /// The URL a restore's seed of `cluster` fetches the snapshot from.
     pub fn snapshot_url_of(&self, cluster: &EtcdCluster) -> Option<String> {
-        let base = self.snapshot_url.as_deref()?.trim_end_matches('/');
+        let base = self.snapshot.as_ref()?.url.trim_end_matches('/');
         Some(format!(
             "{base}/restores/{}/{}/snapshot",
             cluster.namespace().unwrap_or_default(),
             cluster.name_any()
         ))
     }
+}
+
+/// Where restore seeds fetch their snapshot from: this operator process's snapshot server
+/// ([`crate::restore::identity`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotServer {
+    /// `https://IP:port/ca-<hex>`, under which `/restores/<ns>/<cluster>/...` are served.
+    pub url: String,
+    /// The certificate of the CA that signed the server's, as the base64 of its DER (public:
+    /// it goes into the seed's arguments).
+    pub ca: String,
 }
 
 /// What one pass knows of itself, and the writes it makes, over the task's handles.

@@ -324,8 +324,11 @@ pub const RESTORE_FROM_ANNOTATION: &str = "etcd.database.coreos.com/restore-from
 pub struct SeedRestore {
     /// The EtcdRestore's UID.
     pub uid: String,
-    /// Where the operator serves the snapshot.
+    /// Where the operator serves the snapshot (`https://`).
     pub url: String,
+    /// The CA the operator's snapshot server is trusted by (base64 DER): the seed trusts no
+    /// other.
+    pub server_ca: String,
     /// The Secret holding its bearer token (key [`crate::kube::restore_token::KEY`]), mounted
     /// into the etcd container alone: the pod's spec does not hold it.
     pub token_secret: String,
@@ -370,6 +373,7 @@ fn gated_command(gate: &Gate) -> Vec<String> {
             format!("{GATE_DIR}/etcd-gate"),
             "restore".into(),
             format!("--url={}", r.url),
+            format!("--server-ca={}", r.server_ca),
             format!(
                 "--token-file={TOKEN_DIR}/{}",
                 crate::kube::restore_token::KEY
@@ -1021,14 +1025,17 @@ mod tests {
             peers: vec![],
             restore: Some(SeedRestore {
                 uid: "uid-1".into(),
-                url: "http://10.0.0.9:8080/restores/ns/example/snapshot".into(),
+                url: "https://10.0.0.9:8443/ca-0123/restores/ns/example/snapshot".into(),
+                server_ca: "MIIB".into(),
                 token_secret: "example-restore-token".into(),
                 sha256: "ab".repeat(32),
                 name: "example-s".into(),
                 initial_cluster: "example-s=http://example-s.example.ns.svc:2380".into(),
                 cluster_token: "uid-1".into(),
                 bump_revision: 1000,
-                changes_url: Some("http://10.0.0.9:8080/restores/ns/example/changes".into()),
+                changes_url: Some(
+                    "https://10.0.0.9:8443/ca-0123/restores/ns/example/changes".into(),
+                ),
             }),
         };
         let pod = member_pod(
@@ -1042,19 +1049,20 @@ mod tests {
         assert_eq!(annotations[RESTORE_UID_ANNOTATION], "uid-1");
         assert_eq!(
             annotations[RESTORE_FROM_ANNOTATION],
-            "http://10.0.0.9:8080/restores/ns/example/snapshot"
+            "https://10.0.0.9:8443/ca-0123/restores/ns/example/snapshot"
         );
         assert!(!annotations.contains_key(JOIN_PEERS_ANNOTATION));
         let etcd = &pod.spec.as_ref().unwrap().containers[0];
         let command = etcd.command.as_deref().unwrap();
         assert_eq!(&command[..2], ["/gate/etcd-gate", "restore"]);
         for flag in [
+            "--server-ca=MIIB",
             "--token-file=/etc/etcd-restore/token",
             "--data-dir=/var/etcd/data",
             "--initial-cluster-token=uid-1",
             "--initial-advertise-peer-urls=http://example-s.example.ns.svc:2380",
             "--bump-revision=1000",
-            "--changes-url=http://10.0.0.9:8080/restores/ns/example/changes",
+            "--changes-url=https://10.0.0.9:8443/ca-0123/restores/ns/example/changes",
         ] {
             assert!(command.iter().any(|c| c == flag), "{flag} in {command:?}");
         }

@@ -43,8 +43,8 @@ pub struct Context {
     pub gate_image: Option<String>,
     /// Timings of the planner that users may tune.
     pub timings: Timings,
-    /// Where etcd pods reach this operator's HTTP server, for a restore's seed.
-    pub snapshot_url: Option<String>,
+    /// Where etcd pods reach this operator's snapshot server, for a restore's seed.
+    pub snapshot: Option<super::handles::SnapshotServer>,
     /// The watch caches the passes read (fed by the supervisor).
     pub caches: Arc<Caches>,
     /// The surviving members that recoveries restore from, which the snapshot server streams.
@@ -994,7 +994,7 @@ pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake
         &ctx.client,
         &ns,
         ctx.gate_image.clone(),
-        ctx.snapshot_url.clone(),
+        ctx.snapshot.clone(),
         ctx.caches.clone(),
         ctx.sources.clone(),
     )

@@ -889,19 +889,24 @@ fn main() {
     k.apply_crds();
     let ns = k.namespace("bench");
     let ns = ns.name.as_str();
-    // Its HTTP server where pods reach the host, so that a restore's seed fetches from it.
-    let port = std::net::TcpListener::bind("0.0.0.0:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // Its HTTP servers where pods reach the host, so that a restore's seed fetches from it.
+    let free_port = || {
+        std::net::TcpListener::bind("0.0.0.0:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (port, snapshot_port) = (free_port(), free_port());
     let operator = OperatorProcess::start_with(
         ns,
         &[
             "--metrics-bind-address",
             &format!("0.0.0.0:{port}"),
+            "--snapshot-bind-address",
+            &format!("0.0.0.0:{snapshot_port}"),
             "--snapshot-url",
-            &format!("http://{}:{port}", e2e::backups::store_host()),
+            &format!("https://{}:{snapshot_port}", e2e::backups::store_host()),
         ],
     );
 

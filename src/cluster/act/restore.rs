@@ -32,9 +32,10 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
         Some(Ok(h)) => h,
         _ => return Ok(Outcome::Retry("the restore is no longer asked for".into())),
     };
-    let (Some(image), Some(url)) = (
+    let (Some(image), Some(url), Some(server)) = (
         &pass.handles.gate_image,
         pass.handles.snapshot_url_of(cluster),
+        &pass.handles.snapshot,
     ) else {
         return Ok(Outcome::Retry(
             "no gate image or snapshot URL to make the seed with".into(),
@@ -63,6 +64,7 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
         restore: Some(SeedRestore {
             uid: handoff.uid.clone(),
             url: url.clone(),
+            server_ca: server.ca.clone(),
             token_secret,
             sha256: handoff.sha256.clone(),
             name: name.clone(),
