@@ -8,8 +8,11 @@
               and the supervisor, which starts the tasks.
   kube        src/kube/ imports only api, etcd, pki and itself: everyone may import it, so it
               can never close an import circle.
-  restore     restore never imports backup::controller: the two controllers share code through
-              modules of their own, not through each other.
+  controllers the three controllers (cluster, backup, restore) never import each other: they
+              share code through modules below them (store, tls, seed, kube, api), not
+              through each other.
+  libraries   src/store/, src/tls.rs and src/seed.rs import no controller: they are the
+              shared floor the controllers stand on.
 
 Every path into the crate counts, `use` or inline (`crate::`, `super::`, `self::`, and
 `etcd_operator::` from the binary and the test crates), with grouped imports expanded; comments
@@ -145,8 +148,14 @@ def breaks(rel, path):
         path, 'crate::api', 'crate::etcd', 'crate::pki', 'crate::kube'
     ):
         broken.append('kube')
-    if rel.startswith('src/restore/') and under(path, 'crate::backup::controller'):
-        broken.append('restore')
+    controllers = ('cluster', 'backup', 'restore')
+    for mine in controllers:
+        others = [f'crate::{c}' for c in controllers if c != mine]
+        if rel.startswith(f'src/{mine}/') and under(path, *others):
+            broken.append('controllers')
+    libraries = rel.startswith('src/store/') or rel in ('src/tls.rs', 'src/seed.rs')
+    if libraries and under(path, *[f'crate::{c}' for c in controllers]):
+        broken.append('libraries')
     return broken
 
 

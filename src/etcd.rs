@@ -422,7 +422,7 @@ impl Etcd {
     }
 
     /// The snapshot of the member behind this connection, as etcd streams it: the database in
-    /// chunks, then its sha256 (see [`crate::backup::snapshot`]). The stream ends after its
+    /// chunks, then its sha256 (see [`crate::store::snapshot`]). The stream ends after its
     /// first error.
     pub async fn snapshot(
         &mut self,

@@ -16,3 +16,6 @@ pub mod pki;
 pub mod report;
 pub mod restore;
 pub mod runner;
+pub mod seed;
+pub mod store;
+pub mod tls;

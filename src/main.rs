@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use std::time::Duration;
 
 use etcd_operator::kube::apiserver;
-use etcd_operator::{api, backup, cluster, http, leader, metrics, report, restore};
+use etcd_operator::{api, backup, cluster, http, leader, metrics, report, restore, seed, store};
 
 /// A Kubernetes operator for etcd clusters (etcd.database.coreos.com/v1beta2).
 #[derive(Parser)]
@@ -201,7 +201,7 @@ struct RunArgs {
     operator_pod_labels: Vec<String>,
     /// Snapshots streamed at once (backups, and a restore's verification and safety
     /// snapshot), across every namespace; the others wait their turn.
-    #[arg(long, default_value_t = backup::slots::DEFAULT)]
+    #[arg(long, default_value_t = store::slots::DEFAULT)]
     max_concurrent_snapshots: usize,
 }
 
@@ -431,8 +431,8 @@ fn cluster_context(
     client: kube::Client,
     recorder: kube::runtime::events::Recorder,
     metrics: std::sync::Arc<metrics::Metrics>,
-    sources: std::sync::Arc<cluster::handles::Sources>,
-    snapshot: Option<cluster::handles::SnapshotServer>,
+    sources: std::sync::Arc<seed::Sources>,
+    snapshot: Option<seed::SnapshotServer>,
 ) -> cluster::task::Context {
     cluster::task::Context {
         client,
@@ -519,7 +519,7 @@ async fn clients(
 async fn serve_snapshots(
     args: &RunArgs,
     snapshots: std::sync::Arc<restore::serve::Snapshots>,
-) -> anyhow::Result<Option<cluster::handles::SnapshotServer>> {
+) -> anyhow::Result<Option<seed::SnapshotServer>> {
     let Some(url) = args.snapshot_url.as_deref().filter(|u| !u.is_empty()) else {
         return Ok(None);
     };
@@ -533,14 +533,14 @@ async fn serve_snapshots(
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(&args.log_level, args.log_format)?;
-    backup::storage::allow_ambient(args.ambient_credentials_namespaces.clone());
-    backup::slots::set(args.max_concurrent_snapshots);
+    store::storage::allow_ambient(args.ambient_credentials_namespaces.clone());
+    store::slots::set(args.max_concurrent_snapshots);
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
     let (client, watch_client) = clients(&args, &metrics).await?;
     if args.install_crds {
         install_crds(&client).await;
     }
-    let sources = std::sync::Arc::new(cluster::handles::Sources::default());
+    let sources = std::sync::Arc::new(seed::Sources::default());
     let snapshots = std::sync::Arc::new(restore::serve::Snapshots {
         client: client.clone(),
         sources: sources.clone(),

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, Txn, TxnOp};
 use etcd_operator::api::{ArchiveStatus, ContinuousArchive};
-use etcd_operator::backup::{archive, chunk, naming, pitr, snapshot};
+use etcd_operator::backup::archive;
+use etcd_operator::store::{chunk, naming, pitr, snapshot};
 use k8s_openapi::jiff::Timestamp;
 use object_store::PutMultipartOptions;
 use object_store::local::LocalFileSystem;

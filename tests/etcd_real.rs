@@ -170,7 +170,7 @@ async fn refuses_strangers(m: &EtcdProcess, pki: &TestPki) {
 /// A backup of a TLS member, as the backup controller takes it, is whole.
 async fn snapshot_over_tls(m: &EtcdProcess) {
     let store = object_store::memory::InMemory::new();
-    let saved = etcd_operator::backup::snapshot::save(
+    let saved = etcd_operator::store::snapshot::save(
         &m.endpoint(),
         &store,
         &object_store::path::Path::from("tls.db"),

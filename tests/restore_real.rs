@@ -14,7 +14,7 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use etcd_operator::backup::snapshot;
+use etcd_operator::store::snapshot;
 use object_store::PutMultipartOptions;
 use object_store::path::Path as ObjectPath;
 use support::{EtcdProcess, TOKEN, TokenServer, etcd_binary, gate_binary};

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use etcd_operator::backup::snapshot::{self, Error, hex};
+use etcd_operator::store::snapshot::{self, Error, hex};
 use futures::StreamExt;
 use object_store::PutMultipartOptions;
 use object_store::local::LocalFileSystem;
@@ -163,13 +163,13 @@ async fn scenario(minor: &str) {
     .await
     .unwrap();
     let stored = std::fs::read(root.join("zst/one.db.zst")).unwrap();
-    assert_eq!(stored[..4], etcd_operator::backup::compress::ZSTD_MAGIC);
+    assert_eq!(stored[..4], etcd_operator::store::compress::ZSTD_MAGIC);
     assert_eq!(zst.size, stored.len() as u64);
     assert_eq!(
         zst.sha256,
         hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &stored).as_ref())
     );
-    let mut unpack = etcd_operator::backup::compress::Unpack::default();
+    let mut unpack = etcd_operator::store::compress::Unpack::default();
     let mut unpacked = Vec::new();
     unpack
         .push_each(&stored, |piece| unpacked.extend_from_slice(piece))

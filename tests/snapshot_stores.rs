@@ -12,8 +12,8 @@ mod support;
 use std::time::Duration;
 
 use etcd_operator::api::{AbsSource, S3Encryption, S3EncryptionMode, S3Source};
-use etcd_operator::backup::snapshot::{self, Error, hex};
-use etcd_operator::backup::storage;
+use etcd_operator::store::snapshot::{self, Error, hex};
+use etcd_operator::store::storage;
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{Attribute, ObjectStoreExt, PutMultipartOptions};

@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use etcd_operator::api::{
     AbsSource, BackupPhase, EtcdBackup, EtcdBackupSpec, EtcdCluster, GcsSource, S3Source,
-    SCHEDULE_PREFIX_ANNOTATION, StorageType,
+    SCHEDULE_PREFIX_ANNOTATION, StorageSection, StorageType,
 };
-use etcd_operator::backup::naming;
+use etcd_operator::store::naming;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -75,7 +75,10 @@ pub async fn run(client: Client, ns: &str, args: Args) -> anyhow::Result<()> {
     println!(
         "created EtcdBackup {name}: {} to {}",
         args.name,
-        path_of(&backup.spec).unwrap_or_default()
+        StorageSection::from(&backup.spec)
+            .path()
+            .map(String::from)
+            .unwrap_or_default()
     );
     if args.no_wait {
         return Ok(());
@@ -120,7 +123,7 @@ pub fn backup_of(
                 .annotations()
                 .get(SCHEDULE_PREFIX_ANNOTATION)
                 .cloned()
-                .or_else(|| path_of(&t.spec))
+                .or_else(|| StorageSection::from(&t.spec).path().map(String::from))
                 .unwrap_or_default();
             naming::scheduled_name(&base, now)
         }
@@ -131,7 +134,7 @@ pub fn backup_of(
             args.name
         ),
     };
-    if etcd_operator::backup::storage::split_path(&path).is_none() {
+    if etcd_operator::store::storage::split_path(&path).is_none() {
         bail!("--to {path:?}: must be <bucket>/<key>");
     }
     let mut spec = EtcdBackupSpec {
@@ -218,16 +221,6 @@ fn set_storage(
         StorageType::Oss => bail!("--storage-type OSS is not implemented by etcd-operator"),
     }
     Ok(())
-}
-
-/// The path of a storage section.
-fn path_of(spec: &EtcdBackupSpec) -> Option<String> {
-    match spec.storage_type {
-        StorageType::S3 => spec.s3.as_ref().map(|s| s.path.clone()),
-        StorageType::Abs => spec.abs.as_ref().map(|s| s.path.clone()),
-        StorageType::Gcs => spec.gcs.as_ref().map(|s| s.path.clone()),
-        StorageType::Oss => spec.oss.as_ref().map(|s| s.path.clone()),
-    }
 }
 
 /// Prints each new phase and message until the backup succeeds (Ok) or fails (Err).

@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use etcd_operator::api::{
     EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreSpec, RestorePhase, RestoreTo, StorageSection,
-    StorageType,
 };
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, ObjectMeta, PostParams};
@@ -120,7 +119,7 @@ pub fn spec_of(
         let spec = EtcdRestoreSpec::of(StorageSection::from(&b.spec), &status.path, cluster);
         return Ok((spec, what));
     }
-    if etcd_operator::backup::storage::split_path(from).is_none() {
+    if etcd_operator::store::storage::split_path(from).is_none() {
         bail!("--from {from:?}: neither an EtcdBackup of this namespace nor <bucket>/<key>");
     }
     let store = crate::backup::newest_succeeded(backups, cluster).with_context(|| {
@@ -160,13 +159,10 @@ pub fn point_spec_of(
              --to-time)"
         );
     }
-    let path = match b.spec.storage_type {
-        StorageType::S3 => b.spec.s3.as_ref().map(|s| s.path.clone()),
-        StorageType::Abs => b.spec.abs.as_ref().map(|s| s.path.clone()),
-        StorageType::Gcs => b.spec.gcs.as_ref().map(|s| s.path.clone()),
-        StorageType::Oss => b.spec.oss.as_ref().map(|s| s.path.clone()),
-    }
-    .with_context(|| format!("EtcdBackup {from} names no storage path"))?;
+    let path = StorageSection::from(&b.spec)
+        .path()
+        .map(String::from)
+        .with_context(|| format!("EtcdBackup {from} names no storage path"))?;
     let point = match (&to.revision, &to.time) {
         (Some(r), _) => format!("revision {r}"),
         (None, Some(t)) => t.clone(),

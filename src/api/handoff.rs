@@ -21,6 +21,23 @@ pub const RESTORE_MANAGER: &str = "etcd-operator-restore";
 /// The field manager with which a cluster's task hands itself a recovery from a member.
 pub const RECOVERY_MANAGER: &str = "etcd-operator-recovery";
 
+/// The revision bump when the replaced cluster's revision is unknown (it did not answer): far
+/// above any revision a cluster reaches, as etcd's own documentation suggests.
+pub const UNKNOWN_BUMP: u64 = 1_000_000_000;
+/// Added to the replaced cluster's revision, for the writes it took after the safety snapshot
+/// was asked for.
+pub const BUMP_MARGIN: u64 = 100_000;
+
+/// How much to raise the restored revision so that it passes `replaced` (the replaced
+/// cluster's revision, when it answered). Only etcdutl 3.5.10 and later can; the cluster's
+/// task drops it for older versions.
+pub fn bump_for(replaced: Option<i64>) -> u64 {
+    match replaced {
+        Some(r) => u64::try_from(r).unwrap_or(0) + BUMP_MARGIN,
+        None => UNKNOWN_BUMP,
+    }
+}
+
 /// The sha256 (hex) of a hand-off annotation's value, as the EtcdRestore records it.
 pub fn digest(value: &str) -> String {
     super::common::sha256_hex(value.as_bytes())

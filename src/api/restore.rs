@@ -124,6 +124,11 @@ impl<'a> StorageSection<'a> {
             StorageType::Oss => (self.kind, "", self.oss?.path.as_str()),
         })
     }
+
+    /// The path of the chosen section; `None` when that section is missing.
+    pub fn path(&self) -> Option<&'a str> {
+        self.place().map(|(_, _, path)| path)
+    }
 }
 
 impl<'a> From<&'a super::RecoveryStore> for StorageSection<'a> {

@@ -1,5 +1,5 @@
 //! Continuous archiving (issue 29): every change a cluster makes, from a periodic backup's
-//! full snapshot on, written to the backup's storage in gap-free chunks ([`super::chunk`]).
+//! full snapshot on, written to the backup's storage in gap-free chunks ([`crate::store::chunk`]).
 //!
 //! One task per periodic EtcdBackup with `backupPolicy.continuous`, while this replica leads,
 //! with one watch of the whole key space. It starts from what the store holds: after the
@@ -26,13 +26,13 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::chunk::{self, Change, Chunker, Event, Resume};
-use super::endpoint::{CONNECT_TIMEOUT, backup_endpoint};
-use super::location::{Storage, target};
-use super::pitr;
 use crate::api::{ArchiveGap, ArchiveStatus, ContinuousArchive, EtcdBackup, EtcdBackupSpec};
 use crate::etcd::{Endpoint, Etcd};
 use crate::report::Reporter;
+use crate::store::chunk::{self, Change, Chunker, Event, Resume};
+use crate::store::endpoint::{CONNECT_TIMEOUT, backup_endpoint};
+use crate::store::location::{Storage, target};
+use crate::store::pitr;
 
 /// The field manager of `status.archive` (the backup controller's never owns it).
 const MANAGER: &str = "etcd-operator-archive";

@@ -29,18 +29,18 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::archive;
-use super::endpoint::{CONNECT_TIMEOUT, backup_endpoint};
-pub use super::error::Error;
-use super::location::target;
-use super::naming;
-use super::snapshot::{self, Verified};
-use super::storage::{Metadata, Target};
 use crate::api::{
     BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION,
     SCHEDULE_PREFIX_ANNOTATION, StorageSection,
 };
 use crate::etcd::{self, Etcd};
 use crate::report::Reporter;
+use crate::store::endpoint::{CONNECT_TIMEOUT, backup_endpoint};
+pub use crate::store::error::Error;
+use crate::store::location::target;
+use crate::store::naming;
+use crate::store::snapshot::{self, Verified};
+use crate::store::storage::{Metadata, Target};
 
 /// The field manager of backup status writes.
 const MANAGER: &str = "etcd-operator-backup";
@@ -137,7 +137,7 @@ async fn retain(backup: &EtcdBackup, target: &Target) {
             naming::parse,
         )
         .await;
-        super::pitr::prune_chunks(target.store.as_ref(), target.location.as_ref()).await;
+        crate::store::pitr::prune_chunks(target.store.as_ref(), target.location.as_ref()).await;
     }
     if let Some((prefix, keep)) = scheduled_retention(backup) {
         prune(
@@ -154,7 +154,7 @@ async fn retain(backup: &EtcdBackup, target: &Target) {
 /// did not write (its status names another path, or none) is someone's data, and is kept.
 async fn refuse_overwrite(
     backup: &EtcdBackup,
-    target: &super::storage::Target,
+    target: &crate::store::storage::Target,
     path: &str,
 ) -> Result<(), Error> {
     let ours = backup.status.as_ref().is_some_and(|s| s.path == path);
@@ -188,7 +188,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
             (target.location.clone(), spec_path)
         }
     };
-    let _slot = super::slots::take(1).await;
+    let _slot = crate::store::slots::take(1).await;
     let mut etcd = Etcd::connect_streaming(&endpoint, CONNECT_TIMEOUT)
         .await
         .map_err(snapshot::Error::Etcd)?;

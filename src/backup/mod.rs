@@ -1,32 +1,11 @@
-//! Backups of etcd clusters to object storage.
+//! The backup controller and its schedules; the object-store code they stand on is
+//! [`crate::store`].
 //!
-//! [`controller`] reconciles EtcdBackups; it stands on:
-//! - [`snapshot`]: one member's snapshot streamed into object storage, verified as it passes
-//!   and never held whole in memory;
-//! - [`storage`]: the object store of a storage section and its Secret, in coreos's formats;
-//! - [`location`]: a storage section read with its Secret (both controllers);
-//! - [`endpoint`]: the member a snapshot is taken from;
-//! - [`error`]: why a backup (or the reading of a restore's snapshot) failed;
-//! - [`naming`]: periodic names, retention that keeps the right ones, and a schedule anchored
-//!   on status;
-//! - [`schedule`]: one run of a CronJob schedule (`etcd-operator backup create`);
-//! - [`chunk`]: the continuous archive's chunks (the changes between full snapshots), and
-//!   their replay to a revision or a time;
-//! - [`archive`]: the task that writes them, one per archiving backup;
-//! - [`pitr`]: a restore to a revision or a time, planned from the store, and the changes
-//!   its seed replays;
-//! - [`slots`]: how many snapshots stream at once, process-wide.
+//! - [`controller`] reconciles EtcdBackups: one-shot and periodic snapshots, retention;
+//! - [`archive`]: the task that writes the continuous archive's chunks, one per archiving
+//!   backup;
+//! - [`schedule`]: one run of a CronJob schedule (`etcd-operator backup create`).
 
 pub mod archive;
-pub mod chunk;
-pub mod compress;
 pub mod controller;
-pub mod endpoint;
-pub mod error;
-pub mod location;
-pub mod naming;
-pub mod pitr;
 pub mod schedule;
-pub mod slots;
-pub mod snapshot;
-pub mod storage;

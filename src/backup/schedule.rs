@@ -19,12 +19,12 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tracing::info;
 
-use super::naming;
 use crate::api::{
     AbsSource, BackupCompression, BackupPolicy, CompressionAlgorithm, EtcdBackup, EtcdBackupSpec,
     GcsSource, S3Encryption, S3EncryptionMode, S3Source, SCHEDULE_KEEP_ANNOTATION, SCHEDULE_LABEL,
     SCHEDULE_PREFIX_ANNOTATION, StorageType,
 };
+use crate::store::naming;
 
 /// One run of a schedule.
 #[derive(Clone, Debug, PartialEq)]
@@ -175,7 +175,7 @@ pub fn name_and_tick(req: &Request, now: Timestamp) -> (String, Timestamp) {
 
 /// The EtcdBackup of one run.
 pub fn backup(req: &Request, name: &str, tick: Timestamp) -> Result<EtcdBackup, Error> {
-    if super::storage::split_path(&req.path_prefix).is_none() {
+    if crate::store::storage::split_path(&req.path_prefix).is_none() {
         return Err(Error::Invalid(format!(
             "--path-prefix {:?}: must be <bucket>/<key prefix>",
             req.path_prefix

@@ -12,10 +12,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, ResourceExt};
 
-use super::tls::Material;
 use crate::api::{DefragmentationRecord, EtcdBackup, EtcdCluster, EtcdRestore};
-use crate::etcd::Endpoint;
 use crate::kube::cache::{Caches, Expect, Object, SecretApi, Write};
+use crate::tls::Material;
 
 /// The API handles of one cluster's namespace, and what every pass of its task reads unchanged.
 pub struct Handles {
@@ -40,13 +39,13 @@ pub struct Handles {
     /// Its EtcdRestores, which a recovery from a backup makes.
     pub restores: Api<EtcdRestore>,
     /// The surviving members recoveries restore from, shared with the snapshot server.
-    pub sources: Arc<Sources>,
+    pub sources: Arc<crate::seed::Sources>,
     /// The operator's image, whose `etcd-gate` holds a new member back until it is added;
     /// without it, the member is added first and its pod created after.
     pub gate_image: Option<String>,
     /// Where etcd pods reach this operator's snapshot server (`--snapshot-url`), from which a
     /// restore's seed fetches its snapshot, and the CA the seed trusts it by.
-    pub snapshot: Option<SnapshotServer>,
+    pub snapshot: Option<crate::seed::SnapshotServer>,
     /// The shared watch caches.
     pub caches: Arc<Caches>,
     /// Secrets of the cluster's namespace, read through the caches.
@@ -59,9 +58,9 @@ impl Handles {
         client: &Client,
         ns: &str,
         gate_image: Option<String>,
-        snapshot: Option<SnapshotServer>,
+        snapshot: Option<crate::seed::SnapshotServer>,
         caches: Arc<Caches>,
-        sources: Arc<Sources>,
+        sources: Arc<crate::seed::Sources>,
     ) -> Self {
         Handles {
             pods: Api::namespaced(client.clone(), ns),
@@ -98,44 +97,7 @@ impl Handles {
     }
 }
 
-/// Where restore seeds fetch their snapshot from: this operator process's snapshot server
-/// ([`crate::restore::identity`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SnapshotServer {
-    /// `https://IP:port/ca-<hex>`, under which `/restores/<ns>/<cluster>/...` are served.
-    pub url: String,
-    /// The certificate of the CA that signed the server's, as the base64 of its DER (public:
-    /// it goes into the seed's arguments).
-    pub ca: String,
-}
-
 /// What one pass knows of itself, and the writes it makes, over the task's handles.
-/// The surviving members that recoveries restore from, by namespace and cluster: each with
-/// the pod name the handoff names and how to reach its etcd.
-#[derive(Default)]
-pub struct Sources(
-    std::sync::Mutex<std::collections::BTreeMap<(String, String), (String, Endpoint)>>,
-);
-
-impl Sources {
-    /// Records (or, with `None`, forgets) the member a recovery of `ns`/`cluster` restores from.
-    pub fn set(&self, ns: &str, cluster: &str, member: Option<(String, Endpoint)>) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (ns.to_string(), cluster.to_string());
-        match member {
-            Some(m) => map.insert(key, m),
-            None => map.remove(&key),
-        };
-    }
-
-    pub fn get(&self, ns: &str, cluster: &str, member: &str) -> Option<Endpoint> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(ns.to_string(), cluster.to_string()))
-            .filter(|(name, _)| name == member)
-            .map(|(_, ep)| ep.clone())
-    }
-}
-
 pub struct Pass<'a> {
     /// The task's handles.
     pub handles: &'a Handles,

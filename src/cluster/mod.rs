@@ -6,7 +6,7 @@
 //!       |
 //!     task       the loop: validate, then for each pass:
 //!       |
-//!   prepare      act::ensure_services, tls::prepare: the Services, the PodDisruptionBudget
+//!   prepare      act::ensure_services, crate::tls::prepare: the Services, the PodDisruptionBudget
 //!       |        and the TLS Secrets every member's address and identity depend on
 //!   observe      pods, claims, each member's status, the member list, the client Service
 //!       |        (observe.rs, serving.rs) -> plan::Observation
@@ -20,7 +20,8 @@
 //!
 //! Import rules (checked by `hack/import-rules.py` in `make lint`): `plan` imports nothing of
 //! the crate but itself; `observe` never imports `act`; nothing but the supervisor (and the
-//! binary) imports `task` or `supervisor`; everyone may import `crate::kube`.
+//! binary) imports `task` or `supervisor`; everyone may import `crate::kube`; the three
+//! controllers (cluster, backup, restore) never import each other.
 
 pub mod act;
 pub mod handles;
@@ -34,7 +35,6 @@ pub mod serving;
 pub mod status;
 pub mod supervisor;
 pub mod task;
-pub mod tls;
 pub mod upkeep;
 
 pub use plan::version;

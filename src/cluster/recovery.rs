@@ -14,7 +14,7 @@ use crate::api::{
     EtcdBackup, EtcdCluster, EtcdClusterStatus, EtcdRestore, QuorumLossPolicy, RECOVER_ANNOTATION,
     RecoveryRecord, RestorePhase,
 };
-use crate::backup::location::{Storage, Stored, newest_stored};
+use crate::store::location::{Storage, Stored, newest_stored};
 
 /// The cluster's recovery policy and the approval on it; an approval that cannot be read is
 /// returned as text for the status.

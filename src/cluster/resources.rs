@@ -24,7 +24,7 @@ use crate::kube::names::{CLIENT_PORT, METRICS_PORT, PEER_PORT, labels, meta, sec
 
 /// Secrets the spec names, with the field that names each: the Secrets behind
 /// `spec.pod.etcdEnv[].valueFrom.secretKeyRef` (the TLS Secrets are checked, contents and all,
-/// by [`super::tls::prepare`]). A member pod that needs a missing Secret never starts, so they
+/// by [`crate::tls::prepare`]). A member pod that needs a missing Secret never starts, so they
 /// are checked before anything is created.
 pub fn referenced_secrets(spec: &crate::api::EtcdClusterSpec) -> Vec<(String, String)> {
     let mut refs = Vec::new();

@@ -21,7 +21,6 @@ use super::plan::{self, Action, Target};
 use super::recovery;
 use super::resources;
 use super::status;
-use super::tls;
 use super::upkeep;
 use super::version;
 use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreHandoff, RestoreRecord};
@@ -29,6 +28,7 @@ use crate::kube::cache::{Caches, Expectations};
 use crate::kube::invalid::Invalid;
 use crate::kube::names::MANAGER;
 use crate::report::Reporter;
+use crate::tls;
 
 /// Shared by every cluster task.
 pub struct Context {
@@ -44,11 +44,11 @@ pub struct Context {
     /// Timings of the planner that users may tune.
     pub timings: Timings,
     /// Where etcd pods reach this operator's snapshot server, for a restore's seed.
-    pub snapshot: Option<super::handles::SnapshotServer>,
+    pub snapshot: Option<crate::seed::SnapshotServer>,
     /// The watch caches the passes read (fed by the supervisor).
     pub caches: Arc<Caches>,
     /// The surviving members that recoveries restore from, which the snapshot server streams.
-    pub sources: Arc<super::handles::Sources>,
+    pub sources: Arc<crate::seed::Sources>,
     /// How many cluster tasks run (kept by the supervisor): how often one at rest is looked
     /// at depends on it.
     pub tasks: std::sync::atomic::AtomicUsize,

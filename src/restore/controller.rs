@@ -38,21 +38,21 @@ use object_store::{Attribute, GetOptions, ObjectStore, ObjectStoreExt, PutMultip
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::api::handoff::{BUMP_MARGIN, bump_for};
 use crate::api::{
     Condition, EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RESTORE_ANNOTATION,
     RestoreHandoff, RestorePhase, VerifiedObject, common::find_condition, handoff,
 };
-use crate::backup::compress::Unpack;
-use crate::backup::endpoint::cluster_endpoint;
-use crate::backup::error::Error as BackupError;
-use crate::backup::location::{Storage, target};
-use crate::backup::naming;
-use crate::backup::pitr;
-use crate::backup::snapshot::{self, Verifier};
-use crate::backup::storage;
-use crate::cluster::act::{BUMP_MARGIN, bump_for};
 use crate::kube::restore_token;
 use crate::report::Reporter;
+use crate::store::compress::Unpack;
+use crate::store::endpoint::cluster_endpoint;
+use crate::store::error::Error as BackupError;
+use crate::store::location::{Storage, target};
+use crate::store::naming;
+use crate::store::pitr;
+use crate::store::snapshot::{self, Verifier};
+use crate::store::storage;
 
 /// The field manager of restore status writes.
 const MANAGER: &str = handoff::RESTORE_MANAGER;
@@ -788,7 +788,7 @@ async fn verify_and_keep(
 ) -> Result<(VerifiedObject, Option<Safety>), Error> {
     let ns = restore.namespace().unwrap_or_default();
     // Two reads at once, two slots: the safety snapshot is a backup like any other.
-    let _slots = crate::backup::slots::take(2).await;
+    let _slots = crate::store::slots::take(2).await;
     let (verified, safety) = tokio::join!(
         verified_object(ctx, restore, target, path),
         safety_snapshot(&ctx.client, &ns, cluster, target, path),
@@ -949,7 +949,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::act::{BUMP_MARGIN, UNKNOWN_BUMP};
+    use crate::api::handoff::{BUMP_MARGIN, UNKNOWN_BUMP};
 
     #[test]
     fn the_restored_revision_is_raised_past_the_replaced_clusters() {

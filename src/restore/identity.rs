@@ -18,8 +18,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use time::OffsetDateTime;
 
-use crate::cluster::handles::SnapshotServer;
 use crate::pki::{Ca, Role};
+use crate::seed::SnapshotServer;
 
 /// How long the certificates are valid: they die with the process long before.
 const VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);

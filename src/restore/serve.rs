@@ -24,13 +24,13 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path;
 
 use crate::api::{EtcdCluster, EtcdRestore};
-use crate::backup::compress::{Unpack, ZSTD_MAGIC};
-use crate::backup::location::{Storage, target};
-use crate::backup::pitr;
-use crate::cluster::handles::Sources;
 use crate::etcd::{Endpoint, Etcd};
 use crate::kube::handoff::{self, Verified};
 use crate::kube::restore_token;
+use crate::seed::Sources;
+use crate::store::compress::{Unpack, ZSTD_MAGIC};
+use crate::store::location::{Storage, target};
+use crate::store::pitr;
 
 /// How long connecting to a surviving member may take.
 const MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -126,7 +126,7 @@ impl Snapshots {
         &self,
         ns: &str,
         verified: &Verified,
-    ) -> Result<crate::backup::storage::Target, (StatusCode, String)> {
+    ) -> Result<crate::store::storage::Target, (StatusCode, String)> {
         let restore = verified.restore.as_ref().ok_or_else(|| {
             (
                 StatusCode::NOT_FOUND,
@@ -184,7 +184,7 @@ impl Snapshots {
 
     /// The archived changes a point-in-time restore's seed replays after revision `after`
     /// (what its restored snapshot holds), as transactions one per line
-    /// ([`crate::backup::pitr::changes`]): every chunk read and checked before the first line.
+    /// ([`crate::store::pitr::changes`]): every chunk read and checked before the first line.
     pub async fn changes(
         &self,
         ns: &str,
@@ -290,7 +290,7 @@ async fn unpacked(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backup::compress::Compressor;
+    use crate::store::compress::Compressor;
 
     async fn served(stored: Vec<u8>, chunk: usize) -> (Option<u64>, Vec<u8>) {
         let size = stored.len() as u64;

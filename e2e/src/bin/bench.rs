@@ -448,7 +448,7 @@ fn bench_s3(url: &str) -> object_store::aws::AmazonS3 {
         .with_access_key_id("test")
         .with_secret_access_key("test")
         .with_region("us-east-1")
-        // As the operator's client (backup::storage::s3): bodies not hashed into signatures.
+        // As the operator's client (store::storage::s3): bodies not hashed into signatures.
         .with_unsigned_payload(true)
         .build()
         .unwrap()
@@ -457,7 +457,7 @@ fn bench_s3(url: &str) -> object_store::aws::AmazonS3 {
 /// The store's own multipart intake of `file` through the operator's upload code (the same
 /// client and part sizes, no etcd): the ceiling of a backup into it. Best of two.
 fn intake(url: &str, file: &std::path::Path) -> Duration {
-    use etcd_operator::backup::snapshot;
+    use etcd_operator::store::snapshot;
     use object_store::PutMultipartOptions;
     use object_store::path::Path;
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -487,7 +487,7 @@ fn intake(url: &str, file: &std::path::Path) -> Duration {
 /// The operator's snapshot code alone (etcd stream, both hashes, multipart writer) into a
 /// local file store, best of two.
 fn pipeline(endpoint: &str) -> Duration {
-    use etcd_operator::backup::snapshot;
+    use etcd_operator::store::snapshot;
     use object_store::PutMultipartOptions;
     use object_store::path::Path;
     let dir = std::env::temp_dir().join(format!("bench-pipeline-{}", std::process::id()));

@@ -2,7 +2,7 @@
 //! run on, and the roll it causes finishes before the planner asks for the next.
 
 use super::*;
-use crate::cluster::tls;
+use crate::tls;
 
 /// Takes the rotation's next step; its message names the step, for the Event and the status.
 pub(super) async fn rotate_ca(pass: &Pass<'_>, cluster: &EtcdCluster) -> Result<Outcome, Error> {

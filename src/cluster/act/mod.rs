@@ -34,7 +34,7 @@ use membership::*;
 use pods::*;
 pub use recover::{RECOVERY_LABEL, recovery_name, withdraw_approval};
 use recover::{recover_from_backup, recover_from_member, recover_from_store};
-pub use restore::{BUMP_MARGIN, UNKNOWN_BUMP, bump_for, bumps_revision};
+pub use restore::bumps_revision;
 use restore::{restore_done, restore_seed, withdraw_restore};
 pub use services::{ensure_services, holds};
 use space::{defragment_member, reclaim_space};
@@ -107,7 +107,7 @@ pub enum Error {
     },
     /// A step of the automatic CA's rotation failed.
     #[error(transparent)]
-    Tls(#[from] super::tls::Error),
+    Tls(#[from] crate::tls::Error),
 }
 
 impl Error {
@@ -124,9 +124,9 @@ impl Error {
             Error::Etcd(e) => e.metric_label(),
             Error::NoEndpoint => "no_endpoint",
             Error::Recover { .. } => "recover",
-            Error::Tls(super::tls::Error::Invalid(Invalid { .. })) => "invalid_spec",
-            Error::Tls(super::tls::Error::Api { .. }) => "tls_secret",
-            Error::Tls(super::tls::Error::Pki { .. }) => "tls_certificate",
+            Error::Tls(crate::tls::Error::Invalid(Invalid { .. })) => "invalid_spec",
+            Error::Tls(crate::tls::Error::Api { .. }) => "tls_secret",
+            Error::Tls(crate::tls::Error::Pki { .. }) => "tls_certificate",
         }
     }
 }

@@ -37,7 +37,7 @@ pub(super) async fn recover_from_member(
         uid: uid.to_string(),
         token_sha256,
         sha256: String::new(),
-        bump_revision: bump_for(revision_before),
+        bump_revision: crate::api::handoff::bump_for(revision_before),
         pre_restore_path: String::new(),
         member: name.to_string(),
         ..RestoreHandoff::default()

@@ -304,7 +304,7 @@ mod tests {
     use object_store::{ObjectStoreExt, PutPayload};
 
     use super::*;
-    use crate::backup::chunk::{Change, Chunk, Event};
+    use crate::store::chunk::{Change, Chunk, Event};
 
     fn put(revision: i64, key: &str) -> Event {
         Event {

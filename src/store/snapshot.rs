@@ -330,7 +330,7 @@ fn add_headers<'a>(
 }
 
 /// Borrowed pairs of owned headers.
-fn pairs(headers: &crate::backup::storage::Headers) -> impl Iterator<Item = (&str, &str)> {
+fn pairs(headers: &crate::store::storage::Headers) -> impl Iterator<Item = (&str, &str)> {
     headers.iter().map(|(k, v)| (k.as_str(), v.as_str()))
 }
 

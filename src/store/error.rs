@@ -52,7 +52,7 @@ pub enum Error {
     Snapshot(#[from] snapshot::Error),
     /// The client certificate Secret of a TLS cluster is missing or unusable.
     #[error(transparent)]
-    Tls(#[from] crate::cluster::tls::Error),
+    Tls(#[from] crate::tls::Error),
     /// Listing a store's objects failed.
     #[error("listing {url}: {source}")]
     List {
@@ -84,7 +84,7 @@ impl Error {
             Error::SecretNotFound { .. } => "secret_not_found",
             Error::Storage(_) => "storage_config",
             Error::Snapshot(e) => e.metric_label(),
-            Error::Tls(crate::cluster::tls::Error::Invalid(Invalid { .. })) => "invalid_tls_secret",
+            Error::Tls(crate::tls::Error::Invalid(Invalid { .. })) => "invalid_tls_secret",
             Error::Tls(_) => "kube",
             Error::Kube { .. } => "kube",
             Error::List { .. } => "store_list",
@@ -103,7 +103,7 @@ impl Error {
             Error::SecretNotFound { .. } => "SecretNotFound",
             Error::Storage(_) => "InvalidStorage",
             Error::Snapshot(_) => "SnapshotFailed",
-            Error::Tls(crate::cluster::tls::Error::Invalid(Invalid { reason, .. })) => reason,
+            Error::Tls(crate::tls::Error::Invalid(Invalid { reason, .. })) => reason,
             Error::Tls(_) => "ApiError",
             Error::Kube { .. } => "ApiError",
             Error::List { .. } => "StoreUnreachable",

@@ -661,7 +661,7 @@ fn next_state(
 /// only when the members run on the current Secrets (every pod current, every member a
 /// healthy voter), so that each step's roll has finished before the next begins.
 ///
-/// [`Action::RotateCa`]: super::plan::Action::RotateCa
+/// [`Action::RotateCa`]: crate::cluster::plan::Action::RotateCa
 /// Returns what it did, for an Event.
 pub async fn advance(
     api: &SecretApi,

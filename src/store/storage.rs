@@ -157,7 +157,7 @@ impl Target {
 /// once the stream has ended, after the multipart upload (which carries the object's metadata)
 /// was created, and object_store has no call that changes metadata later; so the one request
 /// each store has for it is presigned by object_store's own signer (see
-/// [`crate::backup::snapshot::set_metadata`]).
+/// [`crate::store::snapshot::set_metadata`]).
 #[derive(Clone)]
 pub enum Metadata {
     /// S3 copies the object onto itself with `x-amz-metadata-directive: REPLACE`.

@@ -36,7 +36,7 @@ pub async fn cluster_endpoint(
         Some(tls) => Some(tls),
         None => {
             let secrets = crate::kube::cache::SecretApi::live(client, ns);
-            crate::cluster::tls::cluster_client(&secrets, &cluster).await?
+            crate::tls::cluster_client(&secrets, &cluster).await?
         }
     };
     let addr = crate::kube::names::addressing(&cluster);
@@ -114,7 +114,7 @@ pub async fn backup_endpoint(
         Some(name) => {
             let secrets = crate::kube::cache::SecretApi::live(client, ns);
             Some(
-                crate::cluster::tls::read_client(
+                crate::tls::read_client(
                     &secrets,
                     "spec.clientTLSSecret",
                     name,
