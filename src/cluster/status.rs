@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::observe::Observed;
-use super::plan::{Action, DeleteReason, MoveReason, RemoveReason, quorum};
+use super::plan::{Action, DeleteReason, Progress, quorum};
 use super::serving::READ_GRACE;
 use super::version::Version;
 use crate::api::{
@@ -83,33 +83,6 @@ pub fn mark_recovery(
     );
     status.conditions.retain(|c| c.type_ != "Recovering");
     status.conditions.push(recovering);
-}
-
-/// Progressing's reason outside restores and rolls.
-fn progressing_of(action: &Action, voters: usize, size: usize) -> Option<&'static str> {
-    match action {
-        Action::Bootstrap
-        | Action::AddMembers { .. }
-        | Action::JoinMembers { .. }
-        | Action::Promote { .. } => Some("Scaling"),
-        Action::RemoveMember {
-            reason: RemoveReason::ScaleDown,
-            ..
-        } => Some("Scaling"),
-        Action::SpreadMember { .. }
-        | Action::RemoveMember {
-            reason: RemoveReason::Spread,
-            ..
-        } => Some("Spreading"),
-        Action::RemoveMember { .. }
-        | Action::ReplaceMember { .. }
-        | Action::DeletePod { .. }
-        | Action::RecreatePod { .. }
-        | Action::ReclaimSpace => Some("Recovering"),
-        Action::Wait { .. } if voters != size => Some("Scaling"),
-        Action::Wait { .. } => Some("Recovering"),
-        _ => None,
-    }
 }
 
 /// Whether the cluster is Available, with the condition's reason and message. Available means
@@ -503,27 +476,14 @@ fn progressing_reason(
     } else {
         "RollingUpdate"
     };
-    match action {
-        Action::RestoreSeed
-        | Action::RestoreDone { .. }
-        | Action::Restoring { .. }
-        | Action::WithdrawRestore { .. }
-        | Action::DeletePod {
-            reason: DeleteReason::Restore,
-            ..
-        } => Some("Restoring"),
-        Action::RollStalled { .. }
-        | Action::MoveLeader {
-            reason: MoveReason::Roll,
-            ..
-        } => Some(roll_reason),
-        Action::MoveLeader { .. } => Some("Recovering"),
-        _ if rolling && !matches!(action, Action::QuorumLost { .. } | Action::Paused) => {
-            Some(roll_reason)
-        }
-        Action::DeleteClaim { .. } => Some("Recovering"),
-        Action::RotateCa => Some("CertificatesRotating"),
-        _ => progressing_of(action, voters, size),
+    match action.progress() {
+        Progress::Fixed(reason) => Some(reason),
+        Progress::Roll => Some(roll_reason),
+        Progress::Halted => None,
+        _ if rolling => Some(roll_reason),
+        Progress::Own(reason) => reason,
+        Progress::Wait if voters != size => Some("Scaling"),
+        Progress::Wait => Some("Recovering"),
     }
 }
 

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+mod action;
 mod recovery;
 mod restore;
 mod steps;
@@ -21,6 +22,7 @@ mod steps;
 mod tests;
 pub mod version;
 
+pub use action::{Action, Counted, DeleteReason, MoveReason, Progress, RemoveReason, Rest};
 pub use recovery::{Approval, Recover, RecoveryPolicy, recover};
 pub use restore::{RestoreTarget, restore};
 use steps::{rescue_persistent, without_member_list};
@@ -205,183 +207,6 @@ pub struct Target {
     /// which tie a member to its node's storage; no node selector or affinity of the user's,
     /// which the planner cannot judge).
     pub spread: bool,
-}
-
-/// Why a member is removed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RemoveReason {
-    /// A learner was added but its pod never came (the operator stopped in between) or died.
-    StrandedLearner,
-    /// Its pod is gone, and its data with it.
-    PodGone,
-    /// Scale-down.
-    ScaleDown,
-    /// It stayed unhealthy past [`Target::replace_after`] while its pod ran; the scale-up path
-    /// replaces it.
-    Unhealthy,
-    /// Its pod is made from an older pod template (an upgrade, a pod-policy change) and it has
-    /// no volume to be restarted on: a member with the new template has joined in its place.
-    Outdated,
-    /// Its volume claim is gone or being deleted, and its data with it: it is never restarted
-    /// empty under its old ID, but replaced by a new member.
-    DataGone,
-    /// It does not answer and its node has not been Ready (or not heard from) for
-    /// [`Target::node_grace`] ([`Target::volume_loss_after`] with a volume): it is replaced on
-    /// another node. Its old pod is force-deleted once it is removed (its claim deleted after);
-    /// should the node come back, its etcd finds itself removed and stops.
-    NodeLost,
-    /// Its node holds more voters than the cluster can lose, and a member added on another
-    /// node (see [`Action::SpreadMember`]) takes its place.
-    Spread,
-}
-
-/// Why leadership is moved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MoveReason {
-    /// A roll: the leader is rolled last.
-    Roll,
-    /// The leader's pod is being deleted, or its data is going: its member is replaced once
-    /// another leads, without an election.
-    Leaving,
-}
-
-/// Why a pod is deleted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeleteReason {
-    /// Its member is not (or no longer) in etcd's member list.
-    NoMember,
-    /// It ended (evicted, or its node rebooted) and its member keeps its data on a volume: the
-    /// pod is recreated on the same claim once this one is gone.
-    Ended,
-    /// A restore replaces the cluster's members: a member of the cluster being replaced, or a
-    /// seed that cannot finish (it ended, or fetches from an operator that no longer leads).
-    Restore,
-    /// Its pod is made from an older pod template and its member keeps its data on a volume:
-    /// the pod is recreated with the new template on the same claim, same name, same member.
-    Outdated,
-    /// It has no member and its node is not Ready: its kubelet cannot confirm the deletion, so
-    /// it is deleted at once (force), which is safe because its member is already removed.
-    NodeLost,
-}
-
-/// The next step.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Create the seed member's pod (`--initial-cluster-state=new`, a fresh token).
-    Bootstrap,
-    /// Start `count` new members at once: their pods first (each names all of them in its
-    /// `--initial-cluster`, and its etcd waits until every one is added), then each is added
-    /// as a learner. More than one only where every member accepts that many learners. The
-    /// pods are kept off the nodes in `avoid`: those that would then hold more voters than the
-    /// grown cluster can lose, while another node is open (empty otherwise; only for clusters
-    /// the operator spreads).
-    AddMembers { count: usize, avoid: Vec<String> },
-    /// Add the member of a pod that was created ahead of it (the addition's second half).
-    JoinMembers { names: Vec<String> },
-    /// Promote a learner that has started.
-    Promote { name: String, id: u64 },
-    /// A voter whose pod is gone, its data with it: removed, and in the same step its
-    /// replacement's pod is created and the replacement added as a learner.
-    ReplaceMember { name: String, id: u64 },
-    /// A node holds more voters than the cluster can lose (the scheduler put them there while
-    /// the other nodes were cordoned or down, and nothing moves a running pod): a member is
-    /// added, its pod kept off the nodes in `avoid` (those holding as many voters as the
-    /// cluster can lose, or more), and the shrink step that follows removes one of the
-    /// crowded node's. One node's loss then never costs quorum.
-    SpreadMember { crowded: String, avoid: Vec<String> },
-    /// Remove a member from etcd (its pod is deleted on a later step).
-    RemoveMember {
-        name: String,
-        id: u64,
-        reason: RemoveReason,
-    },
-    /// Recreate the pod of a member that keeps its data on a volume.
-    RecreatePod { name: String },
-    /// Delete a pod that has no member.
-    DeletePod { name: String, reason: DeleteReason },
-    /// Hand leadership from the leader, whose pod is outdated, to a voter that runs the new
-    /// template, so that the leader is rolled last and without an election by timeout.
-    MoveLeader {
-        from: String,
-        to: String,
-        id: u64,
-        reason: MoveReason,
-    },
-    /// Delete the volume claim of a member that is no longer in the cluster.
-    DeleteClaim { name: String },
-    /// A roll (upgrade or pod-policy change) reached a member that does not come up with the
-    /// new template: nothing else is touched until it does, or the spec changes.
-    RollStalled { reason: String },
-    /// Something is in flight; look again later.
-    Wait { reason: String },
-    /// Fewer than a majority of voters are healthy: report, change nothing.
-    QuorumLost { reason: String },
-    /// `spec.paused`: change nothing.
-    Paused,
-    /// Restore: create the seed, which fetches the snapshot and restores it before etcd starts.
-    RestoreSeed,
-    /// Restore: the seed serves the snapshot's data; the restore's part is over, and the
-    /// cluster grows back to its size by the usual path.
-    RestoreDone { seed: String },
-    /// Restore: something is in flight (or missing); look again later.
-    Restoring { reason: String },
-    /// A recovery's source member went before the seed had its data: the hand-off is
-    /// withdrawn (and the seed, which has nothing, deleted), so that the loss is decided again
-    /// (from another member, or a backup) rather than waited on forever.
-    WithdrawRestore {
-        seed: Option<String>,
-        reason: String,
-    },
-    /// Take the next step of the automatic CA's rotation: the cluster is otherwise as asked
-    /// (every pod current, every member a healthy voter), so the roll of the last step is
-    /// over.
-    RotateCa,
-    /// etcd raised NOSPACE: compact the history, defragment the voters one at a time (the
-    /// leader last, once another leads) and disarm the alarm, unless the data itself,
-    /// compacted, uses [`RECLAIM_MAX_IN_USE`] percent of the quota or more.
-    ReclaimSpace,
-    /// Quorum is lost and a recovery was approved (or the policy allows it): the cluster is
-    /// rebuilt from member `name`'s data, as a restore whose seed fetches that member's
-    /// snapshot (`uid` names it); the member's pod is kept until the seed serves.
-    RecoverFromMember {
-        name: String,
-        applied: u64,
-        approved: bool,
-        uid: String,
-        /// The newest revision seen of the cluster before: the restored revision is raised
-        /// past it.
-        revision_before: Option<i64>,
-    },
-    /// Quorum is lost and no member's data survives (or the user asked for the backup): an
-    /// EtcdRestore of EtcdBackup `backup`'s newest snapshot is made, `uid` naming it; with
-    /// `stored`, `backup` is instead the path of an object found by its name in the store
-    /// `spec.recovery.backups` names.
-    RecoverFromBackup {
-        backup: String,
-        stored: bool,
-        revision: Option<i64>,
-        approved: bool,
-        uid: String,
-    },
-    /// Defragment voter `name` (scheduled): leadership is moved away first if it leads.
-    Defragment { name: String, id: u64 },
-    /// The cluster is as asked.
-    Steady,
-}
-
-impl Action {
-    /// Whether the action changes etcd's membership.
-    pub fn is_membership_change(&self) -> bool {
-        matches!(
-            self,
-            Action::AddMembers { .. }
-                | Action::SpreadMember { .. }
-                | Action::JoinMembers { .. }
-                | Action::Promote { .. }
-                | Action::RemoveMember { .. }
-                | Action::ReplaceMember { .. }
-        )
-    }
 }
 
 /// The share of the quota (percent) that the data, compacted, may use for NOSPACE to be

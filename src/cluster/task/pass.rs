@@ -1,0 +1,433 @@
+//! One pass, its stages in order: prepare, observe, plan, act, status.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use tracing::{debug, info};
+
+use super::memory::Memory;
+use super::pacing::next_look;
+use super::report::{report, report_invalid, write_status_if_due};
+use super::{Context, Error};
+use crate::api::{EtcdCluster, RestoreHandoff};
+use crate::cluster::act::{self, Outcome};
+use crate::cluster::handles::{Handles, Pass};
+use crate::cluster::observe::{self, Observed};
+use crate::cluster::plan::{self, Action, Target};
+use crate::cluster::recovery;
+use crate::cluster::resources;
+use crate::cluster::status;
+use crate::cluster::upkeep;
+use crate::cluster::version;
+use crate::kube::invalid::Invalid;
+use crate::tls;
+
+/// How long a learner may take to start before its addition is undone.
+pub(super) const LEARNER_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a new member pod may take to answer before silence counts as lost quorum.
+pub(super) const STARTUP_GRACE: Duration = Duration::from_secs(60);
+
+/// The first problem that keeps the spec from being acted on: a Secret it names that does not
+/// exist or cannot be used; then what the pass needs of TLS (see [`tls::prepare`]).
+pub(super) async fn validate(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    ns: &str,
+) -> Result<tls::Material, Error> {
+    let secrets = &handles.secrets;
+    for (field, name) in resources::referenced_secrets(&cluster.spec) {
+        match secrets.exists(&name).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Error::Invalid(Invalid {
+                    reason: "SecretNotFound",
+                    message: format!("{field}: Secret {ns}/{name} does not exist"),
+                }));
+            }
+            Err(source) => return Err(Error::ReadSecret { name, source }),
+        }
+    }
+    Ok(tls::prepare(secrets, cluster, time::OffsetDateTime::now_utc()).await?)
+}
+
+/// The cluster as the actions must build it: the spec, unless its version is not a step etcd
+/// allows from what the members run; then what [`version::held_back`] keeps. Returns the
+/// message that reports the held-back change, naming the field.
+pub(super) fn effective_spec(
+    cluster: &EtcdCluster,
+    obs: &Observed,
+) -> (EtcdCluster, Option<String>) {
+    let running: Vec<&str> = obs.statuses.values().map(|s| s.version.as_str()).collect();
+    let live: Vec<String> = obs
+        .pods
+        .values()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(observe::etcd_image)
+        .collect();
+    let Some(held) = version::held_back(cluster.spec.version(), &running, &live) else {
+        return (cluster.clone(), None);
+    };
+    let mut effective = cluster.clone();
+    effective.spec.repository = Some(held.repository);
+    effective.spec.version = Some(held.version);
+    let keep = effective.spec.image();
+    let message = format!(
+        "spec.version: {}; members keep {keep} until the upgrade to {} is allowed",
+        held.why,
+        cluster.spec.version()
+    );
+    (effective, Some(message))
+}
+
+/// Whether the last reclaim found that the data does not fit and nothing changed since (the
+/// same revision, the same quota the members run with), for the planner; forgotten once
+/// NOSPACE is gone. Returns the revision and quota looked at now.
+pub(super) fn space_exhausted(obs: &mut Observed, memory: &mut Memory) -> (i64, i64) {
+    let space = (
+        obs.statuses.values().map(|s| s.revision).max().unwrap_or(0),
+        observe::running_quota(obs),
+    );
+    if obs.plan.nospace.is_empty() {
+        memory.carried.exhausted = None;
+    }
+    obs.plan.space_exhausted = memory
+        .carried
+        .exhausted
+        .as_ref()
+        .is_some_and(|(revision, quota, _)| (*revision, *quota) == space);
+    space
+}
+
+/// One pass: observe, plan, act, report. Returns how soon to look again.
+pub(super) async fn reconcile(
+    ctx: &Context,
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    memory: &mut Memory,
+) -> Result<Duration, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    // A cache behind the task's own writes would have it, say, bootstrap a second seed:
+    // until it shows them, the pods and claims are listed from the API server.
+    let cached = ctx
+        .caches
+        .show(&ns, &cluster.name_any(), &mut memory.carried.expect);
+    let material = match validate(handles, cluster, &ns).await {
+        Ok(m) => m,
+        Err(e) => {
+            if let Error::Invalid(Invalid { reason, message }) = &e {
+                report_invalid(ctx, handles, cached, cluster, memory, reason, message).await?;
+            }
+            return Err(e);
+        }
+    };
+    let pass = Pass::new(handles, &material, cached);
+    // Prepare: the Services every member's address depends on, before anything is observed.
+    if !cluster.spec.is_paused() {
+        act::ensure_services(handles, cluster).await?;
+    }
+    let mut obs: Observed = observe::observe(
+        handles,
+        pass.cached,
+        cluster,
+        material.client.clone(),
+        &mut memory.carried.health,
+    )
+    .await?;
+    let space = space_exhausted(&mut obs, memory);
+    let (effective, pin) = effective_spec(cluster, &obs);
+    observe::mark_current(&mut obs, &effective, &material.revision);
+    obs.plan.ca_rotation_due =
+        tls::rotation_due(&material, cluster, time::OffsetDateTime::now_utc());
+    let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
+    let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref(), memory).await?;
+    // Every pass at debug level: what a slow reaction spent its time on (LOG_LEVEL).
+    debug!(?action, "pass");
+    early_status(ctx, cluster, &obs, &action, memory).await?;
+    let outcome = act::act(&pass, &effective, &obs, &action).await;
+    after_act(&pass, &action, &outcome, space, memory);
+    let new_status = report(
+        ctx,
+        cluster,
+        &obs,
+        &action,
+        &outcome,
+        restore.as_ref(),
+        &pin,
+        memory,
+    )
+    .await?;
+    if matches!(action, Action::QuorumLost { .. }) {
+        return Ok(Duration::from_secs(5));
+    }
+    next_look(ctx, cluster, &obs, &action, outcome, &new_status, memory).await
+}
+
+/// The restore handed over, if any, once its source vouches for it
+/// ([`crate::api::handoff`]); one that is malformed, forged or replayed is reported
+/// (`InvalidRestore`) and ends the pass before anything is touched.
+pub(super) async fn pending_restore(
+    ctx: &Context,
+    handles: &Handles,
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    memory: &mut Memory,
+) -> Result<Option<RestoreHandoff>, Error> {
+    let pending = crate::kube::handoff::pending(&handles.restores, cluster)
+        .await
+        .map_err(Error::ReadRestore)?;
+    match pending {
+        Some(Ok(verified)) => Ok(Some(verified.handoff)),
+        Some(Err(message)) => {
+            let reason = "InvalidRestore";
+            report_invalid(ctx, handles, pass.cached, cluster, memory, reason, &message).await?;
+            Err(Error::Invalid(Invalid { reason, message }))
+        }
+        None => Ok(None),
+    }
+}
+
+/// What the status must say before the act: why writes are refused, before a NOSPACE reclaim
+/// (a defragmentation per voter, seconds to minutes); what a recovery chose, before its
+/// hand-off (an operator that stops right after the hand-off would otherwise never record it,
+/// and its successor only carries the recovery on).
+pub(super) async fn early_status(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+    memory: &mut Memory,
+) -> Result<(), Error> {
+    let recovering = matches!(
+        action,
+        Action::RecoverFromMember { .. } | Action::RecoverFromBackup { .. }
+    );
+    if *action != Action::ReclaimSpace && !recovering {
+        return Ok(());
+    }
+    let mut early = status::compute(cluster, obs, action);
+    if recovering {
+        let seen = memory.carried.revision_seen;
+        recovery::report(cluster, obs, action, true, &mut early, seen, None);
+        memory.carried.recovering = early.recovery.clone();
+    }
+    write_status_if_due(ctx, cluster, &early, memory).await
+}
+
+/// What the act stage leaves for the next passes: the writes to expect in the caches, what a
+/// space reclaim found, the defragmentation made.
+pub(super) fn after_act(
+    pass: &Pass<'_>,
+    action: &Action,
+    outcome: &Result<Outcome, act::Error>,
+    space: (i64, i64),
+    memory: &mut Memory,
+) {
+    if *action == Action::ReclaimSpace {
+        memory.carried.exhausted = match outcome {
+            Ok(Outcome::Retry(why)) => Some((space.0, space.1, why.clone())),
+            _ => None,
+        };
+    }
+    memory.carried.expect.add(pass.take_writes());
+    memory.carried.defragmented = pass
+        .defragmented
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+}
+
+/// Tells the snapshot server where the member a recovery restores from is, while one is
+/// pending (and forgets it otherwise).
+pub(super) fn register_source(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    restore: Option<&RestoreHandoff>,
+) {
+    let source = restore
+        .filter(|h| !h.member.is_empty())
+        .and_then(|h| Some((h.member.clone(), obs.pod_endpoint(&h.member)?)));
+    handles.sources.set(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        source,
+    );
+}
+
+/// What the planner sees as the wanted state.
+pub(super) fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) -> Target {
+    Target {
+        size: cluster.spec.members(),
+        paused: cluster.spec.is_paused(),
+        persistent: cluster
+            .spec
+            .pod
+            .as_ref()
+            .is_some_and(|p| p.persistent_volume_claim_spec.is_some()),
+        learner_timeout: LEARNER_TIMEOUT,
+        startup_grace: STARTUP_GRACE,
+        replace_after: ctx.timings.replace_unhealthy_after,
+        quorum_grace: ctx.timings.quorum_grace,
+        node_grace: ctx.timings.node_loss_grace,
+        volume_loss_after: ctx.timings.volume_loss_after,
+        max_learners: observe::max_learners(obs),
+        spread: cluster.spec.pod.as_ref().is_none_or(|p| {
+            p.persistent_volume_claim_spec.is_none()
+                && p.node_selector.is_empty()
+                && p.affinity.is_none()
+                && !p.anti_affinity.unwrap_or(false)
+        }),
+    }
+}
+
+/// The plan stage: the one action of this pass. A restore handed over by the restore
+/// controller replaces the normal plan until its seed serves; the cluster then grows back by
+/// the normal plan.
+pub(super) async fn decide(
+    ctx: &Context,
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &mut Observed,
+    restore: Option<&RestoreHandoff>,
+    memory: &mut Memory,
+) -> Result<Action, Error> {
+    register_source(handles, cluster, obs, restore);
+    let now = Timestamp::now();
+    memory.carried.defrag_request = upkeep::requested(cluster, now);
+    let request = memory.carried.defrag_request.as_ref();
+    obs.plan.defrag_due = upkeep::due(cluster, obs, &mut memory.carried.armed, request, now);
+    memory.carried.revision_seen = obs
+        .statuses
+        .values()
+        .map(|s| s.revision)
+        .chain(memory.carried.revision_seen)
+        .max();
+    let action = plan_stage(ctx, handles, cluster, obs, restore).await?;
+    let target = target_of(ctx, cluster, obs);
+    let seen = memory.carried.revision_seen;
+    Ok(recovery::consider(handles, cluster, obs, &target, action, seen).await?)
+}
+
+/// The planner's action (the restore's while one is pending), checked again against fresh
+/// pods before a removal.
+pub(super) async fn plan_stage(
+    ctx: &Context,
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &mut Observed,
+    restore: Option<&RestoreHandoff>,
+) -> Result<Action, Error> {
+    let target = target_of(ctx, cluster, obs);
+    let action = match restore {
+        Some(handoff) => plan::restore(
+            &obs.plan,
+            &target,
+            &plan::RestoreTarget {
+                uid: handoff.uid.clone(),
+                url: handles.snapshot_url_of(cluster),
+                gate: handles.gate_image.is_some(),
+                source: (!handoff.member.is_empty()).then(|| handoff.member.clone()),
+            },
+        ),
+        None => plan::plan(&obs.plan, &target),
+    };
+    if !matches!(
+        action,
+        Action::RemoveMember { .. } | Action::ReplaceMember { .. }
+    ) {
+        return Ok(action);
+    }
+    // Immediately before a removal, the pods are listed again: one deleted since the
+    // observation must not count as a healthy voter's.
+    observe::recheck_pods(&handles.pods, cluster, &mut obs.plan).await?;
+    let again = plan::plan(&obs.plan, &target);
+    if again == action {
+        return Ok(action);
+    }
+    info!(planned = ?action, now = ?again, "pods changed under a planned removal");
+    Ok(Action::Wait {
+        reason: "pods changed under a planned removal; looking again".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::api::EtcdClusterSpec;
+
+    #[test]
+    fn a_version_step_etcd_does_not_allow_keeps_the_newest_running_image() {
+        use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+        let cluster = |version: &str| {
+            EtcdCluster::new(
+                "example",
+                EtcdClusterSpec {
+                    size: 3,
+                    version: Some(version.into()),
+                    ..Default::default()
+                },
+            )
+        };
+        let observed = |running: &[&str]| {
+            let mut obs = Observed::default();
+            for (i, v) in running.iter().enumerate() {
+                let name = format!("m{i}");
+                obs.pods.insert(
+                    name.clone(),
+                    Pod {
+                        spec: Some(PodSpec {
+                            containers: vec![Container {
+                                name: "etcd".into(),
+                                image: Some(format!("quay.io/coreos/etcd:v{v}")),
+                                ..Default::default()
+                            }],
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                );
+                obs.statuses.insert(
+                    i as u64,
+                    crate::etcd::Status {
+                        member_id: i as u64,
+                        cluster_id: 1,
+                        leader: 1,
+                        version: v.to_string(),
+                        db_size: 0,
+                        db_size_in_use: 0,
+                        raft_index: 0,
+                        raft_term: 1,
+                        revision: 1,
+                        raft_applied_index: 0,
+                        is_learner: false,
+                        errors: vec![],
+                    },
+                );
+            }
+            obs
+        };
+        // A step etcd allows: the spec as it is.
+        let (same, none) = effective_spec(&cluster("3.5.35"), &observed(&["3.4.23"; 3]));
+        assert_eq!(same.spec.image(), "quay.io/coreos/etcd:v3.5.35");
+        assert!(none.is_none());
+        // 3.6 asked for while the 3.4 -> 3.5 roll is under way: it finishes on 3.5 first.
+        let (effective, message) = effective_spec(
+            &cluster("3.6.16"),
+            &observed(&["3.4.23", "3.5.35", "3.4.23"]),
+        );
+        assert_eq!(effective.spec.image(), "quay.io/coreos/etcd:v3.5.35");
+        let message = message.unwrap();
+        assert!(message.starts_with("spec.version:"), "{message}");
+        assert!(message.contains("still runs 3.4.23"), "{message}");
+        // From a 3.5 release etcd does not support for the step to 3.6.
+        let (effective, message) = effective_spec(&cluster("3.6.16"), &observed(&["3.5.21"; 3]));
+        assert_eq!(effective.spec.image(), "quay.io/coreos/etcd:v3.5.21");
+        assert!(message.unwrap().contains("3.5.32 or later"));
+        // Nothing runs yet: the spec's image.
+        let (fresh, none) = effective_spec(&cluster("3.6.16"), &Observed::default());
+        assert_eq!(fresh.spec.image(), "quay.io/coreos/etcd:v3.6.16");
+        assert!(none.is_none());
+    }
+}

@@ -1,0 +1,342 @@
+//! The status stage: the status a pass computed, written when due, its warnings published
+//! once, and the metrics of the cluster's state.
+
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+use tracing::warn;
+
+use super::memory::Memory;
+use super::pacing::RESYNC;
+use super::{Context, Error};
+use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreHandoff, RestoreRecord};
+use crate::cluster::act::{self, Outcome};
+use crate::cluster::handles::Handles;
+use crate::cluster::observe::{self, Observed};
+use crate::cluster::plan::Action;
+use crate::cluster::recovery;
+use crate::cluster::status;
+use crate::cluster::upkeep;
+use crate::kube::names::MANAGER;
+use crate::tls;
+
+/// The status without the figures that change with every write to etcd, for deciding whether
+/// a write is due.
+pub(super) fn settled(status: &EtcdClusterStatus) -> EtcdClusterStatus {
+    let mut s = status.clone();
+    for m in &mut s.member_statuses {
+        m.db_size = None;
+        m.raft_index = None;
+    }
+    s
+}
+
+/// Whether `new` must be written: something but the fast-changing figures differs from the
+/// status on the object, or those figures have not been refreshed for [`RESYNC`].
+pub(super) fn status_due(
+    current: Option<&EtcdClusterStatus>,
+    new: &EtcdClusterStatus,
+    refreshed: Option<Instant>,
+    now: Instant,
+) -> bool {
+    let stale = refreshed.is_none_or(|at| now.saturating_duration_since(at) >= RESYNC);
+    current.is_none_or(|c| settled(c) != settled(new)) || (stale && current != Some(new))
+}
+
+/// The status stage: the status this pass computed, written when due, and the warnings it
+/// carries published once. Returns the status.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn report(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+    outcome: &Result<Outcome, act::Error>,
+    restore: Option<&RestoreHandoff>,
+    pin: &Option<String>,
+    memory: &mut Memory,
+) -> Result<EtcdClusterStatus, Error> {
+    let mut new_status = status::compute(cluster, obs, action);
+    new_status.restore = restore_record(action, outcome, restore).or(new_status.restore);
+    if let Some(message) = pin {
+        mark_degraded(&mut new_status, "UpgradeBlocked", message);
+    }
+    let started = matches!(outcome, Ok(Outcome::Done(_)));
+    let seen = memory.carried.revision_seen;
+    let early = memory.carried.recovering.take();
+    let recovered = recovery::report(cluster, obs, action, started, &mut new_status, seen, early);
+    new_status.defragmentations = defragmentations(ctx, cluster, &new_status, memory);
+    if let Some(request) = memory.carried.defrag_request.clone() {
+        new_status.defrag_request = Some(upkeep::settle(request, &new_status));
+    }
+    // A schedule croner cannot read (the schema checks only its shape): no defragmentation,
+    // everything else goes on.
+    let bad_schedule = upkeep::schedule(cluster).err();
+    if let Some(why) = &bad_schedule {
+        mark_degraded(&mut new_status, "InvalidSpec", why);
+    }
+    if let (Action::RotateCa, Ok(Outcome::Done(Some(step)))) = (action, outcome) {
+        status::mark_rotating(&mut new_status, cluster.metadata.generation, step);
+    }
+    // The data itself, compacted, leaves too little of the quota: nothing is disarmed, and
+    // the status says why for as long as the alarm stays.
+    let exceeded = memory
+        .carried
+        .exhausted
+        .as_ref()
+        .filter(|_| !obs.plan.nospace.is_empty())
+        .map(|(_, _, why)| why.clone());
+    if let Some(why) = &exceeded {
+        mark_degraded(&mut new_status, "QuotaExceeded", why);
+    }
+    record_state(ctx, cluster, &new_status);
+    let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
+    write_status_if_due(ctx, cluster, &new_status, memory).await?;
+
+    let warning = match (action, pin) {
+        (Action::RollStalled { reason }, _) => Some(("RollStalled", reason)),
+        _ if exceeded.is_some() => exceeded.as_ref().map(|why| ("QuotaExceeded", why)),
+        (_, Some(message)) => Some(("UpgradeBlocked", message)),
+        _ => bad_schedule.as_ref().map(|why| ("InvalidSpec", why)),
+    };
+    if let Some((reason, message)) = warning
+        && !already_reported(cluster, reason, message)
+    {
+        ctx.events
+            .publish(cluster, EventType::Warning, reason, message.clone())
+            .await;
+    }
+    if let Action::QuorumLost { reason } = action
+        && !was_failed
+    {
+        warn!(reason, "quorum lost");
+        let message = reason.clone();
+        ctx.events
+            .publish(cluster, EventType::Warning, "QuorumLost", message)
+            .await;
+    }
+    if let Some(r) = recovered {
+        let message = format!("the rebuilt cluster serves: {}", recovery::summary(&r));
+        ctx.events
+            .publish(cluster, EventType::Normal, "Recovered", message)
+            .await;
+    }
+    Ok(new_status)
+}
+
+/// The status's defragmentation records, with the one this pass made (also counted in the
+/// metrics).
+pub(super) fn defragmentations(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    status: &EtcdClusterStatus,
+    memory: &mut Memory,
+) -> Vec<crate::api::DefragmentationRecord> {
+    let made = memory.carried.defragmented.take();
+    if let Some(d) = &made {
+        let ns = cluster.namespace().unwrap_or_default();
+        let seconds = d.milliseconds as f64 / 1000.0;
+        let reclaimed = d.size_before - d.size_after;
+        ctx.metrics
+            .defragmented(&ns, &cluster.name_any(), seconds, reclaimed);
+    }
+    upkeep::records(cluster, status, made)
+}
+
+/// The record of the restore under way, if one is.
+pub(super) fn restore_record(
+    action: &Action,
+    outcome: &Result<Outcome, act::Error>,
+    restore: Option<&RestoreHandoff>,
+) -> Option<RestoreRecord> {
+    let handoff = restore?;
+    let completed = matches!(
+        (action, outcome),
+        (Action::RestoreDone { .. }, Ok(Outcome::Done(_)))
+    );
+    Some(RestoreRecord {
+        name: handoff.name.clone(),
+        uid: handoff.uid.clone(),
+        seed: match action {
+            Action::RestoreDone { seed } => seed.clone(),
+            _ => String::new(),
+        },
+        completed,
+    })
+}
+
+pub(super) fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, message: &str) {
+    for c in status
+        .conditions
+        .iter_mut()
+        .filter(|c| c.type_ == "Degraded")
+    {
+        c.status = "True".into();
+        c.reason = reason.into();
+        c.message = message.into();
+    }
+}
+
+/// Whether the object's status already carries this Degraded reason and message, so its Event
+/// is published once per problem, not on every look.
+pub(super) fn already_reported(cluster: &EtcdCluster, reason: &str, message: &str) -> bool {
+    cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Degraded" && c.reason == reason && c.message == message)
+}
+
+/// The pod of the member an action is about, for its Event.
+pub(super) fn member_pod_ref(cluster: &EtcdCluster, action: &Action) -> Option<ObjectReference> {
+    let name = action.member()?;
+    Some(ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(name.to_string()),
+        namespace: cluster.namespace(),
+        ..ObjectReference::default()
+    })
+}
+
+/// Reports a spec the operator cannot act on (a Degraded condition and a Warning Event naming
+/// the field) and changes nothing.
+pub(super) async fn report_invalid(
+    ctx: &Context,
+    handles: &Handles,
+    cached: bool,
+    cluster: &EtcdCluster,
+    memory: &mut Memory,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    // The client certificate may still be usable when another TLS Secret is not, and without
+    // it the status would call every member of a TLS cluster silent.
+    let tls = tls::cluster_client(&handles.secrets, cluster)
+        .await
+        .ok()
+        .flatten();
+    let obs = observe::observe(handles, cached, cluster, tls, &mut memory.carried.health).await?;
+    let wait = Action::Wait {
+        reason: message.into(),
+    };
+    let mut new_status = status::compute(cluster, &obs, &wait);
+    mark_degraded(&mut new_status, reason, message);
+    record_state(ctx, cluster, &new_status);
+    write_status_if_due(ctx, cluster, &new_status, memory).await?;
+    if !already_reported(cluster, reason, message) {
+        ctx.events
+            .publish(cluster, EventType::Warning, reason, message.into())
+            .await;
+    }
+    Ok(())
+}
+
+/// Writes the status when it changed (see [`status_due`]); never otherwise, so that a busy
+/// cluster's raft index does not turn every pass into a write, and every write into a watch
+/// event.
+pub(super) async fn write_status_if_due(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    status: &EtcdClusterStatus,
+    memory: &mut Memory,
+) -> Result<(), Error> {
+    let now = Instant::now();
+    if !status_due(cluster.status.as_ref(), status, memory.pace.refreshed, now) {
+        return Ok(());
+    }
+    crate::report::apply_status(&ctx.client, cluster, MANAGER, status)
+        .await
+        .map_err(Error::WriteStatus)?;
+    memory.pace.refreshed = Some(now);
+    Ok(())
+}
+
+pub(super) fn record_state(ctx: &Context, cluster: &EtcdCluster, status: &EtcdClusterStatus) {
+    let phase = status
+        .phase
+        .map(|p| format!("{p:?}"))
+        .unwrap_or_else(|| "None".into());
+    let available = crate::api::common::find_condition(&status.conditions, "Available")
+        .is_some_and(|c| c.is_true());
+    ctx.metrics.cluster_state(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        &phase,
+        (
+            i64::from(status.ready_members.unwrap_or(0)),
+            i64::from(cluster.spec.size),
+            available,
+        ),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::time::Duration;
+
+    use crate::api::MemberStatus;
+
+    fn with_index(raft_index: i64) -> EtcdClusterStatus {
+        EtcdClusterStatus {
+            ready_members: Some(3),
+            member_statuses: vec![MemberStatus {
+                name: "m1".into(),
+                raft_index: Some(raft_index),
+                db_size: Some(raft_index * 100),
+                healthy: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_busy_clusters_raft_index_is_written_only_at_the_resync_interval() {
+        let now = Instant::now();
+        let written = Some(now);
+        // Only the raft index and database size moved: not due until RESYNC has passed.
+        assert!(!status_due(
+            Some(&with_index(10)),
+            &with_index(11),
+            written,
+            now + Duration::from_secs(1)
+        ));
+        assert!(status_due(
+            Some(&with_index(10)),
+            &with_index(11),
+            written,
+            now + RESYNC
+        ));
+        // Nothing moved at all: never due, however long.
+        assert!(!status_due(
+            Some(&with_index(10)),
+            &with_index(10),
+            written,
+            now + 10 * RESYNC
+        ));
+        // Anything else moved: due at once.
+        let mut fewer = with_index(11);
+        fewer.ready_members = Some(2);
+        assert!(status_due(
+            Some(&with_index(10)),
+            &fewer,
+            written,
+            now + Duration::from_secs(1)
+        ));
+        // No status yet, or a restarted operator (never refreshed): due.
+        assert!(status_due(None, &with_index(1), written, now));
+        assert!(status_due(
+            Some(&with_index(10)),
+            &with_index(11),
+            None,
+            now
+        ));
+    }
+}
