@@ -60,7 +60,10 @@ pub async fn run(client: Client, ns: &str, name: &str, timeout: Duration) -> any
         let why = status
             .conditions
             .iter()
-            .find(|c| c.type_ == "Progressing" && c.status == "True")
+            .find(|c| {
+                c.type_ == etcd_operator::api::ConditionType::Progressing.as_str()
+                    && c.status == "True"
+            })
             .map(|c| c.message.clone())
             .unwrap_or_default();
         if !why.is_empty() && why != waiting {

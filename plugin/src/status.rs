@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use etcd_operator::api::{
-    BackupPhase, Condition, EtcdBackup, EtcdCluster, MemberRole, common::find_condition,
+    BackupPhase, Condition, EtcdBackup, EtcdCluster, MemberRole, find_condition,
 };
 use etcd_operator::kube::names::CLUSTER_LABEL;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
@@ -205,7 +205,11 @@ pub fn report(
         name: cluster.name_any(),
         phase: status.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
         reason: status.reason.clone(),
-        available: find_condition(&status.conditions, "Available").is_some_and(|c| c.is_true()),
+        available: find_condition(
+            &status.conditions,
+            etcd_operator::api::ConditionType::Available,
+        )
+        .is_some_and(|c| c.is_true()),
         size: status.size,
         desired_size: cluster.spec.size,
         ready_members: status.ready_members.unwrap_or_default(),

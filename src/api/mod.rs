@@ -7,6 +7,7 @@ pub mod backup;
 #[allow(clippy::duplicated_attributes)]
 pub mod cluster;
 pub mod common;
+pub mod conditions;
 pub mod handoff;
 #[allow(clippy::duplicated_attributes)]
 pub mod restore;
@@ -29,6 +30,7 @@ pub use common::{
     AbsSource, Condition, GcsSource, OssSource, S3Encryption, S3EncryptionMode, S3Source,
     StorageType,
 };
+pub use conditions::{AvailableReason, ConditionType, find_condition};
 pub use restore::{
     EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase, RestoreTo,
     StorageSection, VerifiedObject,

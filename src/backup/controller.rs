@@ -30,7 +30,7 @@ use tracing::{info, warn};
 
 use super::archive;
 use crate::api::{
-    BackupPhase, Condition, EtcdBackup, EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION,
+    BackupPhase, Condition, ConditionType, EtcdBackup, EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION,
     SCHEDULE_PREFIX_ANNOTATION, StorageSection,
 };
 use crate::etcd::{self, Etcd};
@@ -343,20 +343,14 @@ fn condition(
     reason: &str,
     message: String,
 ) -> Condition {
-    let status = if degraded { "True" } else { "False" }.to_string();
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == "Degraded" && c.status == status)
-        .and_then(|c| c.last_transition_time.clone())
-        .or_else(|| Some(Timestamp::now().to_string()));
-    Condition {
-        type_: "Degraded".into(),
-        status,
-        observed_generation: generation,
-        last_transition_time,
-        reason: reason.into(),
+    Condition::computed(
+        previous,
+        ConditionType::Degraded,
+        generation,
+        degraded,
+        reason,
         message,
-    }
+    )
 }
 
 async fn write_status(

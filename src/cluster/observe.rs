@@ -19,8 +19,9 @@ use super::resources::{
     TEMPLATE_HASH_ANNOTATION, template_hash,
 };
 use super::serving::{self, ReadMemory, Serving};
-use crate::api::common::find_condition;
-use crate::api::{Condition, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster};
+use crate::api::{
+    Condition, ConditionType, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, find_condition,
+};
 use crate::etcd::{self, ClientTls, Endpoint, Etcd, Member, Status};
 use crate::kube::names::{Addressing, CLIENT_PORT, addressing, controlled_by, selector};
 
@@ -602,7 +603,7 @@ async fn observe_serving(
     let available = cluster
         .status
         .as_ref()
-        .and_then(|s| find_condition(&s.conditions, "Available"))
+        .and_then(|s| find_condition(&s.conditions, ConditionType::Available))
         .is_some_and(Condition::is_true);
     let how = serving::Read {
         tls: obs.tls.clone(),

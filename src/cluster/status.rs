@@ -11,43 +11,19 @@ use super::plan::{Action, DeleteReason, Progress, quorum};
 use super::serving::READ_GRACE;
 use super::version::Version;
 use crate::api::{
-    ClusterPhase, Condition, EtcdCluster, EtcdClusterStatus, MemberRole, MemberStatus,
-    MembersStatus, common::find_condition,
+    ClusterPhase, Condition, ConditionType, EtcdCluster, EtcdClusterStatus, MemberRole,
+    MemberStatus, MembersStatus, find_condition,
 };
 use crate::kube::names::CLIENT_PORT;
-
-fn condition(
-    previous: &[Condition],
-    generation: Option<i64>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
-) -> Condition {
-    let status = if status { "True" } else { "False" }.to_string();
-    // The transition time moves only when the status does.
-    let last_transition_time = find_condition(previous, type_)
-        .filter(|c| c.status == status)
-        .and_then(|c| c.last_transition_time.clone())
-        .or_else(|| Some(Timestamp::now().to_string()));
-    Condition {
-        type_: type_.into(),
-        status,
-        observed_generation: generation,
-        last_transition_time,
-        reason: reason.into(),
-        message,
-    }
-}
 
 /// Marks `status` Progressing for a step of a CA rotation that was just written: the roll it
 /// causes starts on the next pass, and until then the status must not say the cluster is
 /// settled.
 pub fn mark_rotating(status: &mut EtcdClusterStatus, generation: Option<i64>, message: &str) {
-    let progressing = condition(
+    let progressing = Condition::computed(
         &status.conditions,
+        ConditionType::Progressing,
         generation,
-        "Progressing",
         true,
         "CertificatesRotating",
         message.to_string(),
@@ -55,7 +31,7 @@ pub fn mark_rotating(status: &mut EtcdClusterStatus, generation: Option<i64>, me
     match status
         .conditions
         .iter_mut()
-        .find(|c| c.type_ == "Progressing")
+        .find(|c| c.type_ == ConditionType::Progressing.as_str())
     {
         Some(c) => *c = progressing,
         None => status.conditions.push(progressing),
@@ -73,15 +49,17 @@ pub fn mark_recovery(
     completed: bool,
     message: String,
 ) {
-    let recovering = condition(
+    let recovering = Condition::computed(
         previous,
+        ConditionType::Recovering,
         generation,
-        "Recovering",
         !completed,
         reason,
         message,
     );
-    status.conditions.retain(|c| c.type_ != "Recovering");
+    status
+        .conditions
+        .retain(|c| c.type_ != ConditionType::Recovering.as_str());
     status.conditions.push(recovering);
 }
 
@@ -108,8 +86,8 @@ fn availability(
     let size = cluster.spec.members();
     let service = format!("{}-client", cluster.name_any());
     let enough = |n: usize| n >= quorum(voters) && n >= quorum(size);
-    let was_available =
-        find_condition(&previous.conditions, "Available").is_some_and(Condition::is_true);
+    let was_available = find_condition(&previous.conditions, ConditionType::Available)
+        .is_some_and(Condition::is_true);
     if obs.plan.members.is_none() || matches!(action, Action::QuorumLost { .. }) || !enough(healthy)
     {
         return (
@@ -201,18 +179,18 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
     let progressing = progressing_reason(obs, action, upgrading, voters, size);
     let old = &previous.conditions;
     let mut conditions = vec![
-        condition(
+        Condition::computed(
             old,
+            ConditionType::Available,
             generation,
-            "Available",
             quorate,
             available_reason,
             available_message,
         ),
-        condition(
+        Condition::computed(
             old,
+            ConditionType::Progressing,
             generation,
-            "Progressing",
             progressing.is_some(),
             progressing.unwrap_or("Stable"),
             step_message(action, voters, size),
@@ -277,10 +255,10 @@ fn degraded(
     let space = matches!(action, Action::ReclaimSpace);
     let unready = &roster.members.unready;
     let degraded = !whole || !unready.is_empty() || stalled || space;
-    condition(
+    Condition::computed(
         old,
+        ConditionType::Degraded,
         generation,
-        "Degraded",
         degraded,
         match action {
             Action::QuorumLost { .. } => "QuorumLost",
@@ -544,7 +522,7 @@ mod tests {
     }
 
     fn available(status: &EtcdClusterStatus) -> (String, String) {
-        let c = find_condition(&status.conditions, "Available").unwrap();
+        let c = find_condition(&status.conditions, ConditionType::Available).unwrap();
         (c.status.clone(), c.reason.clone())
     }
 
@@ -603,7 +581,7 @@ mod tests {
             members[2].healthy = false;
         }
         let status = compute(&cluster, &obs, &Action::Steady);
-        let c = find_condition(&status.conditions, "Available").unwrap();
+        let c = find_condition(&status.conditions, ConditionType::Available).unwrap();
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
             ("False", "UnhealthyEndpoints")
@@ -672,7 +650,10 @@ mod tests {
     }
 
     fn condition_of(status: &EtcdClusterStatus, type_: &str) -> String {
-        find_condition(&status.conditions, type_)
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
             .unwrap()
             .status
             .clone()
@@ -804,10 +785,10 @@ mod tests {
     #[test]
     fn a_rotation_step_marks_the_cluster_progressing_until_its_roll_is_seen() {
         let mut status = EtcdClusterStatus {
-            conditions: vec![condition(
+            conditions: vec![Condition::computed(
                 &[],
+                ConditionType::Progressing,
                 Some(1),
-                "Progressing",
                 false,
                 "",
                 String::new(),

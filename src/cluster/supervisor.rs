@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use super::task::{self, Context};
-use crate::api::EtcdCluster;
+use crate::api::{ConditionType, EtcdCluster};
 use crate::kube::{cache, names};
 
 /// Namespace and name of an EtcdCluster.
@@ -368,7 +368,9 @@ async fn report_unreadable(ctx: Arc<Context>, object: DynamicObject, problem: St
     );
     let conditions = object.data["status"]["conditions"].as_array().cloned();
     let reported = conditions.iter().flatten().any(|c| {
-        c["type"] == "Degraded" && c["reason"] == "InvalidSpec" && c["message"] == message.as_str()
+        c["type"] == ConditionType::Degraded.as_str()
+            && c["reason"] == "InvalidSpec"
+            && c["message"] == message.as_str()
     });
     if reported {
         return;
@@ -381,7 +383,7 @@ async fn report_unreadable(ctx: Arc<Context>, object: DynamicObject, problem: St
         "reason": message,
         "observedGeneration": object.metadata.generation,
         "conditions": [{
-            "type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": message,
+            "type": ConditionType::Degraded.as_str(), "status": "True", "reason": "InvalidSpec", "message": message,
             "observedGeneration": object.metadata.generation,
             "lastTransitionTime": Timestamp::now().to_string(),
         }],

@@ -40,8 +40,8 @@ use tracing::{info, warn};
 
 use crate::api::handoff::{BUMP_MARGIN, bump_for};
 use crate::api::{
-    Condition, EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RESTORE_ANNOTATION,
-    RestoreHandoff, RestorePhase, VerifiedObject, common::find_condition, handoff,
+    Condition, ConditionType, EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus,
+    RESTORE_ANNOTATION, RestoreHandoff, RestorePhase, VerifiedObject, find_condition, handoff,
 };
 use crate::kube::restore_token;
 use crate::report::Reporter;
@@ -186,19 +186,14 @@ fn condition(
     reason: &str,
     message: String,
 ) -> Condition {
-    let status = if done { "True" } else { "False" }.to_string();
-    let last_transition_time = find_condition(previous, "Completed")
-        .filter(|c| c.status == status)
-        .and_then(|c| c.last_transition_time.clone())
-        .or_else(|| Some(Timestamp::now().to_string()));
-    Condition {
-        type_: "Completed".into(),
-        status,
-        observed_generation: generation,
-        last_transition_time,
-        reason: reason.into(),
+    Condition::computed(
+        previous,
+        ConditionType::Completed,
+        generation,
+        done,
+        reason,
         message,
-    }
+    )
 }
 
 /// The status with `phase`, and the condition's reason and message.
@@ -606,8 +601,8 @@ async fn follow(
         .restore
         .as_ref()
         .filter(|r| r.uid == handoff.uid && r.completed);
-    let available =
-        find_condition(&status.conditions, "Available").is_some_and(|c| c.status == "True");
+    let available = find_condition(&status.conditions, ConditionType::Available)
+        .is_some_and(|c| c.status == "True");
     let whole = available
         && status.ready_members == Some(cluster.spec.size)
         && status.size == cluster.spec.size;
@@ -620,7 +615,7 @@ async fn follow(
                 "seed {} serves the snapshot's data; the cluster grows back to {} members",
                 r.seed, cluster.spec.size
             ),
-            None => find_condition(&status.conditions, "Progressing")
+            None => find_condition(&status.conditions, ConditionType::Progressing)
                 .map(|c| c.message.clone())
                 .unwrap_or_else(|| "the cluster's members are being replaced".into()),
         },

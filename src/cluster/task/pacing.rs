@@ -10,7 +10,7 @@ use tracing::{debug, info};
 use super::memory::Memory;
 use super::report::member_pod_ref;
 use super::{Context, Error};
-use crate::api::{EtcdCluster, EtcdClusterStatus};
+use crate::api::{AvailableReason, ConditionType, EtcdCluster, EtcdClusterStatus, find_condition};
 use crate::cluster::act::{self, Outcome};
 use crate::cluster::observe::Observed;
 use crate::cluster::plan::{self, Action, Counted, Rest};
@@ -64,14 +64,9 @@ pub(super) fn steady_poll(
     now: Instant,
     resync: Duration,
 ) -> Duration {
-    let unserved =
-        crate::api::common::find_condition(&status.conditions, "Available").is_some_and(|c| {
-            !c.is_true()
-                && matches!(
-                    c.reason.as_str(),
-                    "EndpointsNotReady" | "ServiceUnreachable" | "UnhealthyEndpoints"
-                )
-        });
+    let unserved = find_condition(&status.conditions, ConditionType::Available).is_some_and(|c| {
+        !c.is_true() && AvailableReason::of(c).is_some_and(AvailableReason::members_serve_unreached)
+    });
     if !unserved {
         memory.pace.unserved_since = None;
         return resync;

@@ -11,7 +11,10 @@ use tracing::warn;
 use super::memory::Memory;
 use super::pacing::RESYNC;
 use super::{Context, Error};
-use crate::api::{ClusterPhase, EtcdCluster, EtcdClusterStatus, RestoreHandoff, RestoreRecord};
+use crate::api::{
+    ClusterPhase, ConditionType, EtcdCluster, EtcdClusterStatus, RestoreHandoff, RestoreRecord,
+    find_condition,
+};
 use crate::cluster::act::{self, Outcome};
 use crate::cluster::handles::Handles;
 use crate::cluster::observe::{self, Observed};
@@ -171,7 +174,7 @@ pub(super) fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, messag
     for c in status
         .conditions
         .iter_mut()
-        .filter(|c| c.type_ == "Degraded")
+        .filter(|c| c.type_ == ConditionType::Degraded.as_str())
     {
         c.status = "True".into();
         c.reason = reason.into();
@@ -188,7 +191,11 @@ pub(super) fn already_reported(cluster: &EtcdCluster, reason: &str, message: &st
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default()
         .iter()
-        .any(|c| c.type_ == "Degraded" && c.reason == reason && c.message == message)
+        .any(|c| {
+            c.type_ == ConditionType::Degraded.as_str()
+                && c.reason == reason
+                && c.message == message
+        })
 }
 
 /// The pod of the member an action is about, for its Event.
@@ -261,8 +268,8 @@ pub(super) fn record_state(ctx: &Context, cluster: &EtcdCluster, status: &EtcdCl
         .phase
         .map(|p| format!("{p:?}"))
         .unwrap_or_else(|| "None".into());
-    let available = crate::api::common::find_condition(&status.conditions, "Available")
-        .is_some_and(|c| c.is_true());
+    let available =
+        find_condition(&status.conditions, ConditionType::Available).is_some_and(|c| c.is_true());
     ctx.metrics.cluster_state(
         &cluster.namespace().unwrap_or_default(),
         &cluster.name_any(),

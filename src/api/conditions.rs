@@ -1,0 +1,197 @@
+//! The conditions the operator writes: their types, the reasons code reads back, and the one
+//! rule for a condition's transition time, shared by the three controllers.
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::common::Condition;
+
+/// The type of a condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionType {
+    /// EtcdCluster: a quorum of healthy voters serves clients through the client Service.
+    Available,
+    /// EtcdCluster: the members are being changed (scaling, rolling, restoring...).
+    Progressing,
+    /// EtcdCluster and EtcdBackup: something needs a human (a field, a Secret, a stall).
+    Degraded,
+    /// EtcdCluster: a recovery from lost quorum is under way.
+    Recovering,
+    /// EtcdRestore: the restore is over.
+    Completed,
+}
+
+impl ConditionType {
+    /// The type as it is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Available => "Available",
+            ConditionType::Progressing => "Progressing",
+            ConditionType::Degraded => "Degraded",
+            ConditionType::Recovering => "Recovering",
+            ConditionType::Completed => "Completed",
+        }
+    }
+}
+
+/// Why an EtcdCluster is Available or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AvailableReason {
+    /// A quorum of voters is healthy and serves clients through the Service.
+    QuorumHealthy,
+    /// Fewer than a quorum of voters are healthy.
+    QuorumUnavailable,
+    /// etcd refuses writes: its NOSPACE alarm is raised.
+    NoSpace,
+    /// The Service's endpoints do not list the serving members yet.
+    EndpointsNotReady,
+    /// The Service's endpoints list members that do not serve.
+    UnhealthyEndpoints,
+    /// A read through the Service failed (or none was made).
+    ServiceUnreachable,
+}
+
+impl AvailableReason {
+    const ALL: [AvailableReason; 6] = [
+        AvailableReason::QuorumHealthy,
+        AvailableReason::QuorumUnavailable,
+        AvailableReason::NoSpace,
+        AvailableReason::EndpointsNotReady,
+        AvailableReason::UnhealthyEndpoints,
+        AvailableReason::ServiceUnreachable,
+    ];
+
+    /// The reason as it is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AvailableReason::QuorumHealthy => "QuorumHealthy",
+            AvailableReason::QuorumUnavailable => "QuorumUnavailable",
+            AvailableReason::NoSpace => "NoSpace",
+            AvailableReason::EndpointsNotReady => "EndpointsNotReady",
+            AvailableReason::UnhealthyEndpoints => "UnhealthyEndpoints",
+            AvailableReason::ServiceUnreachable => "ServiceUnreachable",
+        }
+    }
+
+    /// The reason of a written Available condition, if it is one of these.
+    pub fn of(condition: &Condition) -> Option<AvailableReason> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.as_str() == condition.reason)
+    }
+
+    /// The members serve, but clients of the Service are not reached yet (no event announces
+    /// when a node's proxy catches up).
+    pub fn members_serve_unreached(self) -> bool {
+        match self {
+            AvailableReason::EndpointsNotReady
+            | AvailableReason::UnhealthyEndpoints
+            | AvailableReason::ServiceUnreachable => true,
+            AvailableReason::QuorumHealthy
+            | AvailableReason::QuorumUnavailable
+            | AvailableReason::NoSpace => false,
+        }
+    }
+}
+
+/// Finds a condition by type.
+pub fn find_condition(conditions: &[Condition], type_: ConditionType) -> Option<&Condition> {
+    conditions.iter().find(|c| c.type_ == type_.as_str())
+}
+
+impl Condition {
+    /// The condition of `type_` as computed now from `generation`. Its transition time is the
+    /// previous one's (in `previous`) while the status stays the same, now when it changes.
+    pub fn computed(
+        previous: &[Condition],
+        type_: ConditionType,
+        generation: Option<i64>,
+        status: bool,
+        reason: &str,
+        message: String,
+    ) -> Condition {
+        let status = if status { "True" } else { "False" }.to_string();
+        let last_transition_time = find_condition(previous, type_)
+            .filter(|c| c.status == status)
+            .and_then(|c| c.last_transition_time.clone())
+            .or_else(|| Some(Timestamp::now().to_string()));
+        Condition {
+            type_: type_.as_str().into(),
+            status,
+            observed_generation: generation,
+            last_transition_time,
+            reason: reason.into(),
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transition_time_moves_only_with_the_status() {
+        let before = Condition {
+            type_: "Degraded".into(),
+            status: "False".into(),
+            last_transition_time: Some("2026-01-01T00:00:00Z".into()),
+            ..Condition::default()
+        };
+        let previous = [before];
+        let same = Condition::computed(
+            &previous,
+            ConditionType::Degraded,
+            Some(2),
+            false,
+            "AsExpected",
+            String::new(),
+        );
+        assert_eq!(
+            same.last_transition_time.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
+        assert_eq!(same.observed_generation, Some(2));
+        let changed = Condition::computed(
+            &previous,
+            ConditionType::Degraded,
+            Some(2),
+            true,
+            "InvalidSpec",
+            "spec.size".into(),
+        );
+        assert_ne!(
+            changed.last_transition_time.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
+        assert_eq!(
+            (changed.status.as_str(), changed.reason.as_str()),
+            ("True", "InvalidSpec")
+        );
+        // Another type's time is never borrowed.
+        let other = Condition::computed(
+            &previous,
+            ConditionType::Available,
+            None,
+            false,
+            "QuorumUnavailable",
+            String::new(),
+        );
+        assert_ne!(
+            other.last_transition_time.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn available_reasons_read_back_as_written() {
+        for r in AvailableReason::ALL {
+            let c = Condition {
+                reason: r.as_str().into(),
+                ..Condition::default()
+            };
+            assert_eq!(AvailableReason::of(&c), Some(r));
+        }
+        assert!(AvailableReason::ServiceUnreachable.members_serve_unreached());
+        assert!(!AvailableReason::QuorumUnavailable.members_serve_unreached());
+    }
+}
