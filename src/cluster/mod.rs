@@ -14,8 +14,9 @@
 //!       |        automatic CA's rotation is an action too, once the cluster is otherwise steady
 //!      act       carries the action out (act/), one function per action
 //!       |
-//!    status      pure: the status from the observation and the action (status.rs); the task
-//!                writes it, publishes Events, and decides how soon to look again
+//!    status      pure: the status from the observation, the action and what the pass found
+//!                (status/: the one place conditions are decided); the task writes it,
+//!                publishes Events, and decides how soon to look again (task/)
 //! ```
 //!
 //! Import rules (checked by `hack/import-rules.py` in `make lint`): `plan` imports nothing of

@@ -248,6 +248,11 @@ pub fn secrets(cluster: &EtcdCluster) -> Secrets {
     }
 }
 
+/// The name of a recovery's restore: the cluster's, and the start of the recovery's UID.
+pub fn recovery_name(cluster: &str, uid: &str) -> String {
+    format!("{cluster}-recovery-{}", &uid[..uid.len().min(8)])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,7 @@ mod space;
 use certificates::rotate_ca;
 use membership::*;
 use pods::*;
-pub use recover::{RECOVERY_LABEL, recovery_name, withdraw_approval};
+pub use recover::{RECOVERY_LABEL, withdraw_approval};
 use recover::{recover_from_backup, recover_from_member, recover_from_store};
 pub use restore::bumps_revision;
 use restore::{restore_done, restore_seed, withdraw_restore};

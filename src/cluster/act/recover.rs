@@ -10,11 +10,6 @@ use crate::api::{
     StorageSection,
 };
 
-/// The name of a recovery's restore: the cluster's, and the start of the recovery's UID.
-pub fn recovery_name(cluster: &str, uid: &str) -> String {
-    format!("{cluster}-recovery-{}", &uid[..uid.len().min(8)])
-}
-
 /// Hands the cluster's task a restore from member `name`: the seed fetches the member's
 /// snapshot through this operator, which streams it from the member's etcd; the member's pod
 /// is kept until the seed serves.
@@ -33,7 +28,7 @@ pub(super) async fn recover_from_member(
             source,
         })?;
     let handoff = RestoreHandoff {
-        name: recovery_name(&cluster.name_any(), uid),
+        name: crate::kube::names::recovery_name(&cluster.name_any(), uid),
         uid: uid.to_string(),
         token_sha256,
         sha256: String::new(),
@@ -107,7 +102,7 @@ async fn make_restore(
     uid: &str,
     what: &str,
 ) -> Result<Outcome, Error> {
-    let name = recovery_name(&cluster.name_any(), uid);
+    let name = crate::kube::names::recovery_name(&cluster.name_any(), uid);
     let restore = restore_of(section, path, &cluster.name_any(), &name);
     match pass
         .handles

@@ -3,12 +3,12 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use tracing::{debug, info};
 
 use super::memory::Memory;
-use super::report::member_pod_ref;
 use super::{Context, Error};
 use crate::api::{AvailableReason, ConditionType, EtcdCluster, EtcdClusterStatus, find_condition};
 use crate::cluster::act::{self, Outcome};
@@ -164,6 +164,18 @@ pub(super) fn next_pass(
             PENDING_POLL
         }
         (Outcome::Done(None), Rest::InFlight) => 2 * IN_FLIGHT_POLL,
+    })
+}
+
+/// The pod of the member an action is about, for its Event.
+fn member_pod_ref(cluster: &EtcdCluster, action: &Action) -> Option<ObjectReference> {
+    let name = action.member()?;
+    Some(ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(name.to_string()),
+        namespace: cluster.namespace(),
+        ..ObjectReference::default()
     })
 }
 

@@ -8,7 +8,7 @@ use tracing::{debug, info};
 
 use super::memory::Memory;
 use super::pacing::next_look;
-use super::report::{report, report_invalid, write_status_if_due};
+use super::report::{findings, report, report_invalid, write_status_if_due};
 use super::{Context, Error};
 use crate::api::{EtcdCluster, RestoreHandoff};
 use crate::cluster::act::{self, Outcome};
@@ -146,17 +146,17 @@ pub(super) async fn reconcile(
     early_status(ctx, cluster, &obs, &action, memory).await?;
     let outcome = act::act(&pass, &effective, &obs, &action).await;
     after_act(&pass, &action, &outcome, space, memory);
-    let new_status = report(
+    let mut found = findings(
         ctx,
         cluster,
         &obs,
         &action,
         &outcome,
         restore.as_ref(),
-        &pin,
         memory,
-    )
-    .await?;
+    );
+    found.held_back = pin;
+    let new_status = report(ctx, cluster, &obs, &action, found, memory).await?;
     if matches!(action, Action::QuorumLost { .. }) {
         return Ok(Duration::from_secs(5));
     }
@@ -205,10 +205,8 @@ pub(super) async fn early_status(
     if *action != Action::ReclaimSpace && !recovering {
         return Ok(());
     }
-    let mut early = status::compute(cluster, obs, action);
+    let early = status::early(cluster, obs, action, memory.carried.revision_seen);
     if recovering {
-        let seen = memory.carried.revision_seen;
-        recovery::report(cluster, obs, action, true, &mut early, seen, None);
         memory.carried.recovering = early.recovery.clone();
     }
     write_status_if_due(ctx, cluster, &early, memory).await

@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use tracing::warn;
@@ -19,9 +18,7 @@ use crate::cluster::act::{self, Outcome};
 use crate::cluster::handles::Handles;
 use crate::cluster::observe::{self, Observed};
 use crate::cluster::plan::Action;
-use crate::cluster::recovery;
 use crate::cluster::status;
-use crate::cluster::upkeep;
 use crate::kube::names::MANAGER;
 use crate::tls;
 
@@ -48,67 +45,26 @@ pub(super) fn status_due(
     current.is_none_or(|c| settled(c) != settled(new)) || (stale && current != Some(new))
 }
 
-/// The status stage: the status this pass computed, written when due, and the warnings it
-/// carries published once. Returns the status.
-#[allow(clippy::too_many_arguments)]
+/// The status stage: the status this pass computed ([`status::finish`]), written when due,
+/// and the warnings it carries published once. Returns the status.
 pub(super) async fn report(
     ctx: &Context,
     cluster: &EtcdCluster,
     obs: &Observed,
     action: &Action,
-    outcome: &Result<Outcome, act::Error>,
-    restore: Option<&RestoreHandoff>,
-    pin: &Option<String>,
+    found: status::Findings,
     memory: &mut Memory,
 ) -> Result<EtcdClusterStatus, Error> {
-    let mut new_status = status::compute(cluster, obs, action);
-    new_status.restore = restore_record(action, outcome, restore).or(new_status.restore);
-    if let Some(message) = pin {
-        mark_degraded(&mut new_status, "UpgradeBlocked", message);
-    }
-    let started = matches!(outcome, Ok(Outcome::Done(_)));
-    let seen = memory.carried.revision_seen;
-    let early = memory.carried.recovering.take();
-    let recovered = recovery::report(cluster, obs, action, started, &mut new_status, seen, early);
-    new_status.defragmentations = defragmentations(ctx, cluster, &new_status, memory);
-    if let Some(request) = memory.carried.defrag_request.clone() {
-        new_status.defrag_request = Some(upkeep::settle(request, &new_status));
-    }
-    // A schedule croner cannot read (the schema checks only its shape): no defragmentation,
-    // everything else goes on.
-    let bad_schedule = upkeep::schedule(cluster).err();
-    if let Some(why) = &bad_schedule {
-        mark_degraded(&mut new_status, "InvalidSpec", why);
-    }
-    if let (Action::RotateCa, Ok(Outcome::Done(Some(step)))) = (action, outcome) {
-        status::mark_rotating(&mut new_status, cluster.metadata.generation, step);
-    }
-    // The data itself, compacted, leaves too little of the quota: nothing is disarmed, and
-    // the status says why for as long as the alarm stays.
-    let exceeded = memory
-        .carried
-        .exhausted
-        .as_ref()
-        .filter(|_| !obs.plan.nospace.is_empty())
-        .map(|(_, _, why)| why.clone());
-    if let Some(why) = &exceeded {
-        mark_degraded(&mut new_status, "QuotaExceeded", why);
-    }
+    let finished = status::finish(cluster, obs, action, found);
+    let new_status = finished.status;
     record_state(ctx, cluster, &new_status);
     let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
     write_status_if_due(ctx, cluster, &new_status, memory).await?;
-
-    let warning = match (action, pin) {
-        (Action::RollStalled { reason }, _) => Some(("RollStalled", reason)),
-        _ if exceeded.is_some() => exceeded.as_ref().map(|why| ("QuotaExceeded", why)),
-        (_, Some(message)) => Some(("UpgradeBlocked", message)),
-        _ => bad_schedule.as_ref().map(|why| ("InvalidSpec", why)),
-    };
-    if let Some((reason, message)) = warning
-        && !already_reported(cluster, reason, message)
+    if let Some((reason, message)) = finished.warning
+        && !already_reported(cluster, reason, &message)
     {
         ctx.events
-            .publish(cluster, EventType::Warning, reason, message.clone())
+            .publish(cluster, EventType::Warning, reason, message)
             .await;
     }
     if let Action::QuorumLost { reason } = action
@@ -120,8 +76,11 @@ pub(super) async fn report(
             .publish(cluster, EventType::Warning, "QuorumLost", message)
             .await;
     }
-    if let Some(r) = recovered {
-        let message = format!("the rebuilt cluster serves: {}", recovery::summary(&r));
+    if let Some(r) = finished.recovered {
+        let message = format!(
+            "the rebuilt cluster serves: {}",
+            status::recovery_summary(&r)
+        );
         ctx.events
             .publish(cluster, EventType::Normal, "Recovered", message)
             .await;
@@ -129,14 +88,45 @@ pub(super) async fn report(
     Ok(new_status)
 }
 
-/// The status's defragmentation records, with the one this pass made (also counted in the
-/// metrics).
-pub(super) fn defragmentations(
+/// What the pass found beside the observation and the action, for the status
+/// ([`status::Findings`]; the caller adds the held-back upgrade).
+pub(super) fn findings(
     ctx: &Context,
     cluster: &EtcdCluster,
-    status: &EtcdClusterStatus,
+    obs: &Observed,
+    action: &Action,
+    outcome: &Result<Outcome, act::Error>,
+    restore: Option<&RestoreHandoff>,
     memory: &mut Memory,
-) -> Vec<crate::api::DefragmentationRecord> {
+) -> status::Findings {
+    let rotation_step = match (action, outcome) {
+        (Action::RotateCa, Ok(Outcome::Done(Some(step)))) => Some(step.clone()),
+        _ => None,
+    };
+    status::Findings {
+        restore: restore_record(action, outcome, restore),
+        held_back: None,
+        acted: matches!(outcome, Ok(Outcome::Done(_))),
+        rotation_step,
+        revision_seen: memory.carried.revision_seen,
+        early_recovery: memory.carried.recovering.take(),
+        defragmented: defragmented(ctx, cluster, memory),
+        defrag_request: memory.carried.defrag_request.clone(),
+        exceeded: memory
+            .carried
+            .exhausted
+            .as_ref()
+            .filter(|_| !obs.plan.nospace.is_empty())
+            .map(|(_, _, why)| why.clone()),
+    }
+}
+
+/// The defragmentation this pass made, counted in the metrics, for the status.
+pub(super) fn defragmented(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    memory: &mut Memory,
+) -> Option<crate::api::DefragmentationRecord> {
     let made = memory.carried.defragmented.take();
     if let Some(d) = &made {
         let ns = cluster.namespace().unwrap_or_default();
@@ -145,7 +135,7 @@ pub(super) fn defragmentations(
         ctx.metrics
             .defragmented(&ns, &cluster.name_any(), seconds, reclaimed);
     }
-    upkeep::records(cluster, status, made)
+    made
 }
 
 /// The record of the restore under way, if one is.
@@ -170,18 +160,6 @@ pub(super) fn restore_record(
     })
 }
 
-pub(super) fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, message: &str) {
-    for c in status
-        .conditions
-        .iter_mut()
-        .filter(|c| c.type_ == ConditionType::Degraded.as_str())
-    {
-        c.status = "True".into();
-        c.reason = reason.into();
-        c.message = message.into();
-    }
-}
-
 /// Whether the object's status already carries this Degraded reason and message, so its Event
 /// is published once per problem, not on every look.
 pub(super) fn already_reported(cluster: &EtcdCluster, reason: &str, message: &str) -> bool {
@@ -196,18 +174,6 @@ pub(super) fn already_reported(cluster: &EtcdCluster, reason: &str, message: &st
                 && c.reason == reason
                 && c.message == message
         })
-}
-
-/// The pod of the member an action is about, for its Event.
-pub(super) fn member_pod_ref(cluster: &EtcdCluster, action: &Action) -> Option<ObjectReference> {
-    let name = action.member()?;
-    Some(ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        name: Some(name.to_string()),
-        namespace: cluster.namespace(),
-        ..ObjectReference::default()
-    })
 }
 
 /// Reports a spec the operator cannot act on (a Degraded condition and a Warning Event naming
@@ -232,7 +198,7 @@ pub(super) async fn report_invalid(
         reason: message.into(),
     };
     let mut new_status = status::compute(cluster, &obs, &wait);
-    mark_degraded(&mut new_status, reason, message);
+    status::mark_degraded(&mut new_status, reason, message);
     record_state(ctx, cluster, &new_status);
     write_status_if_due(ctx, cluster, &new_status, memory).await?;
     if !already_reported(cluster, reason, message) {

@@ -16,6 +16,12 @@ use crate::api::{
 };
 use crate::kube::names::CLIENT_PORT;
 
+mod finish;
+mod recovery;
+
+pub use finish::{Findings, Finished, early, finish};
+pub use recovery::{record as recovery_record, summary as recovery_summary};
+
 /// Marks `status` Progressing for a step of a CA rotation that was just written: the roll it
 /// causes starts on the next pass, and until then the status must not say the cluster is
 /// settled.
@@ -38,29 +44,17 @@ pub fn mark_rotating(status: &mut EtcdClusterStatus, generation: Option<i64>, me
     }
 }
 
-/// Adds the `Recovering` condition of the last recovery from lost quorum: True until the
-/// rebuilt cluster serves, then False; its reason says how (`ForceNewCluster`,
-/// `RestoredFromBackup`).
-pub fn mark_recovery(
-    status: &mut EtcdClusterStatus,
-    previous: &[Condition],
-    generation: Option<i64>,
-    reason: &str,
-    completed: bool,
-    message: String,
-) {
-    let recovering = Condition::computed(
-        previous,
-        ConditionType::Recovering,
-        generation,
-        !completed,
-        reason,
-        message,
-    );
-    status
+/// Marks `status` Degraded for `reason`, with `message` (naming the field or object).
+pub fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, message: &str) {
+    for c in status
         .conditions
-        .retain(|c| c.type_ != ConditionType::Recovering.as_str());
-    status.conditions.push(recovering);
+        .iter_mut()
+        .filter(|c| c.type_ == ConditionType::Degraded.as_str())
+    {
+        c.status = "True".into();
+        c.reason = reason.into();
+        c.message = message.into();
+    }
 }
 
 /// Whether the cluster is Available, with the condition's reason and message. Available means

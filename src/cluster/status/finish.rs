@@ -1,0 +1,113 @@
+//! The whole status of a pass: what [`super::compute`] makes of the observation and the action,
+//! completed with what the rest of the pass found (a restore's record, a held-back upgrade, a
+//! recovery, defragmentations, a bad schedule, a CA rotation's step, a quota the data
+//! exceeds). The task only writes it and publishes its warning.
+
+use crate::api::{
+    DefragRequest, DefragmentationRecord, EtcdCluster, EtcdClusterStatus, RecoveryRecord,
+    RestoreRecord,
+};
+use crate::cluster::observe::Observed;
+use crate::cluster::plan::Action;
+use crate::cluster::upkeep;
+
+/// What the pass found beside the observation and the action.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// The record of the restore under way, if one is.
+    pub restore: Option<RestoreRecord>,
+    /// Why the spec's version is held back (`UpgradeBlocked`), naming the field.
+    pub held_back: Option<String>,
+    /// The action was carried out (its outcome was a change or nothing to do).
+    pub acted: bool,
+    /// The step of a CA rotation the action just wrote.
+    pub rotation_step: Option<String>,
+    /// The newest revision a member reported.
+    pub revision_seen: Option<i64>,
+    /// The recovery record written before this pass's hand-off.
+    pub early_recovery: Option<RecoveryRecord>,
+    /// The defragmentation this pass made.
+    pub defragmented: Option<DefragmentationRecord>,
+    /// The defragmentation asked for by annotation, as this pass saw it.
+    pub defrag_request: Option<DefragRequest>,
+    /// Why the data itself leaves too little of the quota (`QuotaExceeded`), while NOSPACE
+    /// stays.
+    pub exceeded: Option<String>,
+}
+
+/// The status of a pass, and what it says that deserves an Event.
+#[derive(Debug)]
+pub struct Finished {
+    /// The status to write.
+    pub status: EtcdClusterStatus,
+    /// A recovery whose rebuilt cluster this pass saw serve for the first time.
+    pub recovered: Option<RecoveryRecord>,
+    /// The warning the status carries (reason, message), if any: published once.
+    pub warning: Option<(&'static str, String)>,
+}
+
+/// The status after `action` was planned on `obs`, with what the pass found.
+pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Findings) -> Finished {
+    let mut status = super::compute(cluster, obs, action);
+    status.restore = found.restore.or(status.restore);
+    if let Some(message) = &found.held_back {
+        super::mark_degraded(&mut status, "UpgradeBlocked", message);
+    }
+    let recovered = super::recovery::report(
+        cluster,
+        obs,
+        action,
+        found.acted,
+        &mut status,
+        found.revision_seen,
+        found.early_recovery,
+    );
+    status.defragmentations = upkeep::records(cluster, &status, found.defragmented);
+    if let Some(request) = found.defrag_request {
+        status.defrag_request = Some(upkeep::settle(request, &status));
+    }
+    // A schedule croner cannot read (the schema checks only its shape): no defragmentation,
+    // everything else goes on.
+    let bad_schedule = upkeep::schedule(cluster).err();
+    if let Some(why) = &bad_schedule {
+        super::mark_degraded(&mut status, "InvalidSpec", why);
+    }
+    if let Some(step) = &found.rotation_step {
+        super::mark_rotating(&mut status, cluster.metadata.generation, step);
+    }
+    // The data itself, compacted, leaves too little of the quota: nothing is disarmed, and
+    // the status says why for as long as the alarm stays.
+    if let Some(why) = &found.exceeded {
+        super::mark_degraded(&mut status, "QuotaExceeded", why);
+    }
+    let warning = match (action, &found.held_back) {
+        (Action::RollStalled { reason }, _) => Some(("RollStalled", reason.clone())),
+        _ if found.exceeded.is_some() => found.exceeded.map(|why| ("QuotaExceeded", why)),
+        (_, Some(message)) => Some(("UpgradeBlocked", message.clone())),
+        _ => bad_schedule.map(|why| ("InvalidSpec", why)),
+    };
+    Finished {
+        status,
+        recovered,
+        warning,
+    }
+}
+
+/// The status written before an act that takes long or hands the cluster over (a NOSPACE
+/// reclaim, a recovery's hand-off): what [`super::compute`] makes of it, with the recovery's
+/// record when the action starts one, so that an operator stopped right after still left it.
+pub fn early(
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+    revision_seen: Option<i64>,
+) -> EtcdClusterStatus {
+    let mut status = super::compute(cluster, obs, action);
+    if matches!(
+        action,
+        Action::RecoverFromMember { .. } | Action::RecoverFromBackup { .. }
+    ) {
+        super::recovery::report(cluster, obs, action, true, &mut status, revision_seen, None);
+    }
+    status
+}
