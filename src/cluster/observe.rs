@@ -225,9 +225,46 @@ fn etcd_container(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::Container> {
         .find(|c| c.name == "etcd")
 }
 
+/// What the planner must know beside the cluster's objects and members, found by the task
+/// (from its memory, the TLS material, the defragmentation schedule) and given as plain values.
+#[derive(Debug)]
+pub struct Known<'a> {
+    /// The spec as the actions build it (the version may be held back): pods made from
+    /// another template are not current.
+    pub effective: &'a EtcdCluster,
+    /// The fingerprint of the member TLS Secrets, part of the pod template.
+    pub tls_revision: &'a str,
+    /// A step of the automatic CA's rotation is due.
+    pub rotation_due: bool,
+    /// The revision and quota at which the last reclaim found that the data does not fit.
+    pub exhausted_at: Option<(i64, i64)>,
+    /// Voters whose defragmentation is due.
+    pub defrag_due: std::collections::BTreeSet<String>,
+}
+
+/// The revision and the quota space is judged at now: the newest revision a member reported,
+/// and the quota the members run with.
+pub fn space_now(obs: &Observed) -> (i64, i64) {
+    (
+        obs.statuses.values().map(|s| s.revision).max().unwrap_or(0),
+        running_quota(obs),
+    )
+}
+
+/// Completes the planner's input with what the task knows. With [`observe`] (and
+/// [`recheck_pods`] before a removal) the only writer of [`Observation`].
+pub fn complete(obs: &mut Observed, known: Known<'_>) {
+    mark_current(obs, known.effective, known.tls_revision);
+    obs.plan.ca_rotation_due = known.rotation_due;
+    // Nothing changed since the reclaim found the data does not fit (the same revision, the
+    // same quota): the planner does not reclaim again.
+    obs.plan.space_exhausted = known.exhausted_at == Some(space_now(obs));
+    obs.plan.defrag_due = known.defrag_due;
+}
+
 /// Marks which pods are made from the template of `cluster` (the spec the actions build, which
 /// may keep the running image while an upgrade step is not allowed).
-pub fn mark_current(obs: &mut Observed, cluster: &EtcdCluster, tls_revision: &str) {
+fn mark_current(obs: &mut Observed, cluster: &EtcdCluster, tls_revision: &str) {
     let (hash, image) = (template_hash(cluster, tls_revision), cluster.spec.image());
     for view in &mut obs.plan.pods {
         view.current = obs

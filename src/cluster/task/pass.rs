@@ -80,23 +80,67 @@ pub(super) fn effective_spec(
     (effective, Some(message))
 }
 
-/// Whether the last reclaim found that the data does not fit and nothing changed since (the
-/// same revision, the same quota the members run with), for the planner; forgotten once
-/// NOSPACE is gone. Returns the revision and quota looked at now.
-pub(super) fn space_exhausted(obs: &mut Observed, memory: &mut Memory) -> (i64, i64) {
-    let space = (
-        obs.statuses.values().map(|s| s.revision).max().unwrap_or(0),
-        observe::running_quota(obs),
-    );
+/// What the observe stage gives the rest of the pass.
+pub(super) struct Seen {
+    /// The planner's input, complete.
+    pub(super) obs: Observed,
+    /// The spec as the actions build it.
+    pub(super) effective: EtcdCluster,
+    /// Why its version is held back, if it is.
+    pub(super) held_back: Option<String>,
+    /// The revision and quota space was judged at.
+    pub(super) space: (i64, i64),
+}
+
+/// The observe stage: the cluster's objects and members ([`observe::observe`]), then what the
+/// planner must know beside them ([`observe::complete`]), found from the task's memory and
+/// given as plain values. The memory learns what this observation shows.
+pub(super) async fn observe_stage(
+    handles: &Handles,
+    pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    material: &tls::Material,
+    memory: &mut Memory,
+) -> Result<Seen, Error> {
+    let carried = &mut memory.carried;
+    let mut obs = observe::observe(
+        handles,
+        pass.cached,
+        cluster,
+        material.client.clone(),
+        &mut carried.health,
+    )
+    .await?;
+    let space = observe::space_now(&obs);
+    // What the last reclaim found is forgotten once NOSPACE is gone.
     if obs.plan.nospace.is_empty() {
-        memory.carried.exhausted = None;
+        carried.exhausted = None;
     }
-    obs.plan.space_exhausted = memory
-        .carried
-        .exhausted
-        .as_ref()
-        .is_some_and(|(revision, quota, _)| (*revision, *quota) == space);
-    space
+    let (effective, held_back) = effective_spec(cluster, &obs);
+    let now = Timestamp::now();
+    carried.defrag_request = upkeep::requested(cluster, now);
+    let request = carried.defrag_request.as_ref();
+    let defrag_due = upkeep::due(cluster, &obs, &mut carried.armed, request, now);
+    carried.revision_seen = obs
+        .statuses
+        .values()
+        .map(|s| s.revision)
+        .chain(carried.revision_seen)
+        .max();
+    let known = observe::Known {
+        effective: &effective,
+        tls_revision: &material.revision,
+        rotation_due: tls::rotation_due(material, cluster, time::OffsetDateTime::now_utc()),
+        exhausted_at: carried.exhausted.as_ref().map(|(r, q, _)| (*r, *q)),
+        defrag_due,
+    };
+    observe::complete(&mut obs, known);
+    Ok(Seen {
+        obs,
+        effective,
+        held_back,
+        space,
+    })
 }
 
 /// One pass: observe, plan, act, report. Returns how soon to look again.
@@ -126,19 +170,12 @@ pub(super) async fn reconcile(
     if !cluster.spec.is_paused() {
         act::ensure_services(handles, cluster).await?;
     }
-    let mut obs: Observed = observe::observe(
-        handles,
-        pass.cached,
-        cluster,
-        material.client.clone(),
-        &mut memory.carried.health,
-    )
-    .await?;
-    let space = space_exhausted(&mut obs, memory);
-    let (effective, pin) = effective_spec(cluster, &obs);
-    observe::mark_current(&mut obs, &effective, &material.revision);
-    obs.plan.ca_rotation_due =
-        tls::rotation_due(&material, cluster, time::OffsetDateTime::now_utc());
+    let Seen {
+        mut obs,
+        effective,
+        held_back,
+        space,
+    } = observe_stage(handles, &pass, cluster, &material, memory).await?;
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref(), memory).await?;
     // Every pass at debug level: what a slow reaction spent its time on (LOG_LEVEL).
@@ -155,7 +192,7 @@ pub(super) async fn reconcile(
         restore.as_ref(),
         memory,
     );
-    found.held_back = pin;
+    found.held_back = held_back;
     let new_status = report(ctx, cluster, &obs, &action, found, memory).await?;
     if matches!(action, Action::QuorumLost { .. }) {
         return Ok(Duration::from_secs(5));
@@ -291,16 +328,6 @@ pub(super) async fn decide(
     memory: &mut Memory,
 ) -> Result<Action, Error> {
     register_source(handles, cluster, obs, restore);
-    let now = Timestamp::now();
-    memory.carried.defrag_request = upkeep::requested(cluster, now);
-    let request = memory.carried.defrag_request.as_ref();
-    obs.plan.defrag_due = upkeep::due(cluster, obs, &mut memory.carried.armed, request, now);
-    memory.carried.revision_seen = obs
-        .statuses
-        .values()
-        .map(|s| s.revision)
-        .chain(memory.carried.revision_seen)
-        .max();
     let action = plan_stage(ctx, handles, cluster, obs, restore).await?;
     let target = target_of(ctx, cluster, obs);
     let seen = memory.carried.revision_seen;
