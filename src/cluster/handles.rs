@@ -4,7 +4,7 @@
 //! caches) and the writes it leaves for the next, made once the spec has been validated.
 //! observe and act both read them from here, so neither stage imports the other for them.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -12,8 +12,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client, ResourceExt};
 
-use crate::api::{DefragmentationRecord, EtcdBackup, EtcdCluster, EtcdRestore};
-use crate::kube::cache::{Caches, Expect, Object, SecretApi, Write};
+use crate::api::{EtcdBackup, EtcdCluster, EtcdRestore};
+use crate::kube::cache::{Caches, SecretApi};
 use crate::tls::Material;
 
 /// The API handles of one cluster's namespace, and what every pass of its task reads unchanged.
@@ -97,7 +97,8 @@ impl Handles {
     }
 }
 
-/// What one pass knows of itself, and the writes it makes, over the task's handles.
+/// What one pass knows of itself, over the task's handles.
+#[derive(Clone, Copy)]
 pub struct Pass<'a> {
     /// The task's handles.
     pub handles: &'a Handles,
@@ -107,13 +108,6 @@ pub struct Pass<'a> {
     /// Whether this pass may read pods and claims from the caches (they show every pod and
     /// claim this task created or deleted; see [`crate::kube::cache::Expectations`]).
     pub cached: bool,
-    /// The pods and claims this pass created or deleted.
-    writes: Mutex<Vec<Expect>>,
-    /// A defragmentation this pass made, for the status.
-    pub defragmented: Mutex<Option<DefragmentationRecord>>,
-    /// Nodes the pods this pass creates are kept off (a spread: see
-    /// [`super::plan::Action::SpreadMember`]).
-    keep_off: Mutex<Vec<String>>,
 }
 
 impl<'a> Pass<'a> {
@@ -124,39 +118,6 @@ impl<'a> Pass<'a> {
             handles,
             tls,
             cached,
-            writes: Mutex::default(),
-            defragmented: Mutex::default(),
-            keep_off: Mutex::default(),
         }
-    }
-
-    /// Keeps the pods this pass creates off `nodes`.
-    pub(super) fn keep_pods_off(&self, nodes: &[String]) {
-        *self.keep_off.lock().unwrap_or_else(|e| e.into_inner()) = nodes.to_vec();
-    }
-
-    /// The nodes the pods this pass creates are kept off.
-    pub(super) fn kept_off(&self) -> Vec<String> {
-        self.keep_off
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Records that this pass created or deleted a pod or a claim.
-    pub(super) fn wrote(&self, kind: Object, name: &str, change: Write) {
-        self.writes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Expect {
-                kind,
-                name: name.into(),
-                change,
-            });
-    }
-
-    /// What this pass created or deleted.
-    pub fn take_writes(&self) -> Vec<Expect> {
-        std::mem::take(&mut *self.writes.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }

@@ -5,7 +5,7 @@ use super::*;
 use crate::tls;
 
 /// Takes the rotation's next step; its message names the step, for the Event and the status.
-pub(super) async fn rotate_ca(pass: &Pass<'_>, cluster: &EtcdCluster) -> Result<Outcome, Error> {
+pub(super) async fn rotate_ca(pass: &Acting<'_>, cluster: &EtcdCluster) -> Result<Outcome, Error> {
     let now = time::OffsetDateTime::now_utc();
     let step = tls::advance(&pass.handles.secrets, cluster, pass.tls, now).await?;
     Ok(Outcome::Done(step))

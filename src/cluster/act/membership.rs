@@ -6,7 +6,7 @@ use super::*;
 /// The pods of `count` new members beside the members `all`, then each added as a learner
 /// (see [`join`]); a refusal leaves the rest of the batch to the next steps.
 pub(super) async fn add_gated(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     obs: &Observed,
     image: &str,
@@ -91,7 +91,7 @@ pub(super) async fn join(
 /// Removes member `id` from etcd, then deletes its pod `name` (only once etcd no longer counts
 /// it; at once, `force`, when its node is lost). Returns etcd's refusal, if it refused for now.
 pub(super) async fn remove(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     obs: &Observed,
     name: &str,
     id: u64,
@@ -109,7 +109,7 @@ pub(super) async fn remove(
 }
 
 /// The seed member's pod, and beside it the pods of as many members as may join at once.
-pub(super) async fn bootstrap(pass: &Pass<'_>, cluster: &EtcdCluster) -> Result<Outcome, Error> {
+pub(super) async fn bootstrap(pass: &Acting<'_>, cluster: &EtcdCluster) -> Result<Outcome, Error> {
     let addr = addressing(cluster);
     let name = members::new_member_name(&cluster.name_any());
     let token = uuid::Uuid::new_v4().to_string();
@@ -139,7 +139,7 @@ pub(super) async fn bootstrap(pass: &Pass<'_>, cluster: &EtcdCluster) -> Result<
 /// `count` new members: with a gate image their pods first, each added once it runs;
 /// without, the member first and its pod after.
 pub(super) async fn add_members(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     obs: &Observed,
     count: usize,
@@ -185,7 +185,7 @@ pub(super) async fn promote(obs: &Observed, name: &str, id: u64) -> Result<Outco
 }
 
 pub(super) async fn remove_member(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     obs: &Observed,
     name: &str,
@@ -219,7 +219,7 @@ pub(super) async fn remove_member(
 /// Removes a member whose data is gone and, with a gate image, adds its replacement in the
 /// same step.
 pub(super) async fn replace_member(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     obs: &Observed,
     name: &str,

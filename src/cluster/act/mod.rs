@@ -16,8 +16,10 @@ use super::observe::{ETCD_TIMEOUT, Observed};
 use super::plan::{Action, DeleteReason, MoveReason, RemoveReason};
 use super::resources::{self, Gate, SeedRestore};
 use super::version::Version;
+use crate::api::DefragmentationRecord;
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
+use crate::kube::cache::{Expect, Object, Write};
 use crate::kube::invalid::Invalid;
 use crate::kube::names::{MANAGER, addressing, labels};
 
@@ -212,21 +214,95 @@ fn settling(e: etcd::Error) -> Result<Outcome, Error> {
     }
 }
 
-/// Carries out `action`: one function per action that changes something.
+/// What carrying out an action did besides its outcome, for the rest of the pass: the pods and
+/// claims it created or deleted (which the caches must show before they are read again), and
+/// the defragmentation it made (for the status).
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// The pods and claims created or deleted.
+    pub writes: Vec<Expect>,
+    /// The defragmentation made.
+    pub defragmented: Option<DefragmentationRecord>,
+}
+
+/// A pass while it acts: what it knows ([`Pass`], which it derefs to), the nodes the pods it
+/// creates are kept off, and what it did so far. The effects are recorded behind a lock
+/// because one action may create several pods at once.
+pub struct Acting<'a> {
+    pass: &'a Pass<'a>,
+    keep_off: &'a [String],
+    effects: std::sync::Mutex<Effects>,
+}
+
+impl<'a> std::ops::Deref for Acting<'a> {
+    type Target = Pass<'a>;
+
+    fn deref(&self) -> &Pass<'a> {
+        self.pass
+    }
+}
+
+impl Acting<'_> {
+    /// The nodes the pods this action creates are kept off.
+    fn kept_off(&self) -> &[String] {
+        self.keep_off
+    }
+
+    fn effects(&self) -> std::sync::MutexGuard<'_, Effects> {
+        self.effects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that this action created or deleted a pod or a claim.
+    fn wrote(&self, kind: Object, name: &str, change: Write) {
+        self.effects().writes.push(Expect {
+            kind,
+            name: name.into(),
+            change,
+        });
+    }
+
+    /// Records the defragmentation this action made.
+    fn defragmented(&self, record: DefragmentationRecord) {
+        self.effects().defragmented = Some(record);
+    }
+}
+
+/// Carries out `action`, and returns what it did besides its outcome. The nodes a new
+/// member's pod must avoid come with the action.
 pub async fn act(
     pass: &Pass<'_>,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+) -> (Result<Outcome, Error>, Effects) {
+    let keep_off = match action {
+        Action::AddMembers { avoid, .. } | Action::SpreadMember { avoid, .. } => avoid.as_slice(),
+        _ => &[],
+    };
+    let acting = Acting {
+        pass,
+        keep_off,
+        effects: std::sync::Mutex::default(),
+    };
+    let outcome = dispatch(&acting, cluster, obs, action).await;
+    let effects = acting
+        .effects
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    (outcome, effects)
+}
+
+/// Carries out `action`: one function per action that changes something.
+async fn dispatch(
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     obs: &Observed,
     action: &Action,
 ) -> Result<Outcome, Error> {
     match action {
         Action::Bootstrap => bootstrap(pass, cluster).await,
-        Action::AddMembers { count, avoid } => {
-            pass.keep_pods_off(avoid);
-            add_members(pass, cluster, obs, *count).await
-        }
+        Action::AddMembers { count, .. } => add_members(pass, cluster, obs, *count).await,
         Action::SpreadMember { crowded, avoid } => {
-            pass.keep_pods_off(avoid);
             Ok(match add_members(pass, cluster, obs, 1).await? {
                 Outcome::Done(Some(added)) => Outcome::Done(Some(format!(
                     "node {crowded} holds more voters than the cluster can lose: {added}, \

@@ -16,7 +16,7 @@ pub(super) enum Claim {
 }
 
 pub(super) async fn create_pod(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     member: &str,
     args: Vec<String>,
@@ -58,7 +58,7 @@ pub(super) async fn create_pod(
         pass.wrote(Object::Claim, member, Write::Created);
     }
     let mut pod = resources::member_pod(cluster, member, args, gate, &pass.tls.revision);
-    resources::keep_off(&mut pod, &pass.kept_off());
+    resources::keep_off(&mut pod, pass.kept_off());
     pass.handles
         .pods
         .create(&PostParams::default(), &pod)
@@ -71,7 +71,7 @@ pub(super) async fn create_pod(
 
 /// Deletes pod `name`; `force`: without waiting for its kubelet (grace period 0), for a pod on
 /// a node that is not Ready, whose kubelet would never confirm the deletion.
-pub(super) async fn delete_pod(pass: &Pass<'_>, name: &str, force: bool) -> Result<(), Error> {
+pub(super) async fn delete_pod(pass: &Acting<'_>, name: &str, force: bool) -> Result<(), Error> {
     pass.wrote(Object::Pod, name, Write::Deleted);
     let params = if force {
         DeleteParams::default().grace_period(0)
@@ -95,7 +95,7 @@ pub(super) async fn delete_pod(pass: &Pass<'_>, name: &str, force: bool) -> Resu
 /// members' peer URLs by pod IP (see [`crate::kube::names::Addressing::gate_endpoint`]). Returns the new
 /// members' names.
 pub(super) async fn create_gated_pods(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     image: &str,
     peers: Vec<String>,
@@ -188,7 +188,7 @@ pub(super) async fn published(
 }
 
 pub(super) async fn recreate_pod(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     obs: &Observed,
     name: &str,
@@ -208,7 +208,7 @@ pub(super) async fn recreate_pod(
     ))))
 }
 
-pub(super) async fn delete_claim(pass: &Pass<'_>, name: &str) -> Result<Outcome, Error> {
+pub(super) async fn delete_claim(pass: &Acting<'_>, name: &str) -> Result<Outcome, Error> {
     pass.wrote(Object::Claim, name, Write::Deleted);
     match pass
         .handles
@@ -231,7 +231,7 @@ pub(super) async fn delete_claim(pass: &Pass<'_>, name: &str) -> Result<Outcome,
 }
 
 pub(super) async fn delete_member_pod(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     name: &str,
     reason: DeleteReason,

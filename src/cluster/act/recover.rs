@@ -14,7 +14,7 @@ use crate::api::{
 /// snapshot through this operator, which streams it from the member's etcd; the member's pod
 /// is kept until the seed serves.
 pub(super) async fn recover_from_member(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     name: &str,
     uid: &str,
@@ -49,7 +49,7 @@ pub(super) async fn recover_from_member(
 
 /// Makes an EtcdRestore of EtcdBackup `backup`'s newest snapshot into this cluster.
 pub(super) async fn recover_from_backup(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     backup: &str,
     uid: &str,
@@ -77,7 +77,7 @@ pub(super) async fn recover_from_backup(
 /// Makes an EtcdRestore of the object at `path` in the store `spec.recovery.backups` names
 /// (found there as the newest backup by its name) into this cluster.
 pub(super) async fn recover_from_store(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     path: &str,
     uid: &str,
@@ -95,7 +95,7 @@ pub(super) async fn recover_from_store(
 /// Creates the recovery's EtcdRestore (again, harmlessly, after a restart) and removes the
 /// approval.
 async fn make_restore(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     section: StorageSection<'_>,
     path: &str,

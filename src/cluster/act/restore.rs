@@ -10,7 +10,10 @@ pub fn bumps_revision(version: &str) -> bool {
 
 /// The seed of a restore: a new cluster's only member, whose gate fetches and restores the
 /// snapshot before etcd starts.
-pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Result<Outcome, Error> {
+pub(super) async fn restore_seed(
+    pass: &Acting<'_>,
+    cluster: &EtcdCluster,
+) -> Result<Outcome, Error> {
     let handoff = match cluster.pending_restore() {
         Some(Ok(h)) => h,
         _ => return Ok(Outcome::Retry("the restore is no longer asked for".into())),
@@ -79,7 +82,7 @@ pub(super) async fn restore_seed(pass: &Pass<'_>, cluster: &EtcdCluster) -> Resu
 /// snapshot is served only while the restore is pending, so a token left by a failed delete
 /// opens nothing; the Secret also goes with the cluster).
 pub(super) async fn restore_done(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     seed: &str,
 ) -> Result<Outcome, Error> {
@@ -96,7 +99,7 @@ pub(super) async fn restore_done(
 /// A recovery whose source went before the seed had its data: the seed (which has nothing)
 /// goes, then the hand-off, so that the next pass decides the loss again.
 pub(super) async fn withdraw_restore(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     cluster: &EtcdCluster,
     seed: Option<&str>,
     reason: &str,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{Error, Outcome, Pass};
+use super::{Acting, Error, Outcome};
 use crate::api::DefragmentationRecord;
 use crate::cluster::observe::{ETCD_TIMEOUT, Observed};
 use crate::cluster::plan::RECLAIM_MAX_IN_USE;
@@ -96,7 +96,7 @@ pub(super) async fn reclaim_space(obs: &Observed, quota: i64) -> Result<Outcome,
 /// healthy, caught-up follower (writes never wait for the leader's file to be rewritten); its
 /// time and sizes are left on the pass for the status.
 pub(super) async fn defragment_member(
-    pass: &Pass<'_>,
+    pass: &Acting<'_>,
     obs: &Observed,
     name: &str,
     id: u64,
@@ -124,7 +124,7 @@ pub(super) async fn defragment_member(
         size_before: before,
         size_after: after,
     };
-    *pass.defragmented.lock().unwrap_or_else(|e| e.into_inner()) = Some(record);
+    pass.defragmented(record);
     Ok(Outcome::Done(Some(format!(
         "defragmented member {name} in {:.1} s: {} → {} ({} reclaimed)",
         took.as_secs_f64(),

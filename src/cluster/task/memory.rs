@@ -49,8 +49,6 @@ pub(super) struct Carried {
     pub(super) recovering: Option<crate::api::RecoveryRecord>,
     /// The defragmentation asked for by annotation, as this pass saw it.
     pub(super) defrag_request: Option<crate::api::DefragRequest>,
-    /// The defragmentation the last act made, for the report.
-    pub(super) defragmented: Option<crate::api::DefragmentationRecord>,
 }
 
 impl Pace {

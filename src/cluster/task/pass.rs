@@ -8,7 +8,7 @@ use tracing::{debug, info};
 
 use super::memory::Memory;
 use super::pacing::next_look;
-use super::report::{findings, report, report_invalid, write_status_if_due};
+use super::report::{counted, findings, report, report_invalid, write_status_if_due};
 use super::{Context, Error};
 use crate::api::{EtcdCluster, RestoreHandoff};
 use crate::cluster::act::{self, Outcome};
@@ -181,18 +181,19 @@ pub(super) async fn reconcile(
     // Every pass at debug level: what a slow reaction spent its time on (LOG_LEVEL).
     debug!(?action, "pass");
     early_status(ctx, cluster, &obs, &action, memory).await?;
-    let outcome = act::act(&pass, &effective, &obs, &action).await;
-    after_act(&pass, &action, &outcome, space, memory);
-    let mut found = findings(
-        ctx,
-        cluster,
+    let (outcome, effects) = act::act(&pass, &effective, &obs, &action).await;
+    after_act(&action, &outcome, effects.writes, space, memory);
+    let defragmented = counted(ctx, cluster, effects.defragmented);
+    let restore = restore.as_ref();
+    let found = findings(
         &obs,
         &action,
         &outcome,
-        restore.as_ref(),
+        restore,
+        held_back,
+        defragmented,
         memory,
     );
-    found.held_back = held_back;
     let new_status = report(ctx, cluster, &obs, &action, found, memory).await?;
     if matches!(action, Action::QuorumLost { .. }) {
         return Ok(Duration::from_secs(5));
@@ -250,11 +251,11 @@ pub(super) async fn early_status(
 }
 
 /// What the act stage leaves for the next passes: the writes to expect in the caches, what a
-/// space reclaim found, the defragmentation made.
+/// space reclaim found.
 pub(super) fn after_act(
-    pass: &Pass<'_>,
     action: &Action,
     outcome: &Result<Outcome, act::Error>,
+    writes: Vec<crate::kube::cache::Expect>,
     space: (i64, i64),
     memory: &mut Memory,
 ) {
@@ -264,12 +265,7 @@ pub(super) fn after_act(
             _ => None,
         };
     }
-    memory.carried.expect.add(pass.take_writes());
-    memory.carried.defragmented = pass
-        .defragmented
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
+    memory.carried.expect.add(writes);
 }
 
 /// Tells the snapshot server where the member a recovery restores from is, while one is

@@ -89,14 +89,14 @@ pub(super) async fn report(
 }
 
 /// What the pass found beside the observation and the action, for the status
-/// ([`status::Findings`]; the caller adds the held-back upgrade).
+/// ([`status::Findings`]).
 pub(super) fn findings(
-    ctx: &Context,
-    cluster: &EtcdCluster,
     obs: &Observed,
     action: &Action,
     outcome: &Result<Outcome, act::Error>,
     restore: Option<&RestoreHandoff>,
+    held_back: Option<String>,
+    defragmented: Option<crate::api::DefragmentationRecord>,
     memory: &mut Memory,
 ) -> status::Findings {
     let rotation_step = match (action, outcome) {
@@ -105,12 +105,12 @@ pub(super) fn findings(
     };
     status::Findings {
         restore: restore_record(action, outcome, restore),
-        held_back: None,
+        held_back,
         acted: matches!(outcome, Ok(Outcome::Done(_))),
         rotation_step,
         revision_seen: memory.carried.revision_seen,
         early_recovery: memory.carried.recovering.take(),
-        defragmented: defragmented(ctx, cluster, memory),
+        defragmented,
         defrag_request: memory.carried.defrag_request.clone(),
         exceeded: memory
             .carried
@@ -121,13 +121,12 @@ pub(super) fn findings(
     }
 }
 
-/// The defragmentation this pass made, counted in the metrics, for the status.
-pub(super) fn defragmented(
+/// The defragmentation the act made, counted in the metrics, for the status.
+pub(super) fn counted(
     ctx: &Context,
     cluster: &EtcdCluster,
-    memory: &mut Memory,
+    made: Option<crate::api::DefragmentationRecord>,
 ) -> Option<crate::api::DefragmentationRecord> {
-    let made = memory.carried.defragmented.take();
     if let Some(d) = &made {
         let ns = cluster.namespace().unwrap_or_default();
         let seconds = d.milliseconds as f64 / 1000.0;
