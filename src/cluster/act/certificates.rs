@@ -1,7 +1,8 @@
 //! The automatic CA's rotation, one step per action: each step changes the Secrets the members
 //! run on, and the roll it causes finishes before the planner asks for the next.
 
-use super::*;
+use super::{Acting, Error, Outcome};
+use crate::api::EtcdCluster;
 use crate::tls;
 
 /// Takes the rotation's next step; its message names the step, for the Event and the status.

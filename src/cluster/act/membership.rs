@@ -1,7 +1,23 @@
 //! Membership changes through etcd's API: the seed, members added (learners first), promoted,
 //! removed, replaced, and leadership moved.
 
-use super::*;
+use std::time::Duration;
+
+use kube::ResourceExt;
+
+use super::pods::{
+    Claim, PUBLISH_WAIT, create_gated_pods, create_pod, delete_pod, pod_ip_within, published,
+};
+use super::{Acting, Error, Outcome, applied_despite, connect, initial_cluster, settling};
+use crate::api::EtcdCluster;
+use crate::cluster::handles::Handles;
+use crate::cluster::members;
+use crate::cluster::members::ClusterState;
+use crate::cluster::observe::{ETCD_TIMEOUT, Observed};
+use crate::cluster::plan::{MoveReason, RemoveReason};
+use crate::etcd;
+use crate::etcd::Etcd;
+use crate::kube::names::addressing;
 
 /// The pods of `count` new members beside the members `all`, then each added as a learner
 /// (see [`join`]); a refusal leaves the rest of the batch to the next steps.

@@ -3,25 +3,14 @@
 //! ([`ensure_services`]). All writes are server-side applies or creates with the operator's
 //! field manager; children are owned by the EtcdCluster, so deleting it removes them.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Resource, ResourceExt};
-
-use super::handles::{Handles, Pass};
-use super::members::{self, ClusterState};
+use super::handles::Pass;
 use super::observe::{ETCD_TIMEOUT, Observed};
-use super::plan::{Action, DeleteReason, MoveReason, RemoveReason};
-use super::resources::{self, Gate, SeedRestore};
-use super::version::Version;
+use super::plan::Action;
 use crate::api::DefragmentationRecord;
 use crate::api::EtcdCluster;
 use crate::etcd::{self, Etcd};
 use crate::kube::cache::{Expect, Object, Write};
 use crate::kube::invalid::Invalid;
-use crate::kube::names::{MANAGER, addressing, labels};
 
 mod certificates;
 mod membership;
@@ -32,8 +21,11 @@ mod services;
 mod space;
 
 use certificates::rotate_ca;
-use membership::*;
-use pods::*;
+use membership::{
+    add_members, bootstrap, join_all, move_leader, promote, remove_member, replace_member,
+};
+use pods::{delete_claim, delete_member_pod, recreate_pod};
+
 pub use recover::{RECOVERY_LABEL, withdraw_approval};
 use recover::{recover_from_backup, recover_from_member, recover_from_store};
 pub use restore::bumps_revision;

@@ -1,8 +1,23 @@
 //! Member pods and their claims: made (behind the gate, or not), deleted, made again on their
 //! volume.
 
-use super::*;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::Resource;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+
+use super::{Acting, Error, Outcome, initial_cluster};
+use crate::api::EtcdCluster;
+use crate::cluster::handles::Handles;
+use crate::cluster::members::ClusterState;
+use crate::cluster::observe::Observed;
+use crate::cluster::plan::DeleteReason;
+use crate::cluster::resources::Gate;
+use crate::cluster::{members, resources};
 use crate::kube::cache::{Object, Write};
+use crate::kube::names::{addressing, labels};
 
 /// Whether a new pod's volume claim may be created with it.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -4,11 +4,16 @@
 //! Either way the approval annotation is removed in the same write, so one approval recovers
 //! once.
 
-use super::*;
+use kube::ResourceExt;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+
+use super::{Acting, Error, Outcome};
+use crate::api::EtcdCluster;
 use crate::api::{
     EtcdRestore, EtcdRestoreSpec, RECOVER_ANNOTATION, RESTORE_ANNOTATION, RestoreHandoff,
     StorageSection,
 };
+use crate::cluster::handles::Handles;
 
 /// Hands the cluster's task a restore from member `name`: the seed fetches the member's
 /// snapshot through this operator, which streams it from the member's etcd; the member's pod

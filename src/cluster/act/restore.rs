@@ -1,6 +1,15 @@
 //! A restore's seed: a new cluster's one member, whose gate restores the snapshot first.
 
-use super::*;
+use kube::ResourceExt;
+
+use super::pods::{Claim, create_pod, delete_pod};
+use super::{Acting, Error, Outcome};
+use crate::api::EtcdCluster;
+use crate::cluster::members;
+use crate::cluster::members::ClusterState;
+use crate::cluster::resources::{Gate, SeedRestore};
+use crate::cluster::version::Version;
+use crate::kube::names::addressing;
 
 /// Whether the etcdutl of `version` has `--bump-revision` and `--mark-compacted` (3.5.10 and
 /// later).

@@ -2,8 +2,18 @@
 //! depends on, and the NetworkPolicy that closes the members to whom they do not serve,
 //! applied before anything is observed (only what the caches show differs).
 
-use super::*;
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
+
+use super::Error;
+use crate::api::EtcdCluster;
+use crate::cluster::handles::Handles;
+use crate::cluster::resources;
+use crate::kube::names::MANAGER;
 
 /// Server-side applies the headless and the client Service, and the PodDisruptionBudget (or
 /// deletes it when the cluster is too small to need one); only what the caches show differs
