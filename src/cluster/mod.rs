@@ -2,7 +2,7 @@
 //! goes through the stages below, top to bottom.
 //!
 //! ```text
-//!   supervisor   one task per EtcdCluster, woken by the watch caches (src/kube/cache.rs)
+//!   supervisor   one task per EtcdCluster, woken by the watch caches (src/kube/cache/)
 //!       |
 //!     task       the loop: validate, then for each pass:
 //!       |
