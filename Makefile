@@ -6,7 +6,7 @@ export CARGO_INCREMENTAL ?= 0
 # The chaos run's operator image: a debug build with crash points (src/crash.rs).
 CHAOS_IMAGE ?= quay.io/etcd-operator/etcd-operator:failpoints
 
-.PHONY: all build test unit lint e2e control-plane-test smoke crds demo demo-down cluster-up \
+.PHONY: all build test unit lint docs e2e control-plane-test smoke crds demo demo-down cluster-up \
 	control-plane-up cluster-down cluster-cycle-test k8s image bench bench-scale chart-test chaos \
 	chaos-short krew-release
 
@@ -34,6 +34,7 @@ lint:
 	hack/import-rules.py
 	hack/function-length.py
 	hack/deny.sh
+	hack/docs.sh
 
 ## unit: the unit tier, and the etcd layer against real etcd 3.4 (Debian), 3.5 and 3.6 (built),
 ## with new members started through the static etcd-gate that the operator image ships;
@@ -146,6 +147,12 @@ smoke:
 crds:
 	$(CARGO) run -q -- crd --out-dir crds
 	$(CARGO) run -q -- crd --out-dir charts/etcd-operator/crds
+	hack/docs.py reference --write
+
+## docs: the book in docs/ (guides and the reference of every field), checked and built into
+## target/book.
+docs:
+	hack/docs.sh
 
 ## chart-test: helm lint --strict, helm template, offline schema validation, RBAC mode checks.
 chart-test:

@@ -7,7 +7,7 @@
 #   gcc, libc6-dev - the static pause binary
 #   patch          - kube-network-policies is built with a patch (hack/kube-network-policies)
 #   moto (PyPI)    - a real S3 API server for the snapshot tests
-#   PyYAML (PyPI)  - hack/chart-test.sh reads the rendered chart
+#   PyYAML (PyPI)  - hack/chart-test.sh reads the rendered chart, hack/docs.py the CRDs
 #   ca-certificates - the operator image's CA bundle (object storage clients need one)
 #   Azurite (npm)  - a real Azure Blob API server, and Azure's JS client to prepare and read it
 set -euo pipefail
