@@ -93,6 +93,82 @@ impl AvailableReason {
     }
 }
 
+/// Why an EtcdCluster is Progressing (or `Stable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressingReason {
+    /// Members are being added or removed to reach `spec.size`.
+    Scaling,
+    /// A member is moved off a node that holds more voters than the cluster can lose.
+    Spreading,
+    /// A member is being replaced, restarted or its data reclaimed.
+    Recovering,
+    /// A restore replaces the members.
+    Restoring,
+    /// Members are rolled to a new etcd version.
+    Upgrading,
+    /// Members are rolled to a new pod template.
+    RollingUpdate,
+    /// The automatic CA is being rotated.
+    CertificatesRotating,
+    /// Nothing is changing.
+    Stable,
+}
+
+impl ProgressingReason {
+    /// The reason as it is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProgressingReason::Scaling => "Scaling",
+            ProgressingReason::Spreading => "Spreading",
+            ProgressingReason::Recovering => "Recovering",
+            ProgressingReason::Restoring => "Restoring",
+            ProgressingReason::Upgrading => "Upgrading",
+            ProgressingReason::RollingUpdate => "RollingUpdate",
+            ProgressingReason::CertificatesRotating => "CertificatesRotating",
+            ProgressingReason::Stable => "Stable",
+        }
+    }
+}
+
+/// Why an EtcdCluster is Degraded (or not), as its status stage decides. A spec that cannot
+/// be acted on is Degraded too, with the reason its check names (`SecretNotFound`,
+/// `InvalidRestore`...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DegradedReason {
+    /// Fewer than a quorum of voters are healthy.
+    QuorumLost,
+    /// A roll reached a member that does not come up with the new template.
+    RollStalled,
+    /// etcd raised NOSPACE.
+    NoSpace,
+    /// Some member is not ready.
+    MembersUnhealthy,
+    /// Every member is healthy.
+    AllMembersHealthy,
+    /// The version asked for is not a step etcd allows from what the members run.
+    UpgradeBlocked,
+    /// A field etcd's schema check could not judge is wrong (a defragmentation schedule).
+    InvalidSpec,
+    /// The data itself, compacted, leaves too little of the quota.
+    QuotaExceeded,
+}
+
+impl DegradedReason {
+    /// The reason as it is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DegradedReason::QuorumLost => "QuorumLost",
+            DegradedReason::RollStalled => "RollStalled",
+            DegradedReason::NoSpace => "NoSpace",
+            DegradedReason::MembersUnhealthy => "MembersUnhealthy",
+            DegradedReason::AllMembersHealthy => "AllMembersHealthy",
+            DegradedReason::UpgradeBlocked => "UpgradeBlocked",
+            DegradedReason::InvalidSpec => "InvalidSpec",
+            DegradedReason::QuotaExceeded => "QuotaExceeded",
+        }
+    }
+}
+
 /// Finds a condition by type.
 pub fn find_condition(conditions: &[Condition], type_: ConditionType) -> Option<&Condition> {
     conditions.iter().find(|c| c.type_ == type_.as_str())

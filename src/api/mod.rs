@@ -30,7 +30,9 @@ pub use common::{
     AbsSource, Condition, GcsSource, OssSource, S3Encryption, S3EncryptionMode, S3Source,
     StorageType,
 };
-pub use conditions::{AvailableReason, ConditionType, find_condition};
+pub use conditions::{
+    AvailableReason, ConditionType, DegradedReason, ProgressingReason, find_condition,
+};
 pub use restore::{
     EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase, RestoreTo,
     StorageSection, VerifiedObject,

@@ -265,7 +265,7 @@ impl Action {
             | Action::DeletePod {
                 reason: DeleteReason::Restore,
                 ..
-            } => Progress::Fixed("Restoring"),
+            } => Progress::Restoring,
             Action::RollStalled { .. }
             | Action::MoveLeader {
                 reason: MoveReason::Roll,
@@ -274,29 +274,29 @@ impl Action {
             Action::MoveLeader {
                 reason: MoveReason::Leaving,
                 ..
-            } => Progress::Fixed("Recovering"),
+            } => Progress::LeaderLeaving,
             Action::QuorumLost { .. } | Action::Paused => Progress::Halted,
-            Action::DeleteClaim { .. } => Progress::Own(Some("Recovering")),
-            Action::RotateCa => Progress::Own(Some("CertificatesRotating")),
+            Action::DeleteClaim { .. } => Progress::Own(Some(Step::Recovering)),
+            Action::RotateCa => Progress::Own(Some(Step::RotatingCertificates)),
             Action::Bootstrap
             | Action::AddMembers { .. }
             | Action::JoinMembers { .. }
-            | Action::Promote { .. } => Progress::Own(Some("Scaling")),
+            | Action::Promote { .. } => Progress::Own(Some(Step::Scaling)),
             Action::RemoveMember { reason, .. } => Progress::Own(Some(match reason {
-                RemoveReason::ScaleDown => "Scaling",
-                RemoveReason::Spread => "Spreading",
+                RemoveReason::ScaleDown => Step::Scaling,
+                RemoveReason::Spread => Step::Spreading,
                 RemoveReason::StrandedLearner
                 | RemoveReason::PodGone
                 | RemoveReason::Unhealthy
                 | RemoveReason::Outdated
                 | RemoveReason::DataGone
-                | RemoveReason::NodeLost => "Recovering",
+                | RemoveReason::NodeLost => Step::Recovering,
             })),
-            Action::SpreadMember { .. } => Progress::Own(Some("Spreading")),
+            Action::SpreadMember { .. } => Progress::Own(Some(Step::Spreading)),
             Action::ReplaceMember { .. }
             | Action::DeletePod { .. }
             | Action::RecreatePod { .. }
-            | Action::ReclaimSpace => Progress::Own(Some("Recovering")),
+            | Action::ReclaimSpace => Progress::Own(Some(Step::Recovering)),
             Action::Wait { .. } => Progress::Wait,
             Action::RecoverFromMember { .. }
             | Action::RecoverFromBackup { .. }
@@ -367,20 +367,35 @@ impl Action {
     }
 }
 
-/// What an action means for the Progressing condition (`status.rs` turns it into a reason).
+/// What an action means for the Progressing condition (the status stage words it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Progress {
-    /// This reason, whatever else is under way.
-    Fixed(&'static str),
-    /// A step of a roll: `Upgrading` or `RollingUpdate`.
+    /// A restore replaces the members, whatever else is under way.
+    Restoring,
+    /// A step of a roll (an upgrade or a pod-template change).
     Roll,
+    /// The leader leaves, its member replaced once another leads, whatever else is under way.
+    LeaderLeaving,
     /// Not progressing, even in the middle of a roll (nothing is done).
     Halted,
-    /// Its own reason (`None`: not progressing), unless a roll is under way.
-    Own(Option<&'static str>),
-    /// Waiting for something in flight: `Scaling` while the voters differ from the size,
-    /// `Recovering` otherwise; unless a roll is under way.
+    /// Its own step (`None`: not progressing), unless a roll is under way.
+    Own(Option<Step>),
+    /// Waiting for something in flight: scaling while the voters differ from the size,
+    /// recovering otherwise; unless a roll is under way.
     Wait,
+}
+
+/// What an action that is not a roll or a restore is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Adding or removing members towards the size.
+    Scaling,
+    /// Moving a member off a crowded node.
+    Spreading,
+    /// Replacing, restarting or reclaiming.
+    Recovering,
+    /// Rotating the automatic CA.
+    RotatingCertificates,
 }
 
 /// How soon a pass that changed nothing is followed by the next.
@@ -429,14 +444,18 @@ mod tests {
     #[test]
     fn each_removal_and_deletion_is_reported_by_why_it_happens() {
         let removals = [
-            (RemoveReason::StrandedLearner, "MemberRemoved", "Recovering"),
-            (RemoveReason::PodGone, "MemberRemoved", "Recovering"),
-            (RemoveReason::ScaleDown, "MemberRemoved", "Scaling"),
-            (RemoveReason::Unhealthy, "MemberReplaced", "Recovering"),
-            (RemoveReason::Outdated, "MemberRolled", "Recovering"),
-            (RemoveReason::DataGone, "MemberReplaced", "Recovering"),
-            (RemoveReason::NodeLost, "MemberReplaced", "Recovering"),
-            (RemoveReason::Spread, "MembersSpread", "Spreading"),
+            (
+                RemoveReason::StrandedLearner,
+                "MemberRemoved",
+                Step::Recovering,
+            ),
+            (RemoveReason::PodGone, "MemberRemoved", Step::Recovering),
+            (RemoveReason::ScaleDown, "MemberRemoved", Step::Scaling),
+            (RemoveReason::Unhealthy, "MemberReplaced", Step::Recovering),
+            (RemoveReason::Outdated, "MemberRolled", Step::Recovering),
+            (RemoveReason::DataGone, "MemberReplaced", Step::Recovering),
+            (RemoveReason::NodeLost, "MemberReplaced", Step::Recovering),
+            (RemoveReason::Spread, "MembersSpread", Step::Spreading),
         ];
         for (reason, event, progress) in removals {
             let a = remove(reason);
@@ -457,7 +476,7 @@ mod tests {
         }
         assert_eq!(
             delete(DeleteReason::Restore).progress(),
-            Progress::Fixed("Restoring")
+            Progress::Restoring
         );
     }
 

@@ -22,7 +22,7 @@ mod steps;
 mod tests;
 pub mod version;
 
-pub use action::{Action, Counted, DeleteReason, MoveReason, Progress, RemoveReason, Rest};
+pub use action::{Action, Counted, DeleteReason, MoveReason, Progress, RemoveReason, Rest, Step};
 pub use recovery::{Approval, Recover, RecoveryPolicy, recover};
 pub use restore::{RestoreTarget, restore};
 use steps::{rescue_persistent, without_member_list};

@@ -4,8 +4,8 @@
 //! exceeds). The task only writes it and publishes its warning.
 
 use crate::api::{
-    DefragRequest, DefragmentationRecord, EtcdCluster, EtcdClusterStatus, RecoveryRecord,
-    RestoreRecord,
+    DefragRequest, DefragmentationRecord, DegradedReason, EtcdCluster, EtcdClusterStatus,
+    RecoveryRecord, RestoreRecord,
 };
 use crate::cluster::observe::Observed;
 use crate::cluster::plan::Action;
@@ -51,7 +51,11 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
     let mut status = super::compute(cluster, obs, action);
     status.restore = found.restore.or(status.restore);
     if let Some(message) = &found.held_back {
-        super::mark_degraded(&mut status, "UpgradeBlocked", message);
+        super::mark_degraded(
+            &mut status,
+            DegradedReason::UpgradeBlocked.as_str(),
+            message,
+        );
     }
     let recovered = super::recovery::report(
         cluster,
@@ -70,7 +74,7 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
     // everything else goes on.
     let bad_schedule = upkeep::schedule(cluster).err();
     if let Some(why) = &bad_schedule {
-        super::mark_degraded(&mut status, "InvalidSpec", why);
+        super::mark_degraded(&mut status, DegradedReason::InvalidSpec.as_str(), why);
     }
     if let Some(step) = &found.rotation_step {
         super::mark_rotating(&mut status, cluster.metadata.generation, step);
@@ -78,14 +82,17 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
     // The data itself, compacted, leaves too little of the quota: nothing is disarmed, and
     // the status says why for as long as the alarm stays.
     if let Some(why) = &found.exceeded {
-        super::mark_degraded(&mut status, "QuotaExceeded", why);
+        super::mark_degraded(&mut status, DegradedReason::QuotaExceeded.as_str(), why);
     }
     let warning = match (action, &found.held_back) {
-        (Action::RollStalled { reason }, _) => Some(("RollStalled", reason.clone())),
-        _ if found.exceeded.is_some() => found.exceeded.map(|why| ("QuotaExceeded", why)),
-        (_, Some(message)) => Some(("UpgradeBlocked", message.clone())),
-        _ => bad_schedule.map(|why| ("InvalidSpec", why)),
-    };
+        (Action::RollStalled { reason }, _) => Some((DegradedReason::RollStalled, reason.clone())),
+        _ if found.exceeded.is_some() => found
+            .exceeded
+            .map(|why| (DegradedReason::QuotaExceeded, why)),
+        (_, Some(message)) => Some((DegradedReason::UpgradeBlocked, message.clone())),
+        _ => bad_schedule.map(|why| (DegradedReason::InvalidSpec, why)),
+    }
+    .map(|(reason, message)| (reason.as_str(), message));
     Finished {
         status,
         recovered,

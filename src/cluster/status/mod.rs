@@ -7,152 +7,25 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::observe::Observed;
-use super::plan::{Action, DeleteReason, Progress, quorum};
-use super::serving::READ_GRACE;
+use super::plan::{Action, DeleteReason};
 use super::version::Version;
 use crate::api::{
-    ClusterPhase, Condition, ConditionType, EtcdCluster, EtcdClusterStatus, MemberRole,
-    MemberStatus, MembersStatus, find_condition,
+    ClusterPhase, EtcdCluster, EtcdClusterStatus, MemberRole, MemberStatus, MembersStatus,
 };
 use crate::kube::names::CLIENT_PORT;
 
+mod conditions;
 mod finish;
 mod recovery;
 
+pub use conditions::{mark_degraded, mark_rotating};
 pub use finish::{Findings, Finished, early, finish};
 pub use recovery::{record as recovery_record, summary as recovery_summary};
-
-/// Marks `status` Progressing for a step of a CA rotation that was just written: the roll it
-/// causes starts on the next pass, and until then the status must not say the cluster is
-/// settled.
-pub fn mark_rotating(status: &mut EtcdClusterStatus, generation: Option<i64>, message: &str) {
-    let progressing = Condition::computed(
-        &status.conditions,
-        ConditionType::Progressing,
-        generation,
-        true,
-        "CertificatesRotating",
-        message.to_string(),
-    );
-    match status
-        .conditions
-        .iter_mut()
-        .find(|c| c.type_ == ConditionType::Progressing.as_str())
-    {
-        Some(c) => *c = progressing,
-        None => status.conditions.push(progressing),
-    }
-}
-
-/// Marks `status` Degraded for `reason`, with `message` (naming the field or object).
-pub fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, message: &str) {
-    for c in status
-        .conditions
-        .iter_mut()
-        .filter(|c| c.type_ == ConditionType::Degraded.as_str())
-    {
-        c.status = "True".into();
-        c.reason = reason.into();
-        c.message = message.into();
-    }
-}
-
-/// Whether the cluster is Available, with the condition's reason and message. Available means
-/// a client of the client Service can read and write now: the ready members (healthy voters
-/// whose pods are Ready and published as ready endpoints of the client Service) are a quorum
-/// of the membership as it is and of `spec.size` (so a new 3-member cluster is not Available
-/// on its seed alone), and a linearizable read through the Service's address was answered by
-/// this cluster. Once Available, failed reads alone take it away only after [`READ_GRACE`]:
-/// one read lost to a busy node is no outage.
-/// Nor is it Available while the Service still sends clients to a member that does not serve
-/// (a member whose node stopped, whose pod is being deleted, or that was removed): its
-/// endpoint stays ready until its kubelet's probes, or the node controller, say otherwise,
-/// and each client sent there fails until then.
-fn availability(
-    cluster: &EtcdCluster,
-    obs: &Observed,
-    action: &Action,
-    previous: &EtcdClusterStatus,
-    voters: usize,
-    roster: &Roster,
-) -> (bool, &'static str, String) {
-    let (healthy, ready) = (roster.healthy_voters, roster.ready.len());
-    let size = cluster.spec.members();
-    let service = format!("{}-client", cluster.name_any());
-    let enough = |n: usize| n >= quorum(voters) && n >= quorum(size);
-    let was_available = find_condition(&previous.conditions, ConditionType::Available)
-        .is_some_and(Condition::is_true);
-    if obs.plan.members.is_none() || matches!(action, Action::QuorumLost { .. }) || !enough(healthy)
-    {
-        return (
-            false,
-            "QuorumUnavailable",
-            format!("{healthy} of {voters} voting members healthy"),
-        );
-    }
-    if !obs.plan.nospace.is_empty() {
-        return (
-            false,
-            "NoSpace",
-            format!(
-                "etcd raised NOSPACE (quota {} MiB): writes that grow the database are refused until space is reclaimed; reads are served",
-                cluster.spec.quota_backend_bytes() / (1024 * 1024)
-            ),
-        );
-    }
-    if !enough(ready) {
-        return (
-            false,
-            "EndpointsNotReady",
-            format!(
-                "{healthy} of {voters} voting members healthy; {ready} of them Ready and published by Service {service}"
-            ),
-        );
-    }
-    if !roster.stray.is_empty() {
-        return (
-            false,
-            "UnhealthyEndpoints",
-            format!(
-                "Service {service} still sends clients to {}, which {} not serve; clients sent there fail until {} withdrawn",
-                roster.stray.join(", "),
-                if roster.stray.len() == 1 {
-                    "does"
-                } else {
-                    "do"
-                },
-                if roster.stray.len() == 1 {
-                    "it is"
-                } else {
-                    "they are"
-                },
-            ),
-        );
-    }
-    match &obs.serving.read {
-        Some(Err(why)) if !was_available || obs.serving.failing_for >= READ_GRACE => {
-            (false, "ServiceUnreachable", why.clone())
-        }
-        None => (
-            false,
-            "ServiceUnreachable",
-            format!("no read was made through Service {service}"),
-        ),
-        _ => (
-            true,
-            "QuorumHealthy",
-            format!(
-                "{ready} of {voters} voting members healthy and serving clients through Service {service}"
-            ),
-        ),
-    }
-}
 
 /// The status to write after `action` was planned on `obs`.
 pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
     let generation = cluster.metadata.generation;
-    let size = cluster.spec.members();
     let members = obs.plan.members.as_deref().unwrap_or_default();
     let roster = roster(obs, &previous);
     let voters = members.iter().filter(|m| !m.is_learner).count();
@@ -166,32 +39,18 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         .to_string();
     let wanted = cluster.spec.version().to_string();
 
-    let (quorate, available_reason, available_message) =
-        availability(cluster, obs, action, &previous, voters, &roster);
     let (phase, reason) = phase_of(obs, action, &previous);
     let upgrading = Version::parse(&current_version) != Version::parse(&wanted);
-    let progressing = progressing_reason(obs, action, upgrading, voters, size);
-    let old = &previous.conditions;
-    let mut conditions = vec![
-        Condition::computed(
-            old,
-            ConditionType::Available,
-            generation,
-            quorate,
-            available_reason,
-            available_message,
-        ),
-        Condition::computed(
-            old,
-            ConditionType::Progressing,
-            generation,
-            progressing.is_some(),
-            progressing.unwrap_or("Stable"),
-            step_message(action, voters, size),
-        ),
-    ];
-    let whole = quorate && roster.ready.len() >= voters;
-    conditions.push(degraded(old, generation, action, whole, &roster, &reason));
+    let conditions = conditions::of(&conditions::Inputs {
+        cluster,
+        obs,
+        action,
+        previous: &previous,
+        roster: &roster,
+        voters,
+        upgrading,
+        phase_reason: &reason,
+    });
 
     EtcdClusterStatus {
         phase: Some(phase),
@@ -225,65 +84,17 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
     }
 }
 
-/// What the cluster waits for, else how many members it has of its size.
-fn step_message(action: &Action, voters: usize, size: usize) -> String {
-    match action {
-        Action::Wait { reason } | Action::Restoring { reason } | Action::RollStalled { reason } => {
-            reason.clone()
-        }
-        _ => format!("{voters} of {size} members"),
-    }
-}
-
-/// `Degraded`: quorum lost, fewer ready members than voters (`whole` false), a member not
-/// ready, or a roll stalled.
-fn degraded(
-    old: &[Condition],
-    generation: Option<i64>,
-    action: &Action,
-    whole: bool,
-    roster: &Roster,
-    reason: &str,
-) -> Condition {
-    let stalled = matches!(action, Action::RollStalled { .. });
-    let space = matches!(action, Action::ReclaimSpace);
-    let unready = &roster.members.unready;
-    let degraded = !whole || !unready.is_empty() || stalled || space;
-    Condition::computed(
-        old,
-        ConditionType::Degraded,
-        generation,
-        degraded,
-        match action {
-            Action::QuorumLost { .. } => "QuorumLost",
-            Action::RollStalled { .. } => "RollStalled",
-            Action::ReclaimSpace => "NoSpace",
-            _ if degraded => "MembersUnhealthy",
-            _ => "AllMembersHealthy",
-        },
-        match action {
-            Action::RollStalled { reason } => reason.clone(),
-            Action::ReclaimSpace => "etcd raised NOSPACE: writes that grow the database are \
-                refused, reads are served; the history is compacted, the members defragmented \
-                and the alarm disarmed"
-                .into(),
-            _ if unready.is_empty() => reason.to_string(),
-            _ => format!("not ready: {}", unready.join(", ")),
-        },
-    )
-}
-
 /// Each member's status, and which are ready.
-struct Roster {
-    statuses: Vec<MemberStatus>,
-    members: MembersStatus,
+pub(super) struct Roster {
+    pub(super) statuses: Vec<MemberStatus>,
+    pub(super) members: MembersStatus,
     /// Ready members (also in `members.ready`).
-    ready: Vec<String>,
+    pub(super) ready: Vec<String>,
     /// Healthy in etcd's view, whether or not clients of the Service reach them yet.
-    healthy_voters: usize,
+    pub(super) healthy_voters: usize,
     /// Pods published as ready endpoints of the client Service whose members do not serve
     /// (not healthy, or no longer members).
-    stray: Vec<String>,
+    pub(super) stray: Vec<String>,
 }
 
 /// The alarms any member reports for member `id` (each lists the whole cluster's), once each.
@@ -427,45 +238,14 @@ fn phase_of(
     }
 }
 
-/// Why the cluster is progressing, if it is.
-fn progressing_reason(
-    obs: &Observed,
-    action: &Action,
-    upgrading: bool,
-    voters: usize,
-    size: usize,
-) -> Option<&'static str> {
-    // A roll is under way while some live pod is made from an older template: an upgrade
-    // when the members do not all run the version asked for yet, else a pod-policy roll.
-    let rolling = obs
-        .plan
-        .pods
-        .iter()
-        .any(|p| !p.current && !p.state.is_gone())
-        || matches!(action, Action::RollStalled { .. });
-    let roll_reason = if upgrading {
-        "Upgrading"
-    } else {
-        "RollingUpdate"
-    };
-    match action.progress() {
-        Progress::Fixed(reason) => Some(reason),
-        Progress::Roll => Some(roll_reason),
-        Progress::Halted => None,
-        _ if rolling => Some(roll_reason),
-        Progress::Own(reason) => reason,
-        Progress::Wait if voters != size => Some("Scaling"),
-        Progress::Wait => Some("Recovering"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::api::EtcdClusterSpec;
+    use crate::api::{Condition, ConditionType, EtcdClusterSpec, find_condition};
     use crate::cluster::plan::{MemberView, Observation, PodState, PodView};
+    use crate::cluster::serving::READ_GRACE;
     use crate::cluster::serving::Serving;
 
     fn observed(states: [PodState; 3]) -> Observed {

@@ -3,7 +3,7 @@
 
 use kube::ResourceExt;
 
-use crate::api::{Condition, ConditionType, EtcdCluster, EtcdClusterStatus, RecoveryRecord};
+use crate::api::{EtcdCluster, EtcdClusterStatus, RecoveryRecord};
 use crate::cluster::observe::Observed;
 use crate::cluster::plan::Action;
 
@@ -122,7 +122,7 @@ pub fn report(
         .unwrap_or_default();
     let generation = cluster.metadata.generation;
     let message = summary(&r);
-    mark_recovery(
+    super::conditions::mark_recovery(
         new_status,
         previous,
         generation,
@@ -132,29 +132,4 @@ pub fn report(
     );
     let known = last.is_some_and(|old| old.completed && old.restore == r.restore);
     (r.completed && !known).then_some(r)
-}
-
-/// Adds the `Recovering` condition of the last recovery from lost quorum: True until the
-/// rebuilt cluster serves, then False; its reason says how (`ForceNewCluster`,
-/// `RestoredFromBackup`).
-fn mark_recovery(
-    status: &mut EtcdClusterStatus,
-    previous: &[Condition],
-    generation: Option<i64>,
-    reason: &str,
-    completed: bool,
-    message: String,
-) {
-    let recovering = Condition::computed(
-        previous,
-        ConditionType::Recovering,
-        generation,
-        !completed,
-        reason,
-        message,
-    );
-    status
-        .conditions
-        .retain(|c| c.type_ != ConditionType::Recovering.as_str());
-    status.conditions.push(recovering);
 }
