@@ -248,27 +248,28 @@ impl Served {
                 .max_buf_size(64 * 1024);
             b
         };
-        match self.tls {
-            None => {
-                tokio::select! {
-                    _ = builder.serve_connection(TokioIo::new(stream), service) => {}
-                    _ = cut.notified() => {}
+        let served = async {
+            match self.tls {
+                None => {
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+                // The handshake counts against the head's time, like the head it carries.
+                Some(tls) => {
+                    if let Ok(Ok(stream)) =
+                        tokio::time::timeout(HEADER_TIMEOUT, tls.accept(stream)).await
+                    {
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
                 }
             }
-            // The handshake counts against the head's time, like the head it carries.
-            Some(tls) => {
-                tokio::select! {
-                    _ = async {
-                        let Ok(Ok(stream)) =
-                            tokio::time::timeout(HEADER_TIMEOUT, tls.accept(stream)).await
-                        else {
-                            return;
-                        };
-                        let _ = builder.serve_connection(TokioIo::new(stream), service).await;
-                    } => {}
-                    _ = cut.notified() => {}
-                }
-            }
+        };
+        tokio::select! {
+            _ = served => {}
+            _ = cut.notified() => {}
         }
         self.heads.leave(id);
     }

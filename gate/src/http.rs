@@ -125,8 +125,7 @@ pub fn request(
     stream.write_all(head.as_bytes()).map_err(err)?;
     stream.write_all(body.as_bytes()).map_err(err)?;
     stream.flush().map_err(err)?;
-    let mut reader =
-        BufReader::with_capacity(1 << 16, Box::new(ReadHalf(stream)) as Box<dyn Read + Send>);
+    let mut reader = BufReader::with_capacity(1 << 16, stream as Box<dyn Read + Send>);
     let mut status = String::new();
     reader.read_line(&mut status).map_err(err)?;
     let mut length = None;
@@ -162,15 +161,6 @@ pub fn body_of(mut reader: BufReader<Box<dyn Read + Send>>) -> String {
 
 trait ReadWrite: Read + Write + Send {}
 impl<T: Read + Write + Send> ReadWrite for T {}
-
-/// The connection, read from once the request is sent.
-struct ReadHalf(Box<dyn ReadWrite>);
-
-impl Read for ReadHalf {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.read(buf)
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -97,7 +97,7 @@ pub(super) struct Seen {
 /// given as plain values. The memory learns what this observation shows.
 pub(super) async fn observe_stage(
     handles: &Handles,
-    pass: &Pass<'_>,
+    cached: bool,
     cluster: &EtcdCluster,
     material: &tls::Material,
     memory: &mut Memory,
@@ -105,7 +105,7 @@ pub(super) async fn observe_stage(
     let carried = &mut memory.carried;
     let mut obs = observe::observe(
         handles,
-        pass.cached,
+        cached,
         cluster,
         material.client.clone(),
         &mut carried.health,
@@ -175,7 +175,7 @@ pub(super) async fn reconcile(
         effective,
         held_back,
         space,
-    } = observe_stage(handles, &pass, cluster, &material, memory).await?;
+    } = observe_stage(handles, cached, cluster, &material, memory).await?;
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref(), memory).await?;
     // Every pass at debug level: what a slow reaction spent its time on (LOG_LEVEL).
