@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod api;
 pub mod backup;
 pub mod cluster;

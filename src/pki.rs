@@ -163,6 +163,8 @@ pub struct CertInfo {
     pub not_after: OffsetDateTime,
     /// DNS names and IP addresses it is valid for.
     pub names: Vec<String>,
+    /// The subject's common name (etcd's user, for a client certificate).
+    pub common_name: String,
 }
 
 impl CertInfo {
@@ -206,6 +208,13 @@ pub fn parse_certs(pem: &[u8]) -> Result<Vec<CertInfo>, String> {
             not_before: cert.validity().not_before.to_datetime(),
             not_after: cert.validity().not_after.to_datetime(),
             names,
+            common_name: cert
+                .subject()
+                .iter_common_name()
+                .next()
+                .and_then(|cn| cn.as_str().ok())
+                .unwrap_or_default()
+                .to_string(),
         });
     }
     if out.is_empty() {

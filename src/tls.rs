@@ -353,11 +353,25 @@ fn names(cluster: &EtcdCluster, role: Role) -> Vec<String> {
 
 /// Whether a certificate Secret is what `state` would issue now: the CAs trusted, the signer,
 /// the names, and not yet due for renewal.
+/// The subject of a certificate of `role`. The operator's client certificate is etcd's `root`
+/// user: with authentication on, etcd takes a client certificate's CN for the user, and the
+/// operator's changes (membership, maintenance, access control) are root's to make.
+fn common_name(cluster: &EtcdCluster, role: Role) -> String {
+    match role {
+        Role::Client => crate::etcd::auth::ROOT.to_string(),
+        _ => format!(
+            "{}.{}",
+            cluster.name_any(),
+            cluster.namespace().unwrap_or_default()
+        ),
+    }
+}
+
 fn leaf_current(
     secret: &Secret,
     layout: Layout,
     state: &AutoState,
-    names: &[String],
+    (names, common): (&[String], &str),
     now: OffsetDateTime,
 ) -> bool {
     let issuer = fingerprint(&[state.issuer().0.cert.as_bytes()]);
@@ -371,7 +385,11 @@ fn leaf_current(
         return false;
     };
     match pki::parse_certs(&cert) {
-        Ok(certs) => certs[0].names == names && !certs[0].renewal_due(now),
+        Ok(certs) => {
+            certs[0].names == names
+                && (layout != pki::CLIENT || certs[0].common_name == common)
+                && !certs[0].renewal_due(now)
+        }
         Err(_) => false,
     }
 }
@@ -523,16 +541,19 @@ async fn prepare_auto(
             not_ours(api, cluster, s)?;
         }
         let secret = match existing {
-            Some(s) if leaf_current(&s, layout, &state, &want, now) => s,
+            Some(s)
+                if leaf_current(
+                    &s,
+                    layout,
+                    &state,
+                    (&want, &common_name(cluster, role)),
+                    now,
+                ) =>
+            {
+                s
+            }
             _ => {
-                let common = match role {
-                    Role::Client => format!("{}-client", cluster.name_any()),
-                    _ => format!(
-                        "{}.{}",
-                        cluster.name_any(),
-                        cluster.namespace().unwrap_or_default()
-                    ),
-                };
+                let common = common_name(cluster, role);
                 let pair = state
                     .issuer()
                     .issue(role, &common, &want, now, validity)
@@ -794,16 +815,16 @@ mod tests {
             ISSUER_ANNOTATION.to_string(),
             fingerprint(&[s0.ca.0.cert.as_bytes()]),
         )]));
-        assert!(leaf_current(&secret, pki::PEER, &s0, &want, now()));
+        assert!(leaf_current(&secret, pki::PEER, &s0, (&want, ""), now()));
         let later = now() + time::Duration::days(250);
-        assert!(!leaf_current(&secret, pki::PEER, &s0, &want, later));
+        assert!(!leaf_current(&secret, pki::PEER, &s0, (&want, ""), later));
         let (s1, _) = next_state(&s0, "r", "c", now()).unwrap().unwrap();
         assert!(
-            !leaf_current(&secret, pki::PEER, &s1, &want, now()),
+            !leaf_current(&secret, pki::PEER, &s1, (&want, ""), now()),
             "trust changed"
         );
         assert!(
-            !leaf_current(&secret, pki::PEER, &s0, &want[1..], now()),
+            !leaf_current(&secret, pki::PEER, &s0, (&want[1..], ""), now()),
             "names changed"
         );
     }

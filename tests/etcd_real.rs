@@ -148,11 +148,11 @@ async fn refuses_strangers(m: &EtcdProcess, pki: &TestPki) {
     let other = TestPki::new();
     let stranger = Endpoint::new(
         m.client_url.clone(),
-        Some(Arc::new(ClientTls {
+        etcd::Access::tls(Some(Arc::new(ClientTls {
             ca: pki.client.ca.clone(),
             cert: other.client.cert.clone(),
             key: other.client.key.clone(),
-        })),
+        }))),
         Some(support::TLS_NAME.into()),
     );
     let e = etcd::status(&stranger, TIMEOUT).await.unwrap_err();
@@ -160,7 +160,7 @@ async fn refuses_strangers(m: &EtcdProcess, pki: &TestPki) {
     // And the server's certificate is checked against the name asked for.
     let misnamed = Endpoint::new(
         m.client_url.clone(),
-        Some(pki.client.clone()),
+        etcd::Access::tls(Some(pki.client.clone())),
         Some("m0.other.ns.svc".into()),
     );
     assert!(etcd::status(&misnamed, TIMEOUT).await.is_err());

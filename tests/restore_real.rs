@@ -278,3 +278,94 @@ async fn a_3_6_cluster_that_lost_quorum_is_rebuilt_from_its_survivor() {
 async fn a_3_4_cluster_that_lost_quorum_is_rebuilt_from_its_survivor() {
     recover_on("3.4", 0).await;
 }
+
+/// Data made elsewhere with etcd's authentication on (its own root password, a tenant with its
+/// role): restored with the cluster's root password file, the data keeps its users and roles,
+/// and root's password is the cluster's, whatever it was where the snapshot was taken.
+async fn foreign_auth_on(minor: &str) {
+    use etcd_operator::etcd::{Access, Endpoint, Password};
+    use std::sync::Arc;
+    let binary = etcd_binary(minor);
+    let mut source = EtcdProcess::plan("elsewhere");
+    let ic = source.initial_cluster_entry();
+    source.start(&binary, &ic, "new", &format!("auth-{minor}"));
+    put_keys(&source.client_url).await;
+    let mut admin = etcd_client::Client::connect([source.client_url.as_str()], None)
+        .await
+        .unwrap();
+    admin.user_add("root", "theirs", None).await.unwrap();
+    admin.user_grant_role("root", "root").await.unwrap();
+    admin.role_add("tenant").await.unwrap();
+    admin.user_add("tenant", "t", None).await.unwrap();
+    admin.user_grant_role("tenant", "tenant").await.unwrap();
+    admin.auth_enable().await.unwrap();
+    let dir = std::env::temp_dir().join(format!("restore-auth-{minor}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let local = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
+    let theirs = Endpoint::new(
+        source.client_url.clone(),
+        Access {
+            root: Some(Arc::new(Password("theirs".into()))),
+            ..Access::default()
+        },
+        None,
+    );
+    let saved = snapshot::save(
+        &theirs,
+        &local,
+        &ObjectPath::from("snap.db"),
+        PutMultipartOptions::default(),
+        Duration::from_secs(60),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    source.stop();
+    let server = Server::start(&dir.join("snap.db"));
+    let password_file = dir.join("root-password");
+    std::fs::write(&password_file, "ours").unwrap();
+    let mut m = EtcdProcess::plan("here");
+    let ic = m.initial_cluster_entry();
+    let mut wrapper = gate(&m, &server.url, &saved.verified.sha256, 0);
+    wrapper.insert(
+        wrapper.len() - 1,
+        format!("--root-password-file={}", password_file.display()),
+    );
+    m.spawn(&wrapper, &binary, &ic, "new", "restored");
+    m.wait_listening(Duration::from_secs(60));
+    let as_root =
+        |password: &str| etcd_client::ConnectOptions::new().with_user("root", password.to_string());
+    let url = [m.client_url.as_str()];
+    let mut ours = etcd_client::Client::connect(url, Some(as_root("ours")))
+        .await
+        .unwrap_or_else(|e| panic!("root by the cluster's password: {e}\n{}", m.log()));
+    let tenant = ours.user_get("tenant").await.unwrap();
+    assert_eq!(tenant.roles(), ["tenant"]);
+    let keys = ours
+        .get(
+            "key-",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .unwrap()
+        .count();
+    assert_eq!(keys, i64::try_from(KEYS).unwrap());
+    let refused = etcd_client::Client::connect(url, Some(as_root("theirs"))).await;
+    assert!(refused.is_err(), "the old root password still works");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_made_elsewhere_with_authentication_on_is_restored_with_this_clusters_root_3_4() {
+    foreign_auth_on("3.4").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_made_elsewhere_with_authentication_on_is_restored_with_this_clusters_root_3_6() {
+    foreign_auth_on("3.6").await;
+}

@@ -10,6 +10,12 @@
 //! serves each key's last change only, so applying a line twice (a retried answer) is harmless,
 //! and the answer ends with a line that counts the transactions: a cut answer is never taken
 //! for a whole one.
+//!
+//! The restored data may have etcd's authentication on, with a root password from wherever the
+//! snapshot was taken. The loopback etcd signs its tokens (JWT, HS256) with a key the gate
+//! makes and holds alone, so the gate mints root's token itself and needs no password: it
+//! replays as root, and sets root's password to the cluster's own (`--root-password-file`),
+//! so that the operator's root still works on data made elsewhere.
 
 use std::io::BufRead;
 use std::net::SocketAddr;
@@ -42,8 +48,14 @@ pub struct Changes<'a> {
 }
 
 /// The member's etcd on `data_dir`, with `extra` of its own arguments that concern the data
-/// (its quota), on loopback only.
-fn start(program: &str, data_dir: &Path, name: &str, extra: &[String]) -> Result<Child, String> {
+/// (its quota), on loopback only, its tokens signed with `key`.
+fn start(
+    program: &str,
+    data_dir: &Path,
+    name: &str,
+    extra: &[String],
+    key: &Path,
+) -> Result<Child, String> {
     let mut command = Command::new(program);
     command
         .arg(format!("--data-dir={}", data_dir.display()))
@@ -53,10 +65,98 @@ fn start(program: &str, data_dir: &Path, name: &str, extra: &[String]) -> Result
         .arg(format!("--listen-peer-urls=http://{PEER}"))
         .arg(format!("--max-txn-ops={MAX_TXN_OPS}"))
         .arg(format!("--max-request-bytes={MAX_REQUEST_BYTES}"))
+        .arg(format!(
+            "--auth-token=jwt,sign-method=HS256,priv-key={},ttl=60m",
+            key.display()
+        ))
         .args(extra);
     command
         .spawn()
         .map_err(|e| format!("starting {program} for the replay: {e}"))
+}
+
+/// A key of 32 random bytes, hex, in a file only this process may read.
+fn make_key(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    let key: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("creating {}: {e}", path.display()))?;
+    std::io::Write::write_all(&mut file, key.as_bytes())
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(key.into_bytes())
+}
+
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// root's token, signed with `key`: etcd accepts it as root's for as long as it lives, whatever
+/// root's password is. Its auth revision is the largest a token can carry, so that no change
+/// of users or roles makes it stale.
+fn root_token(key: &[u8]) -> String {
+    let header = base64url(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        + 3600;
+    let claims = base64url(
+        format!(r#"{{"exp":{exp},"revision":9007199254740991,"username":"root"}}"#).as_bytes(),
+    );
+    let signed = format!("{header}.{claims}");
+    let tag = aws_lc_rs::hmac::sign(
+        &aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, key),
+        signed.as_bytes(),
+    );
+    format!("{signed}.{}", base64url(tag.as_ref()))
+}
+
+/// The loopback etcd on the restored data, and root's token for it.
+struct Loopback {
+    server: Server,
+    child: Child,
+    auth: String,
+}
+
+impl Loopback {
+    fn post(&self, path: &str, body: &str) -> Result<(u16, String), String> {
+        let answer = request(&self.server, "POST", path, &self.auth, body, ANSWER_TIMEOUT)?;
+        Ok((answer.code, body_of(answer.body)))
+    }
+}
+
+/// Sets root's password to `password` when the restored data has a root user (it always has
+/// one when etcd's authentication is on there).
+fn set_root_password(etcd: &Loopback, password: &str) -> Result<(), String> {
+    let body = serde_json::json!({"name": "root", "password": password}).to_string();
+    match etcd.post("/v3/auth/user/changepw", &body)? {
+        (200, _) => {
+            log("set root's password in the restored data to the cluster's own");
+            Ok(())
+        }
+        (_, body) if body.contains("user name not found") => Ok(()),
+        (code, body) => Err(format!("setting root's password ({code}): {}", body.trim())),
+    }
 }
 
 /// The arguments of the member's own command line that the replay's etcd keeps.
@@ -68,10 +168,10 @@ pub fn data_args(args: &[String]) -> Vec<String> {
 }
 
 /// The revision etcd serves, once it answers.
-fn revision(etcd: &Server, child: &mut Child) -> Result<i64, String> {
+fn revision(etcd: &mut Loopback) -> Result<i64, String> {
     let started = Instant::now();
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
+        if let Ok(Some(status)) = etcd.child.try_wait() {
             return Err(format!(
                 "etcd exited ({status}) before it served the replay"
             ));
@@ -79,10 +179,10 @@ fn revision(etcd: &Server, child: &mut Child) -> Result<i64, String> {
         if let Ok(Answer {
             code: 200, body, ..
         }) = request(
-            etcd,
+            &etcd.server,
             "POST",
             "/v3/maintenance/status",
-            "",
+            &etcd.auth,
             "{}",
             ANSWER_TIMEOUT,
         ) {
@@ -104,7 +204,7 @@ fn revision(etcd: &Server, child: &mut Child) -> Result<i64, String> {
 
 /// Applies the changes after `after`: each line but the last a transaction, the last
 /// `{"end": {"txns": N, ...}}`. Returns the end line.
-fn apply_once(etcd: &Server, from: &Changes<'_>, after: i64) -> Result<String, String> {
+fn apply_once(etcd: &Loopback, from: &Changes<'_>, after: i64) -> Result<String, String> {
     let path = format!("{}?after={after}", from.path);
     let auth = format!("Authorization: Bearer {}\r\n", from.token);
     let answer = request(from.server, "GET", &path, &auth, "", ANSWER_TIMEOUT)?;
@@ -125,8 +225,7 @@ fn apply_once(etcd: &Server, from: &Changes<'_>, after: i64) -> Result<String, S
             }
             return Ok(line);
         }
-        let answer = request(etcd, "POST", "/v3/kv/txn", "", &line, ANSWER_TIMEOUT)?;
-        let (code, body) = (answer.code, body_of(answer.body));
+        let (code, body) = etcd.post("/v3/kv/txn", &line)?;
         if code != 200 || !body.contains("\"succeeded\":true") {
             return Err(format!(
                 "etcd refused a transaction ({code}): {}",
@@ -140,24 +239,41 @@ fn apply_once(etcd: &Server, from: &Changes<'_>, after: i64) -> Result<String, S
     ))
 }
 
-/// Replays the changes into the restored data in `data_dir` (not yet in place), then stops
-/// the etcd that took them. `bump` is what the restore tool added to the snapshot's revision.
+/// Replays the changes `from` (when given) into the restored data in `data_dir` (not yet in
+/// place), and sets root's password there to `root_password` (when given); then stops the
+/// etcd that took them. `bump` is what the restore tool added to the snapshot's revision.
 pub fn replay(
     program: &str,
     program_args: &[String],
     data_dir: &Path,
     name: &str,
     bump: u64,
-    from: &Changes<'_>,
+    from: Option<&Changes<'_>>,
+    root_password: Option<&str>,
 ) -> Result<(), String> {
-    let etcd: SocketAddr = CLIENT.parse().map_err(|e| format!("{CLIENT}: {e}"))?;
-    let etcd = Server::plain(etcd);
-    let mut child = start(program, data_dir, name, &data_args(program_args))?;
+    let addr: SocketAddr = CLIENT.parse().map_err(|e| format!("{CLIENT}: {e}"))?;
+    let key_file = data_dir.with_extension("jwt-key");
+    let key = make_key(&key_file)?;
+    let child = start(program, data_dir, name, &data_args(program_args), &key_file);
+    let child = child.inspect_err(|_| {
+        let _ = std::fs::remove_file(&key_file);
+    })?;
+    let mut etcd = Loopback {
+        server: Server::plain(addr),
+        child,
+        auth: format!("Authorization: {}\r\n", root_token(&key)),
+    };
     let result = (|| {
         let started = Instant::now();
         // The snapshot's own revision: the changes after it are those it lacks (it may hold a
         // few more than its name says, written while it was taken).
-        let after = revision(&etcd, &mut child)? - i64::try_from(bump).unwrap_or(0);
+        let after = revision(&mut etcd)? - i64::try_from(bump).unwrap_or(0);
+        // etcd has read its key by now.
+        let _ = std::fs::remove_file(&key_file);
+        if let Some(password) = root_password {
+            set_root_password(&etcd, password)?;
+        }
+        let Some(from) = from else { return Ok(()) };
         loop {
             match apply_once(&etcd, from, after) {
                 Ok(end) => {
@@ -175,7 +291,8 @@ pub fn replay(
             }
         }
     })();
-    stop(&mut child);
+    stop(&mut etcd.child);
+    let _ = std::fs::remove_file(&key_file);
     result
 }
 

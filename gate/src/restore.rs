@@ -22,14 +22,17 @@ pub const USAGE: &str = "\
 etcd-gate restore --url https://IP:port/PATH --server-ca BASE64
         (--token T | --token-file F) --sha256 [HEX] --data-dir DIR --name NAME
         --initial-cluster NAME=URL --initial-advertise-peer-urls URL --initial-cluster-token T
-        [--bump-revision N] [--changes-url https://IP:port/PATH] -- PROGRAM [ARG...]
+        [--bump-revision N] [--changes-url https://IP:port/PATH] [--root-password-file F]
+        -- PROGRAM [ARG...]
     fetch the snapshot at URL over TLS, the server's certificate for IP signed by the CA whose
     DER BASE64 is (http://: plain, with no --server-ca), with Authorization: Bearer T (or the token in file F, read when it
     is needed: a restarted seed that holds its data needs none), check its sha256 (if given: etcd's own
     trailing hash is checked by the restore tool either way), restore it into DIR
     with the etcdutl (or etcdctl) beside PROGRAM, then run PROGRAM; at once if DIR holds data.
     With --changes-url, the archived changes served there (after the restored revision) are
-    applied to the restored data by PROGRAM on loopback ports before it is put in place";
+    applied to the restored data by PROGRAM on loopback ports before it is put in place.
+    With --root-password-file (when F exists), root's password in the restored data is set to
+    F's contents the same way, whatever it was where the snapshot was taken";
 
 /// How long the fetch is tried before the gate gives up (the container restarts).
 const FETCH_DEADLINE: Duration = Duration::from_secs(1800);
@@ -52,6 +55,8 @@ pub struct Restore {
     bump_revision: u64,
     /// A point-in-time restore's archived changes: where the operator serves them.
     changes: Option<(Server, String)>,
+    /// The cluster's root password, set in the restored data (the file may be absent).
+    root_password_file: Option<PathBuf>,
     program: String,
     program_args: Vec<String>,
 }
@@ -92,7 +97,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
                     .clone(),
             ),
         };
-        const KNOWN: [&str; 13] = [
+        const KNOWN: [&str; 14] = [
             "--url",
             "--server-ca",
             "--token",
@@ -105,6 +110,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
             "--initial-cluster-token",
             "--bump-revision",
             "--changes-url",
+            "--root-password-file",
             "--poll-ms",
         ];
         if !KNOWN.contains(&key.as_str()) {
@@ -129,6 +135,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
             .map_err(|_| format!("--bump-revision {v}: not a number"))?,
         None => 0,
     };
+    let root_password_file = values.remove("--root-password-file").map(PathBuf::from);
     let changes = match values.remove("--changes-url") {
         Some(u) => Some(url("--changes-url", &u, ca.as_deref())?),
         None => None,
@@ -152,6 +159,7 @@ pub fn parse(args: &[String]) -> Result<Restore, String> {
         cluster_token: take("--initial-cluster-token")?,
         bump_revision,
         changes,
+        root_password_file,
         program: program.clone(),
         program_args: program_args.to_vec(),
     })
@@ -306,13 +314,23 @@ impl Restore {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        if let Some((server, path)) = &self.changes {
+        // The cluster's root password, when it keeps one (access control declared): set in the
+        // restored data, which may carry another cluster's.
+        let root_password = self
+            .root_password_file
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .filter(|p| !p.is_empty());
+        if self.changes.is_some() || root_password.is_some() {
             let token = self.token.read()?;
-            let from = super::replay::Changes {
-                server,
-                path,
-                token: &token,
-            };
+            let from = self
+                .changes
+                .as_ref()
+                .map(|(server, path)| super::replay::Changes {
+                    server,
+                    path,
+                    token: &token,
+                });
             let bump = if bumped { self.bump_revision } else { 0 };
             super::replay::replay(
                 &self.program,
@@ -320,7 +338,8 @@ impl Restore {
                 &staging,
                 &self.name,
                 bump,
-                &from,
+                from.as_ref(),
+                root_password.as_deref(),
             )?;
         }
         std::fs::rename(&staging, &self.data_dir).map_err(|e| {

@@ -6,10 +6,14 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use etcd_operator::access;
 use etcd_operator::api::EtcdCluster;
-use etcd_operator::kube::names::{CLUSTER_LABEL, addressing, secrets};
+use etcd_operator::kube::names::{
+    CLUSTER_LABEL, ROOT_PASSWORD_KEY, addressing, root_secret, secrets,
+};
 use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSpec, SecretVolumeSource, Volume, VolumeMount,
+    Container, EnvVar, EnvVarSource, Pod, PodSpec, SecretKeySelector, SecretVolumeSource, Volume,
+    VolumeMount,
 };
 use kube::api::{DeleteParams, ListParams, LogParams, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -59,6 +63,34 @@ pub async fn run(
         eprintln!("deleting pod {pod_name}: {e}");
     }
     result
+}
+
+/// etcdctl as etcd's root user, by the password in the cluster's root Secret, once access
+/// control is declared; not with `TLS.auto`, whose client certificate is root's (CN `root`).
+/// Before etcd checks credentials, etcdctl goes on without them.
+fn root_env(cluster: &EtcdCluster) -> Option<Vec<EnvVar>> {
+    if !access::wanted(cluster) || access::tls_is_root(cluster) {
+        return None;
+    }
+    Some(vec![
+        EnvVar {
+            name: "ETCDCTL_USER".into(),
+            value: Some(etcd_operator::etcd::auth::ROOT.into()),
+            ..EnvVar::default()
+        },
+        EnvVar {
+            name: "ETCDCTL_PASSWORD".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: root_secret(&cluster.name_any()),
+                    key: ROOT_PASSWORD_KEY.into(),
+                    optional: Some(false),
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        },
+    ])
 }
 
 /// The etcdctl pod. Pure.
@@ -123,6 +155,7 @@ pub fn pod_of(
                 image_pull_policy: etcd.image_pull_policy.clone(),
                 command: Some(vec!["/usr/local/bin/etcdctl".into()]),
                 args: Some(command),
+                env: root_env(cluster),
                 volume_mounts: tls.as_ref().map(|_| {
                     vec![VolumeMount {
                         name: "tls".into(),
@@ -247,6 +280,28 @@ mod tests {
             ]
         );
         assert!(spec.volumes.is_none());
+        assert!(c.env.is_none());
+
+        // With access control declared, etcdctl is root by the password the operator keeps.
+        let mut with_auth = cluster(false);
+        with_auth.spec.auth = Some(etcd_operator::api::Auth {
+            enabled: true,
+            ..Default::default()
+        });
+        let pod = pod_of(&with_auth, &[member()], &args, Endpoints::Service).unwrap();
+        let env = pod.spec.unwrap().containers[0].env.clone().unwrap();
+        assert_eq!(env[0].value.as_deref(), Some("root"));
+        let from = env[1]
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (from.name.as_str(), from.key.as_str()),
+            ("example-etcd-root", "password")
+        );
 
         let pod = pod_of(&cluster(true), &[member()], &args, Endpoints::Members).unwrap();
         let spec = pod.spec.unwrap();

@@ -120,6 +120,11 @@ pub struct EtcdClusterSpec {
     /// the members, the operator and `clients` (else from anyone, as without a policy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<ClusterNetworkPolicy>,
+
+    /// etcd's own access control: authentication, and the roles and users the operator keeps
+    /// (an extension of this operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<super::auth::Auth>,
 }
 
 /// A cluster's NetworkPolicy.
@@ -601,6 +606,9 @@ pub struct EtcdClusterStatus {
     /// The last defragmentation asked for by annotation (ours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defrag_request: Option<DefragRequest>,
+    /// etcd's access control as last applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<super::auth::AuthStatus>,
 }
 
 /// A defragmentation of every voter asked for by annotation ([`DEFRAG_ANNOTATION`]).

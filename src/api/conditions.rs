@@ -18,6 +18,8 @@ pub enum ConditionType {
     Recovering,
     /// EtcdRestore: the restore is over.
     Completed,
+    /// EtcdCluster with `spec.auth`: etcd's authentication, roles and users are as declared.
+    AuthApplied,
 }
 
 impl ConditionType {
@@ -29,6 +31,7 @@ impl ConditionType {
             ConditionType::Degraded => "Degraded",
             ConditionType::Recovering => "Recovering",
             ConditionType::Completed => "Completed",
+            ConditionType::AuthApplied => "AuthApplied",
         }
     }
 }
@@ -89,6 +92,29 @@ impl AvailableReason {
             AvailableReason::QuorumHealthy
             | AvailableReason::QuorumUnavailable
             | AvailableReason::NoSpace => false,
+        }
+    }
+}
+
+/// Why access control is applied or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthReason {
+    /// etcd holds what the spec declares.
+    Applied,
+    /// Some entries of the spec cannot be applied (the message names their fields); they are
+    /// left as they are in etcd, and the rest is applied.
+    InvalidEntries,
+    /// Nothing could be applied this pass (no member to apply it through, etcd refused).
+    NotApplied,
+}
+
+impl AuthReason {
+    /// The reason as it is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthReason::Applied => "Applied",
+            AuthReason::InvalidEntries => "InvalidEntries",
+            AuthReason::NotApplied => "NotApplied",
         }
     }
 }

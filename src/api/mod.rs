@@ -3,6 +3,8 @@
 // kube's `printcolumn(...)` lists repeat `type_ = "string"`, which clippy takes for duplicated
 // attributes.
 #[allow(clippy::duplicated_attributes)]
+pub mod auth;
+#[allow(clippy::duplicated_attributes)]
 pub mod backup;
 #[allow(clippy::duplicated_attributes)]
 pub mod cluster;
@@ -13,6 +15,7 @@ pub mod handoff;
 pub mod restore;
 pub mod validation;
 
+pub use auth::{Auth, AuthRole, AuthStatus, AuthUser, PasswordSecret, Permission, PermissionType};
 pub use backup::{
     ArchiveGap, ArchiveStatus, BackupCompression, BackupPhase, BackupPolicy, CompressionAlgorithm,
     ContinuousArchive, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION,
@@ -31,7 +34,7 @@ pub use common::{
     StorageType,
 };
 pub use conditions::{
-    AvailableReason, ConditionType, DegradedReason, ProgressingReason, find_condition,
+    AuthReason, AvailableReason, ConditionType, DegradedReason, ProgressingReason, find_condition,
 };
 pub use restore::{
     EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase, RestoreTo,

@@ -25,6 +25,7 @@
 //! controllers (cluster, backup, restore) never import each other.
 
 pub mod act;
+pub mod auth;
 pub mod handles;
 pub mod members;
 pub mod network_policy;

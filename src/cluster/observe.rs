@@ -3,7 +3,6 @@
 //! works from outside the cluster network as well as from a pod.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -22,7 +21,7 @@ use super::serving::{self, ReadMemory, Serving};
 use crate::api::{
     Condition, ConditionType, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, find_condition,
 };
-use crate::etcd::{self, ClientTls, Endpoint, Etcd, Member, Status};
+use crate::etcd::{self, Access, Endpoint, Etcd, Member, Status};
 use crate::kube::names::{Addressing, CLIENT_PORT, addressing, controlled_by, selector};
 
 /// How long one etcd request may take before the member counts as not answering.
@@ -50,8 +49,8 @@ pub struct Observed {
     pub statuses: BTreeMap<u64, Status>,
     /// How members are named and reached.
     pub addr: Option<Addressing>,
-    /// The operator's client identity, for a cluster whose clients need one.
-    pub tls: Option<Arc<ClientTls>>,
+    /// What the operator presents to the cluster's etcd.
+    pub access: Access,
     /// What clients of the client Service reach.
     pub serving: Serving,
 }
@@ -70,7 +69,7 @@ impl Observed {
         };
         Some(Endpoint::new(
             addr.client_url_at(&ip),
-            self.tls.clone(),
+            self.access.clone(),
             Some(addr.host(name)),
         ))
     }
@@ -405,12 +404,12 @@ pub async fn observe(
     handles: &Handles,
     cached: bool,
     cluster: &EtcdCluster,
-    tls: Option<Arc<ClientTls>>,
+    access: Access,
     memory: &mut HealthMemory,
 ) -> Result<Observed, Error> {
     let mut obs = Observed {
         addr: Some(addressing(cluster)),
-        tls,
+        access,
         ..Observed::default()
     };
     observe_objects(handles, cached, cluster, &mut obs).await?;
@@ -643,7 +642,7 @@ async fn observe_serving(
         .and_then(|s| find_condition(&s.conditions, ConditionType::Available))
         .is_some_and(Condition::is_true);
     let how = serving::Read {
-        tls: obs.tls.clone(),
+        access: obs.access.clone(),
         cluster_id: obs.statuses.values().next().map(|s| s.cluster_id),
         standing: memory.reads.standing(available, Instant::now()),
     };

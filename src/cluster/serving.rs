@@ -20,7 +20,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use crate::api::EtcdCluster;
-use crate::etcd::{self, ClientTls, Endpoint};
+use crate::etcd::{self, Access, Endpoint};
 use crate::kube::cache::Caches;
 use crate::kube::names::Addressing;
 
@@ -218,8 +218,8 @@ async fn cluster_ip(from: &Sources<'_>, cluster: &EtcdCluster) -> Result<Option<
 
 /// How the read through the Service is made.
 pub struct Read {
-    /// The operator's client identity, for a cluster whose clients need one.
-    pub tls: Option<Arc<ClientTls>>,
+    /// What the operator presents to the cluster.
+    pub access: Access,
     /// The ID the members answered with, if any did: the read must be answered by it.
     pub cluster_id: Option<u64>,
     /// An answer that stands for a read now (see [`ReadMemory::standing`]): none is made.
@@ -251,7 +251,7 @@ pub async fn observe(
         });
     }
     let Read {
-        tls, cluster_id, ..
+        access, cluster_id, ..
     } = how;
     let read = match cluster_ip(from, cluster).await? {
         None => Err(format!(
@@ -259,7 +259,8 @@ pub async fn observe(
             cluster.name_any()
         )),
         Some(ip) => {
-            let endpoint = Endpoint::new(addr.client_url_at(&ip), tls, Some(addr.service_host()));
+            let endpoint =
+                Endpoint::new(addr.client_url_at(&ip), access, Some(addr.service_host()));
             read_through(&endpoint, cluster_id, addr).await
         }
     };

@@ -218,6 +218,15 @@ pub fn controlled_by(meta: &ObjectMeta, owner: &EtcdCluster) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
+/// The Secret that holds the password of etcd's `root` user, the operator's, in a cluster with
+/// access control declared.
+pub fn root_secret(cluster: &str) -> String {
+    format!("{cluster}-etcd-root")
+}
+
+/// The key of [`root_secret`] that holds the password.
+pub const ROOT_PASSWORD_KEY: &str = "password";
+
 /// The Secret of the CA that `TLS.auto` makes for `cluster`.
 pub fn ca_name(cluster: &EtcdCluster) -> String {
     format!("{}-ca", cluster.name_any())

@@ -9,7 +9,7 @@ use kube::{Api, Client};
 
 use super::error::Error;
 use crate::api::{EtcdBackup, EtcdCluster, MemberRole};
-use crate::etcd::{self, ClientTls, Endpoint};
+use crate::etcd::{self, Access, ClientTls, Endpoint};
 
 /// Bounds each connection to etcd (the snapshot as a whole has its own limit).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -32,12 +32,18 @@ pub async fn cluster_endpoint(
             source,
         })?
         .ok_or_else(|| Error::ClusterNotFound(name.into()))?;
-    let tls = match tls {
-        Some(tls) => Some(tls),
-        None => {
-            let secrets = crate::kube::cache::SecretApi::live(client, ns);
-            crate::tls::cluster_client(&secrets, &cluster).await?
-        }
+    let secrets = crate::kube::cache::SecretApi::live(client, ns);
+    let access = match tls {
+        // Another identity than the cluster's own: root's password goes with it, since a
+        // snapshot is root's to take once etcd checks credentials.
+        Some(tls) => Access {
+            tls: Some(tls),
+            root: crate::access::read_root(&secrets, &cluster)
+                .await?
+                .map(Arc::new),
+            cert_is_root: false,
+        },
+        None => crate::access::cluster_access(&secrets, &cluster).await?,
     };
     let addr = crate::kube::names::addressing(&cluster);
     let status = cluster.status.unwrap_or_default();
@@ -56,7 +62,7 @@ pub async fn cluster_endpoint(
         if let Some(ip) = pod.and_then(|p| p.status?.pod_ip) {
             let endpoint = Endpoint::new(
                 addr.client_url_at(&ip),
-                tls.clone(),
+                access.clone(),
                 Some(addr.host(&m.name)),
             );
             if etcd::status(&endpoint, CONNECT_TIMEOUT)
@@ -89,7 +95,7 @@ pub async fn any_endpoint(
 ) -> Result<Endpoint, Error> {
     let mut leader = None;
     for url in endpoints {
-        let ep = Endpoint::new(url.clone(), tls.clone(), None);
+        let ep = Endpoint::new(url.clone(), Access::tls(tls.clone()), None);
         match etcd::status(&ep, CONNECT_TIMEOUT).await {
             Ok(s) if s.leader != 0 && s.leader != s.member_id && !s.is_learner => {
                 return Ok(ep);

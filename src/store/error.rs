@@ -53,6 +53,9 @@ pub enum Error {
     /// The client certificate Secret of a TLS cluster is missing or unusable.
     #[error(transparent)]
     Tls(#[from] crate::tls::Error),
+    /// root's password could not be read.
+    #[error(transparent)]
+    Access(#[from] crate::access::Error),
     /// Listing a store's objects failed.
     #[error("listing {url}: {source}")]
     List {
@@ -86,6 +89,8 @@ impl Error {
             Error::Snapshot(e) => e.metric_label(),
             Error::Tls(crate::tls::Error::Invalid(Invalid { .. })) => "invalid_tls_secret",
             Error::Tls(_) => "kube",
+            Error::Access(crate::access::Error::Invalid(_)) => "invalid_root_secret",
+            Error::Access(_) => "kube",
             Error::Kube { .. } => "kube",
             Error::List { .. } => "store_list",
         }
@@ -105,6 +110,8 @@ impl Error {
             Error::Snapshot(_) => "SnapshotFailed",
             Error::Tls(crate::tls::Error::Invalid(Invalid { reason, .. })) => reason,
             Error::Tls(_) => "ApiError",
+            Error::Access(crate::access::Error::Invalid(Invalid { reason, .. })) => reason,
+            Error::Access(_) => "ApiError",
             Error::Kube { .. } => "ApiError",
             Error::List { .. } => "StoreUnreachable",
         }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_operator::etcd::{ClientTls, Endpoint};
+use etcd_operator::etcd::{Access, ClientTls, Endpoint};
 use etcd_operator::pki::{self, Ca, Role};
 
 /// Path of the etcd binary for `minor` ("3.4", "3.5", "3.6"). Panics with instructions when the
@@ -186,7 +186,7 @@ impl EtcdProcess {
         match &self.tls {
             Some(pki) => Endpoint::new(
                 self.client_url.clone(),
-                Some(pki.client.clone()),
+                Access::tls(Some(pki.client.clone())),
                 Some(TLS_NAME.into()),
             ),
             None => Endpoint::plain(self.client_url.clone()),

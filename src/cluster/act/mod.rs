@@ -136,7 +136,7 @@ pub enum Outcome {
 
 /// A connection for a membership change: to the leader when it is known (it would forward the
 /// request anyway), else to a member that answered its status.
-async fn connect(obs: &Observed) -> Result<Etcd, Error> {
+pub async fn connect(obs: &Observed) -> Result<Etcd, Error> {
     let endpoint = voter_endpoints(obs)
         .into_iter()
         .next()

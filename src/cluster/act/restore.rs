@@ -73,6 +73,8 @@ pub(super) async fn restore_seed(
             changes_url: handoff
                 .to_revision
                 .and_then(|_| Some(format!("{}/changes", url.strip_suffix("/snapshot")?))),
+            root_secret: crate::access::wanted(cluster)
+                .then(|| crate::kube::names::root_secret(&cluster.name_any())),
         }),
     };
     create_pod(pass, cluster, &name, args, Some(&gate), Claim::New).await?;

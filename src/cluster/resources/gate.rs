@@ -76,7 +76,14 @@ pub struct SeedRestore {
     /// For a point-in-time restore: where the operator serves the archived changes the seed
     /// replays onto the snapshot before etcd serves anyone.
     pub changes_url: Option<String>,
+    /// The cluster's root Secret, when it keeps one: its password is set in the restored
+    /// data, which may carry another cluster's.
+    pub root_secret: Option<String>,
 }
+
+/// Where the root Secret is mounted in a seed's etcd container.
+pub(super) const ROOT_DIR: &str = "/etc/etcd-root";
+pub(super) const ROOT_VOLUME: &str = "etcd-root";
 
 /// Where the restore token's Secret is mounted in a seed's etcd container.
 pub(super) const TOKEN_DIR: &str = "/etc/etcd-restore";
@@ -122,6 +129,12 @@ pub(super) fn gated_command(gate: &Gate) -> Vec<String> {
         if let Some(url) = &r.changes_url {
             command.push(format!("--changes-url={url}"));
         }
+        if r.root_secret.is_some() {
+            command.push(format!(
+                "--root-password-file={ROOT_DIR}/{}",
+                crate::kube::names::ROOT_PASSWORD_KEY
+            ));
+        }
         command.extend(["--".into(), ETCD_BINARY.into()]);
         return command;
     }
@@ -163,6 +176,28 @@ pub(super) fn install_gate_container(gate: &Gate) -> Container {
         }),
         ..Container::default()
     }
+}
+
+/// The cluster's root Secret, mounted into a seed's etcd container. Optional: without it the
+/// gate leaves root's password as the snapshot has it.
+pub(super) fn root_volume(secret: &str) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: ROOT_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.into()),
+                optional: Some(true),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: ROOT_VOLUME.into(),
+            mount_path: ROOT_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    )
 }
 
 /// A restore seed's token Secret, mounted. Optional: the Secret goes once the seed serves, and

@@ -288,6 +288,47 @@ mod tests {
     }
 
     #[test]
+    fn a_seed_of_a_cluster_with_access_control_sets_roots_password_in_the_restored_data() {
+        let c = EtcdCluster::new("example", EtcdClusterSpec::default());
+        let gate = Gate {
+            image: "op:v1".into(),
+            endpoints: vec![],
+            peer_tls: false,
+            peer_url: "http://example-s.example.ns.svc:2380".into(),
+            peers: vec![],
+            restore: Some(SeedRestore {
+                uid: "uid-1".into(),
+                url: "https://10.0.0.9:8443/ca-0123/restores/ns/example/snapshot".into(),
+                server_ca: "MIIB".into(),
+                token_secret: "example-restore-token".into(),
+                sha256: String::new(),
+                name: "example-s".into(),
+                initial_cluster: "example-s=http://example-s.example.ns.svc:2380".into(),
+                cluster_token: "uid-1".into(),
+                bump_revision: 0,
+                changes_url: None,
+                root_secret: Some("example-etcd-root".into()),
+            }),
+        };
+        let pod = member_pod(&c, "example-s", vec![], Some(&gate), "");
+        let spec = pod.spec.unwrap();
+        let command = spec.containers[0].command.clone().unwrap();
+        let flag = "--root-password-file=/etc/etcd-root/password";
+        assert!(command.iter().any(|c| c == flag), "{command:?}");
+        // Mounted optional: without the Secret the gate leaves root's password as it was.
+        let root = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "etcd-root");
+        let secret = root.and_then(|v| v.secret.clone()).unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("example-etcd-root"));
+        assert_eq!(secret.optional, Some(true));
+    }
+
+    const CHANGES_URL: &str = "https://10.0.0.9:8443/ca-0123/restores/ns/example/changes";
+
+    #[test]
     fn a_restore_seed_fetches_verifies_and_restores_before_etcd_starts() {
         let c = cluster(EtcdClusterSpec {
             size: 3,
@@ -309,9 +350,8 @@ mod tests {
                 initial_cluster: "example-s=http://example-s.example.ns.svc:2380".into(),
                 cluster_token: "uid-1".into(),
                 bump_revision: 1000,
-                changes_url: Some(
-                    "https://10.0.0.9:8443/ca-0123/restores/ns/example/changes".into(),
-                ),
+                changes_url: Some(CHANGES_URL.into()),
+                root_secret: None,
             }),
         };
         let pod = member_pod(

@@ -14,7 +14,8 @@ use kube::ResourceExt;
 
 use super::gate::{
     ETCD_BINARY, GATE_VOLUME, Gate, JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION,
-    RESTORE_UID_ANNOTATION, gate_mount, gated_command, install_gate_container, token_volume,
+    RESTORE_UID_ANNOTATION, gate_mount, gated_command, install_gate_container, root_volume,
+    token_volume,
 };
 use super::hardening::{default_pod_security, hardened};
 use super::probes::probes;
@@ -261,6 +262,11 @@ pub(super) fn member_volumes(
         let (volume, mount) = token_volume(&r.token_secret);
         volumes.push(volume);
         mounts.push(mount);
+        if let Some(secret) = &r.root_secret {
+            let (volume, mount) = root_volume(secret);
+            volumes.push(volume);
+            mounts.push(mount);
+        }
     }
     (volumes, mounts)
 }

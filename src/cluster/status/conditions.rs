@@ -8,8 +8,8 @@ use kube::ResourceExt;
 
 use super::Roster;
 use crate::api::{
-    AvailableReason, Condition, ConditionType, DegradedReason, EtcdCluster, EtcdClusterStatus,
-    ProgressingReason, find_condition,
+    AuthReason, AvailableReason, Condition, ConditionType, DegradedReason, EtcdCluster,
+    EtcdClusterStatus, ProgressingReason, find_condition,
 };
 use crate::cluster::observe::Observed;
 use crate::cluster::plan::{Action, Progress, Step, quorum};
@@ -272,6 +272,53 @@ pub fn mark_degraded(status: &mut EtcdClusterStatus, reason: &str, message: &str
         c.reason = reason.into();
         c.message = message.into();
     }
+}
+
+/// Sets `status.auth` and the `AuthApplied` condition from what the access-control stage
+/// found; without a finding (the stage did not run: no leader, paused), both stay as they were.
+pub fn mark_auth(
+    status: &mut EtcdClusterStatus,
+    previous: &EtcdClusterStatus,
+    generation: Option<i64>,
+    found: Option<&crate::cluster::auth::Finding>,
+    declared: bool,
+) {
+    let kept = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::AuthApplied.as_str());
+    status
+        .conditions
+        .retain(|c| c.type_ != ConditionType::AuthApplied.as_str());
+    let Some(found) = found else {
+        if declared {
+            status.conditions.extend(kept.cloned());
+        }
+        return;
+    };
+    status.auth = Some(found.status.clone());
+    let (ok, reason, message) = match (&found.error, found.problems.is_empty()) {
+        (Some(e), _) => (false, AuthReason::NotApplied, e.clone()),
+        (None, false) => (false, AuthReason::InvalidEntries, found.problems.join("; ")),
+        (None, true) => (
+            true,
+            AuthReason::Applied,
+            format!(
+                "authentication {}; {} users and {} roles managed",
+                if found.status.enabled { "on" } else { "off" },
+                found.status.users.len(),
+                found.status.roles.len()
+            ),
+        ),
+    };
+    status.conditions.push(Condition::computed(
+        &previous.conditions,
+        ConditionType::AuthApplied,
+        generation,
+        ok,
+        reason.as_str(),
+        message,
+    ));
 }
 
 /// Adds the `Recovering` condition of the last recovery from lost quorum: True until the

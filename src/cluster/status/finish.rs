@@ -33,6 +33,8 @@ pub struct Findings {
     /// Why the data itself leaves too little of the quota (`QuotaExceeded`), while NOSPACE
     /// stays.
     pub exceeded: Option<String>,
+    /// What the access-control stage found, when the cluster has access control.
+    pub auth: Option<crate::cluster::auth::Finding>,
 }
 
 /// The status of a pass, and what it says that deserves an Event.
@@ -84,6 +86,20 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
     if let Some(why) = &found.exceeded {
         super::mark_degraded(&mut status, DegradedReason::QuotaExceeded.as_str(), why);
     }
+    let previous = cluster.status.clone().unwrap_or_default();
+    let auth = found.auth.as_ref();
+    super::mark_auth(
+        &mut status,
+        &previous,
+        cluster.metadata.generation,
+        auth,
+        crate::access::wanted(cluster),
+    );
+    let auth_warning = auth.and_then(|a| {
+        a.error
+            .clone()
+            .or_else(|| (!a.problems.is_empty()).then(|| a.problems.join("; ")))
+    });
     let warning = match (action, &found.held_back) {
         (Action::RollStalled { reason }, _) => Some((DegradedReason::RollStalled, reason.clone())),
         _ if found.exceeded.is_some() => found
@@ -92,7 +108,8 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
         (_, Some(message)) => Some((DegradedReason::UpgradeBlocked, message.clone())),
         _ => bad_schedule.map(|why| (DegradedReason::InvalidSpec, why)),
     }
-    .map(|(reason, message)| (reason.as_str(), message));
+    .map(|(reason, message)| (reason.as_str(), message))
+    .or(auth_warning.map(|why| ("AuthNotApplied", why)));
     Finished {
         status,
         recovered,

@@ -18,7 +18,7 @@ mod conditions;
 mod finish;
 mod recovery;
 
-pub use conditions::{mark_degraded, mark_rotating};
+pub use conditions::{mark_auth, mark_degraded, mark_rotating};
 pub use finish::{Findings, Finished, early, finish};
 pub use recovery::{record as recovery_record, summary as recovery_summary};
 
@@ -81,6 +81,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         recovery: previous.recovery.clone(),
         defragmentations: previous.defragmentations.clone(),
         defrag_request: previous.defrag_request.clone(),
+        auth: previous.auth.clone(),
     }
 }
 

@@ -49,6 +49,8 @@ pub(super) struct Carried {
     pub(super) recovering: Option<crate::api::RecoveryRecord>,
     /// The defragmentation asked for by annotation, as this pass saw it.
     pub(super) defrag_request: Option<crate::api::DefragRequest>,
+    /// What the access-control stage last applied.
+    pub(super) auth: crate::cluster::auth::Memory,
 }
 
 impl Pace {

@@ -115,6 +115,9 @@ pub enum Error {
     /// Reading the EtcdRestore a restore hand-off names, to verify it, failed.
     #[error("reading the EtcdRestore of the restore hand-off: {0}")]
     ReadRestore(#[source] kube::Error),
+    /// Reading or keeping root's password failed.
+    #[error(transparent)]
+    Access(crate::access::Error),
 }
 
 impl Error {
@@ -130,12 +133,23 @@ impl Error {
             Error::Act(e) => e.metric_label(),
             Error::WriteStatus(_) => "write_status",
             Error::ReadRestore(_) => "read_restore",
+            Error::Access(_) => "root_secret",
         }
     }
 
     /// Whether the error waits for the user rather than for time.
     pub fn is_invalid(&self) -> bool {
         matches!(self, Error::Invalid(Invalid { .. }))
+    }
+}
+
+impl From<crate::access::Error> for Error {
+    fn from(e: crate::access::Error) -> Self {
+        match e {
+            crate::access::Error::Invalid(invalid) => Error::Invalid(invalid),
+            crate::access::Error::Tls(e) => e.into(),
+            e => Error::Access(e),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! One pass, its stages in order: prepare, observe, plan, act, status.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -10,6 +11,7 @@ use super::memory::Memory;
 use super::pacing::next_look;
 use super::report::{counted, findings, report, report_invalid, write_status_if_due};
 use super::{Context, Error};
+use crate::access;
 use crate::api::{EtcdCluster, RestoreHandoff};
 use crate::cluster::act::{self, Outcome};
 use crate::cluster::handles::{Handles, Pass};
@@ -20,6 +22,7 @@ use crate::cluster::resources;
 use crate::cluster::status;
 use crate::cluster::upkeep;
 use crate::cluster::version;
+use crate::etcd::Access;
 use crate::kube::invalid::Invalid;
 use crate::tls;
 
@@ -29,12 +32,13 @@ pub(super) const LEARNER_TIMEOUT: Duration = Duration::from_secs(300);
 pub(super) const STARTUP_GRACE: Duration = Duration::from_secs(60);
 
 /// The first problem that keeps the spec from being acted on: a Secret it names that does not
-/// exist or cannot be used; then what the pass needs of TLS (see [`tls::prepare`]).
+/// exist or cannot be used; then what the pass needs of TLS (see [`tls::prepare`]) and what
+/// it presents to etcd (root's password kept once access control is declared).
 pub(super) async fn validate(
     handles: &Handles,
     cluster: &EtcdCluster,
     ns: &str,
-) -> Result<tls::Material, Error> {
+) -> Result<(tls::Material, Access), Error> {
     let secrets = &handles.secrets;
     for (field, name) in resources::referenced_secrets(&cluster.spec) {
         match secrets.exists(&name).await {
@@ -48,7 +52,18 @@ pub(super) async fn validate(
             Err(source) => return Err(Error::ReadSecret { name, source }),
         }
     }
-    Ok(tls::prepare(secrets, cluster, time::OffsetDateTime::now_utc()).await?)
+    let material = tls::prepare(secrets, cluster, time::OffsetDateTime::now_utc()).await?;
+    let root = if access::wanted(cluster) {
+        Some(access::ensure_root(secrets, cluster).await?)
+    } else {
+        access::read_root(secrets, cluster).await?
+    };
+    let access = Access {
+        tls: material.client.clone(),
+        root: root.map(Arc::new),
+        cert_is_root: access::tls_is_root(cluster),
+    };
+    Ok((material, access))
 }
 
 /// The cluster as the actions must build it: the spec, unless its version is not a step etcd
@@ -99,7 +114,7 @@ pub(super) async fn observe_stage(
     handles: &Handles,
     cached: bool,
     cluster: &EtcdCluster,
-    material: &tls::Material,
+    (material, access): (&tls::Material, &Access),
     memory: &mut Memory,
 ) -> Result<Seen, Error> {
     let carried = &mut memory.carried;
@@ -107,7 +122,7 @@ pub(super) async fn observe_stage(
         handles,
         cached,
         cluster,
-        material.client.clone(),
+        access.clone(),
         &mut carried.health,
     )
     .await?;
@@ -156,7 +171,7 @@ pub(super) async fn reconcile(
     let cached = ctx
         .caches
         .show(&ns, &cluster.name_any(), &mut memory.carried.expect);
-    let material = match validate(handles, cluster, &ns).await {
+    let (material, access) = match validate(handles, cluster, &ns).await {
         Ok(m) => m,
         Err(e) => {
             if let Error::Invalid(Invalid { reason, message }) = &e {
@@ -175,7 +190,7 @@ pub(super) async fn reconcile(
         effective,
         held_back,
         space,
-    } = observe_stage(handles, cached, cluster, &material, memory).await?;
+    } = observe_stage(handles, cached, cluster, (&material, &access), memory).await?;
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref(), memory).await?;
     // Every pass at debug level: what a slow reaction spent its time on (LOG_LEVEL).
@@ -185,7 +200,8 @@ pub(super) async fn reconcile(
     after_act(&action, &outcome, effects.writes, space, memory);
     let defragmented = counted(ctx, cluster, effects.defragmented);
     let restore = restore.as_ref();
-    let found = findings(
+    let auth = auth_stage(handles, cluster, &obs, restore, memory).await;
+    let mut found = findings(
         &obs,
         &action,
         &outcome,
@@ -194,11 +210,27 @@ pub(super) async fn reconcile(
         defragmented,
         memory,
     );
+    found.auth = auth;
     let new_status = report(ctx, cluster, &obs, &action, found, memory).await?;
     if matches!(action, Action::QuorumLost { .. }) {
         return Ok(Duration::from_secs(5));
     }
     next_look(ctx, cluster, &obs, &action, outcome, &new_status, memory).await
+}
+
+/// The access-control stage ([`crate::cluster::auth`]): run when a leader serves and nothing
+/// holds the cluster (a pause, a restore under way).
+pub(super) async fn auth_stage(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    restore: Option<&RestoreHandoff>,
+    memory: &mut Memory,
+) -> Option<crate::cluster::auth::Finding> {
+    if restore.is_some() || cluster.spec.is_paused() || obs.plan.leader.is_none() {
+        return None;
+    }
+    crate::cluster::auth::reconcile(handles, cluster, obs, &mut memory.carried.auth).await
 }
 
 /// The restore handed over, if any, once its source vouches for it

@@ -19,6 +19,7 @@ use crate::cluster::handles::Handles;
 use crate::cluster::observe::{self, Observed};
 use crate::cluster::plan::Action;
 use crate::cluster::status;
+use crate::etcd::Access;
 use crate::kube::names::MANAGER;
 use crate::tls;
 
@@ -118,6 +119,7 @@ pub(super) fn findings(
             .as_ref()
             .filter(|_| !obs.plan.nospace.is_empty())
             .map(|(_, _, why)| why.clone()),
+        auth: None,
     }
 }
 
@@ -188,11 +190,20 @@ pub(super) async fn report_invalid(
 ) -> Result<(), Error> {
     // The client certificate may still be usable when another TLS Secret is not, and without
     // it the status would call every member of a TLS cluster silent.
-    let tls = tls::cluster_client(&handles.secrets, cluster)
-        .await
-        .ok()
-        .flatten();
-    let obs = observe::observe(handles, cached, cluster, tls, &mut memory.carried.health).await?;
+    let access = Access {
+        tls: tls::cluster_client(&handles.secrets, cluster)
+            .await
+            .ok()
+            .flatten(),
+        root: crate::access::read_root(&handles.secrets, cluster)
+            .await
+            .ok()
+            .flatten()
+            .map(std::sync::Arc::new),
+        cert_is_root: crate::access::tls_is_root(cluster),
+    };
+    let obs =
+        observe::observe(handles, cached, cluster, access, &mut memory.carried.health).await?;
     let wait = Action::Wait {
         reason: message.into(),
     };

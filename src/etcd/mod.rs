@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod auth;
+
 use etcd_client::{
     AlarmAction, AlarmOptions, AlarmType, Certificate, Client, CompactionOptions, ConnectOptions,
     GetOptions, Identity, MemberAddOptions, TlsOptions,
@@ -95,6 +97,13 @@ pub enum Error {
     /// etcd answered without a field it always sends.
     #[error("etcd answered {0} without {1}")]
     Malformed(&'static str, &'static str),
+    /// Reading or changing access control failed.
+    #[error("{what}: {source}")]
+    Auth {
+        what: String,
+        #[source]
+        source: etcd_client::Error,
+    },
     /// A watch could not be opened, or its stream broke.
     #[error("watching from revision {revision}: {source}")]
     Watch {
@@ -128,6 +137,7 @@ impl Error {
             Error::Read { .. } => "etcd_read",
             Error::Malformed(..) => "etcd_malformed",
             Error::Watch { .. } => "etcd_watch",
+            Error::Auth { .. } => "etcd_auth",
         }
     }
 
@@ -289,8 +299,48 @@ impl std::fmt::Debug for ClientTls {
 pub struct Endpoint {
     /// `http://` or `https://` URL.
     pub url: String,
-    tls: Option<Arc<ClientTls>>,
+    access: Access,
     server_name: Option<String>,
+}
+
+/// What the operator presents to a cluster: with TLS, its client identity; with etcd's
+/// authentication, root's password (unless the identity is root's: `TLS.auto` issues the
+/// operator's certificate with CN `root`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Access {
+    /// The client identity, for a cluster whose clients need one.
+    pub tls: Option<Arc<ClientTls>>,
+    /// root's password, once the cluster's access control was declared.
+    pub root: Option<Arc<Password>>,
+    /// The client identity is root's (CN `root`): no password is sent, which would cost etcd
+    /// a bcrypt check and a proposal at every connection.
+    pub cert_is_root: bool,
+}
+
+impl Access {
+    /// Access with `tls` only.
+    pub fn tls(tls: Option<Arc<ClientTls>>) -> Self {
+        Access {
+            tls,
+            ..Access::default()
+        }
+    }
+
+    /// root's password, when it is sent to authenticate.
+    fn password(&self) -> Option<&Password> {
+        let by_cert = self.cert_is_root && self.tls.is_some();
+        self.root.as_deref().filter(|_| !by_cert)
+    }
+}
+
+/// A password, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(pub String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(..)")
+    }
 }
 
 impl Endpoint {
@@ -298,31 +348,44 @@ impl Endpoint {
     pub fn plain(url: impl Into<String>) -> Self {
         Endpoint {
             url: url.into(),
-            tls: None,
+            access: Access::default(),
             server_name: None,
         }
     }
 
-    /// `url`, reached with `tls` when it is `https`, its certificate checked against
-    /// `server_name` (else the URL's host).
-    pub fn new(
-        url: impl Into<String>,
-        tls: Option<Arc<ClientTls>>,
-        server_name: Option<String>,
-    ) -> Self {
+    /// `url`, reached with `access` (its TLS identity when it is `https`), its certificate
+    /// checked against `server_name` (else the URL's host).
+    pub fn new(url: impl Into<String>, access: Access, server_name: Option<String>) -> Self {
         Endpoint {
             url: url.into(),
-            tls,
+            access,
             server_name,
         }
     }
 
-    fn options(&self, options: ConnectOptions) -> ConnectOptions {
+    /// The same member, reached with `access`.
+    pub fn with_access(mut self, access: Access) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// What this endpoint is reached with.
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
+    fn options(&self, mut options: ConnectOptions, as_root: bool) -> ConnectOptions {
+        if let Some(root) = self.access.password().filter(|_| as_root) {
+            // A long watch (the continuous archive) outlives a token etcd expires when idle.
+            options = options
+                .with_user(auth::ROOT, root.0.clone())
+                .with_auto_token_refresh(true);
+        }
         if !self.url.starts_with("https://") {
             return options;
         }
         let mut tls = TlsOptions::new();
-        if let Some(id) = &self.tls {
+        if let Some(id) = &self.access.tls {
             tls = tls
                 .ca_certificate(Certificate::from_pem(&id.ca))
                 .identity(Identity::from_pem(&id.cert, &id.key));
@@ -386,13 +449,29 @@ impl Etcd {
         connect_timeout: Duration,
         timeout: Option<Duration>,
     ) -> Result<Self> {
-        let connecting = Client::connect([endpoint.url.as_str()], Some(endpoint.options(options)));
-        let client = within(Some(connect_timeout), connecting)
-            .await
-            .map_err(|source| Error::Connect {
-                endpoint: endpoint.url.clone(),
-                source,
-            })?;
+        let with = endpoint.access.password().is_some();
+        let url = [endpoint.url.as_str()];
+        let connecting = Client::connect(url, Some(endpoint.options(options.clone(), with)));
+        let client = match within(Some(connect_timeout), connecting).await {
+            Ok(client) => client,
+            // root's password is kept from the moment access control is declared; until etcd
+            // checks credentials (or after it stopped), it refuses to authenticate anyone.
+            Err(e) if with && auth::not_enabled(&e) => {
+                let connecting = Client::connect(url, Some(endpoint.options(options, false)));
+                within(Some(connect_timeout), connecting)
+                    .await
+                    .map_err(|source| Error::Connect {
+                        endpoint: endpoint.url.clone(),
+                        source,
+                    })?
+            }
+            Err(source) => {
+                return Err(Error::Connect {
+                    endpoint: endpoint.url.clone(),
+                    source,
+                });
+            }
+        };
         Ok(Etcd { client, timeout })
     }
 
