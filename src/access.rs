@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use crate::api::{Auth, EtcdCluster};
-use crate::etcd::{Access, Password};
+use crate::etcd::{Access, Password, Root};
 use crate::kube::cache::SecretApi;
 use crate::kube::invalid::Invalid;
 use crate::kube::names::{ROOT_PASSWORD_KEY, controlled_by, meta, root_secret};
@@ -124,7 +124,9 @@ pub fn tls_is_root(cluster: &EtcdCluster) -> bool {
 /// when the cluster has one.
 pub async fn cluster_access(api: &SecretApi, cluster: &EtcdCluster) -> Result<Access, Error> {
     let tls = crate::tls::cluster_client(api, cluster).await?;
-    let root = read_root(api, cluster).await?.map(Arc::new);
+    let root = read_root(api, cluster)
+        .await?
+        .map(|p| Arc::new(Root::new(p)));
     Ok(Access {
         tls,
         root,

@@ -270,6 +270,13 @@ pub const SERVER: Layout = Layout {
     key: "server.key",
     ca: "server-ca.crt",
 };
+/// Kubernetes' `kubernetes.io/tls` Secrets, which cert-manager writes; the client certificates
+/// `TLS.auto` issues to the users of `spec.auth`.
+pub const KUBERNETES_TLS: Layout = Layout {
+    cert: "tls.crt",
+    key: "tls.key",
+    ca: "ca.crt",
+};
 /// `TLS.static.operatorSecret`, and `clientTLSSecret` of backups and restores.
 pub const CLIENT: Layout = Layout {
     cert: "etcd-client.crt",

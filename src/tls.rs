@@ -387,7 +387,7 @@ fn leaf_current(
     match pki::parse_certs(&cert) {
         Ok(certs) => {
             certs[0].names == names
-                && (layout != pki::CLIENT || certs[0].common_name == common)
+                && (layout == pki::PEER || layout == pki::SERVER || certs[0].common_name == common)
                 && !certs[0].renewal_due(now)
         }
         Err(_) => false,
@@ -577,8 +577,73 @@ async fn prepare_auto(
     }
     let parts: Vec<&[u8]> = contents.iter().map(Vec::as_slice).collect();
     material.revision = fingerprint(&parts);
+    issue_user_certificates(api, cluster, &state, validity, now).await?;
     material.auto = Some((state, ca_secret));
     Ok(material)
+}
+
+/// The Secret of the client certificate `TLS.auto` issues to user `user` of `spec.auth`, if
+/// the user's name can name a Secret.
+pub fn user_secret(cluster: &str, user: &str) -> Option<String> {
+    let name = format!("{cluster}-user-{user}-tls");
+    let valid = name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !user.starts_with(['-', '.'])
+        && !user.ends_with(['-', '.']);
+    valid.then_some(name)
+}
+
+/// A client certificate with CN `user` for every user of `spec.auth` without a password (the
+/// user is its certificate's CN), in a `kubernetes.io/tls` Secret the cluster owns, issued and
+/// renewed with the members' certificates. Members do not mount them: a new one rolls nothing.
+async fn issue_user_certificates(
+    api: &SecretApi,
+    cluster: &EtcdCluster,
+    state: &AutoState,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<(), Error> {
+    let users = cluster.spec.auth.as_ref().map(|a| a.users.as_slice());
+    let certified = users
+        .unwrap_or_default()
+        .iter()
+        .filter(|u| u.password_secret.is_none());
+    for user in certified {
+        let Some(name) = user_secret(&cluster.name_any(), &user.name) else {
+            continue;
+        };
+        let existing = api
+            .get_opt(&name)
+            .await
+            .map_err(api_err("reading", &name))?;
+        if let Some(s) = &existing {
+            not_ours(api, cluster, s)?;
+            if leaf_current(s, pki::KUBERNETES_TLS, state, (&[], &user.name), now) {
+                continue;
+            }
+        }
+        let pair = state
+            .issuer()
+            .issue(Role::Client, &user.name, &[], now, validity)
+            .map_err(pki_err(cluster))?;
+        let mut s = owned_secret(cluster, &name);
+        s.type_ = Some("kubernetes.io/tls".into());
+        s.data = Some(
+            pki::KUBERNETES_TLS
+                .entries(&pair, &state.bundle())
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+                .collect(),
+        );
+        s.metadata.annotations = Some(BTreeMap::from([(
+            ISSUER_ANNOTATION.to_string(),
+            fingerprint(&[state.issuer().0.cert.as_bytes()]),
+        )]));
+        apply(api, &s).await?;
+    }
+    Ok(())
 }
 
 fn ca_annotations(state: &AutoState) -> BTreeMap<String, String> {
@@ -731,6 +796,16 @@ mod tests {
             rotated_for: String::new(),
             validity: YEAR,
         }
+    }
+
+    #[test]
+    fn a_user_whose_name_can_name_a_secret_gets_one() {
+        assert_eq!(
+            user_secret("tenants", "tenant-a").as_deref(),
+            Some("tenants-user-tenant-a-tls")
+        );
+        assert_eq!(user_secret("tenants", "Tenant:A"), None);
+        assert_eq!(user_secret("tenants", "-a"), None);
     }
 
     #[test]

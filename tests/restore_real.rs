@@ -305,7 +305,9 @@ async fn foreign_auth_on(minor: &str) {
     let theirs = Endpoint::new(
         source.client_url.clone(),
         Access {
-            root: Some(Arc::new(Password("theirs".into()))),
+            root: Some(Arc::new(etcd_operator::etcd::Root::new(Password(
+                "theirs".into(),
+            )))),
             ..Access::default()
         },
         None,

@@ -234,6 +234,15 @@ impl Etcd {
         for op in ops {
             stages.entry(op.stage()).or_default().push(op);
         }
+        // etcd drops every token when authentication goes on or off, and root's with its
+        // password: the next connection obtains a new one.
+        let drops_tokens = ops.iter().any(|op| {
+            matches!(op, Op::Enable | Op::Disable)
+                || matches!(op, Op::ChangePassword(u, _) if u == ROOT)
+        });
+        if drops_tokens && let Some((root, token)) = &self.token {
+            root.forget(token);
+        }
         for stage in stages.into_values() {
             for chunk in stage.chunks(IN_FLIGHT) {
                 let calls = chunk.iter().map(|op| self.apply_one(op));

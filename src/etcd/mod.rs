@@ -9,6 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod auth;
+mod token;
+
+pub use token::Root;
 
 use etcd_client::{
     AlarmAction, AlarmOptions, AlarmType, Certificate, Client, CompactionOptions, ConnectOptions,
@@ -310,8 +313,8 @@ pub struct Endpoint {
 pub struct Access {
     /// The client identity, for a cluster whose clients need one.
     pub tls: Option<Arc<ClientTls>>,
-    /// root's password, once the cluster's access control was declared.
-    pub root: Option<Arc<Password>>,
+    /// root's password (and token), once the cluster's access control was declared.
+    pub root: Option<Arc<Root>>,
     /// The client identity is root's (CN `root`): no password is sent, which would cost etcd
     /// a bcrypt check and a proposal at every connection.
     pub cert_is_root: bool,
@@ -326,10 +329,10 @@ impl Access {
         }
     }
 
-    /// root's password, when it is sent to authenticate.
-    fn password(&self) -> Option<&Password> {
+    /// root, when it authenticates by password (not by its client certificate).
+    fn password(&self) -> Option<&Arc<Root>> {
         let by_cert = self.cert_is_root && self.tls.is_some();
-        self.root.as_deref().filter(|_| !by_cert)
+        self.root.as_ref().filter(|_| !by_cert)
     }
 }
 
@@ -363,6 +366,12 @@ impl Endpoint {
         }
     }
 
+    /// Another member, reached the same way.
+    pub fn with_url(mut self, url: impl Into<String>) -> Self {
+        self.url = url.into();
+        self
+    }
+
     /// The same member, reached with `access`.
     pub fn with_access(mut self, access: Access) -> Self {
         self.access = access;
@@ -374,13 +383,7 @@ impl Endpoint {
         &self.access
     }
 
-    fn options(&self, mut options: ConnectOptions, as_root: bool) -> ConnectOptions {
-        if let Some(root) = self.access.password().filter(|_| as_root) {
-            // A long watch (the continuous archive) outlives a token etcd expires when idle.
-            options = options
-                .with_user(auth::ROOT, root.0.clone())
-                .with_auto_token_refresh(true);
-        }
+    fn options(&self, options: ConnectOptions) -> ConnectOptions {
         if !self.url.starts_with("https://") {
             return options;
         }
@@ -414,6 +417,9 @@ pub struct Etcd {
     client: Client,
     /// What bounds connecting and each request, beside tonic's own timeouts (see [`within`]).
     timeout: Option<Duration>,
+    /// root and the token this connection carries, if it carries one: forgotten when a change
+    /// of access control makes etcd drop its tokens.
+    token: Option<(Arc<Root>, http::HeaderValue)>,
 }
 
 /// `call`, given up after `timeout`. tonic's timeouts sit behind the balanced channel that
@@ -437,6 +443,31 @@ async fn within<T>(
         })
 }
 
+/// root's token from the member behind `client`, kept in `root`: none while etcd's
+/// authentication is off (etcd refuses to authenticate anyone then), nor from a learner (it
+/// cannot issue one; the token a voter issued serves on it too), nor when the password is not
+/// root's (the requests then fail on their own, naming why).
+async fn obtain_token(
+    client: &mut Client,
+    root: &Root,
+    timeout: Option<Duration>,
+) -> Option<http::HeaderValue> {
+    let mut auth = client.auth_client();
+    let asked = auth.authenticate(auth::ROOT.into(), root.password.0.clone());
+    match within(timeout, asked).await {
+        Ok(resp) => {
+            root.keep(resp.token());
+            root.token()
+        }
+        Err(e) => {
+            if !auth::not_enabled(&e) {
+                tracing::debug!(error = %e, "no root token from this member");
+            }
+            None
+        }
+    }
+}
+
 impl Etcd {
     /// Connects to `endpoint`; every request is bounded by `timeout`.
     pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Self> {
@@ -449,30 +480,39 @@ impl Etcd {
         connect_timeout: Duration,
         timeout: Option<Duration>,
     ) -> Result<Self> {
-        let with = endpoint.access.password().is_some();
         let url = [endpoint.url.as_str()];
-        let connecting = Client::connect(url, Some(endpoint.options(options.clone(), with)));
-        let client = match within(Some(connect_timeout), connecting).await {
-            Ok(client) => client,
-            // root's password is kept from the moment access control is declared; until etcd
-            // checks credentials (or after it stopped), it refuses to authenticate anyone.
-            Err(e) if with && auth::not_enabled(&e) => {
-                let connecting = Client::connect(url, Some(endpoint.options(options, false)));
-                within(Some(connect_timeout), connecting)
-                    .await
-                    .map_err(|source| Error::Connect {
-                        endpoint: endpoint.url.clone(),
-                        source,
-                    })?
-            }
-            Err(source) => {
-                return Err(Error::Connect {
-                    endpoint: endpoint.url.clone(),
-                    source,
-                });
-            }
+        let connect_err = |source| Error::Connect {
+            endpoint: endpoint.url.clone(),
+            source,
         };
-        Ok(Etcd { client, timeout })
+        let options = endpoint.options(options);
+        let plain = Client::connect(url, Some(options.clone()));
+        let mut client = within(Some(connect_timeout), plain)
+            .await
+            .map_err(connect_err)?;
+        let mut carried = None;
+        if let Some(root) = endpoint.access.password() {
+            let token = match root.token() {
+                Some(token) => Some(token),
+                None => obtain_token(&mut client, root, timeout).await,
+            };
+            if let Some(token) = token {
+                carried = Some((root.clone(), token.clone()));
+                let channel = token::WithToken {
+                    token,
+                    root: root.clone(),
+                };
+                let with = Client::connect_with_balanced_channel(url, Some(options), channel);
+                client = within(Some(connect_timeout), with)
+                    .await
+                    .map_err(connect_err)?;
+            }
+        }
+        Ok(Etcd {
+            client,
+            timeout,
+            token: carried,
+        })
     }
 
     /// Connects to `endpoint` for a long stream (a snapshot): only connecting is bounded by

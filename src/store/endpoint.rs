@@ -40,7 +40,7 @@ pub async fn cluster_endpoint(
             tls: Some(tls),
             root: crate::access::read_root(&secrets, &cluster)
                 .await?
-                .map(Arc::new),
+                .map(|p| Arc::new(etcd::Root::new(p))),
             cert_is_root: false,
         },
         None => crate::access::cluster_access(&secrets, &cluster).await?,

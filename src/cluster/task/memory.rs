@@ -51,6 +51,25 @@ pub(super) struct Carried {
     pub(super) defrag_request: Option<crate::api::DefragRequest>,
     /// What the access-control stage last applied.
     pub(super) auth: crate::cluster::auth::Memory,
+    /// root's password and the token obtained with it, kept while the password stays: one
+    /// token serves every connection of every pass until etcd forgets it.
+    pub(super) root: Option<std::sync::Arc<crate::etcd::Root>>,
+}
+
+impl Carried {
+    /// `root` as read this pass, the one kept when its password is the same.
+    pub(super) fn keep_root(
+        &mut self,
+        root: Option<std::sync::Arc<crate::etcd::Root>>,
+    ) -> Option<std::sync::Arc<crate::etcd::Root>> {
+        match (&self.root, root) {
+            (Some(kept), Some(read)) if *kept == read => Some(kept.clone()),
+            (_, read) => {
+                self.root = read.clone();
+                read
+            }
+        }
+    }
 }
 
 impl Pace {

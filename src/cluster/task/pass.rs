@@ -60,7 +60,7 @@ pub(super) async fn validate(
     };
     let access = Access {
         tls: material.client.clone(),
-        root: root.map(Arc::new),
+        root: root.map(|p| Arc::new(crate::etcd::Root::new(p))),
         cert_is_root: access::tls_is_root(cluster),
     };
     Ok((material, access))
@@ -171,7 +171,7 @@ pub(super) async fn reconcile(
     let cached = ctx
         .caches
         .show(&ns, &cluster.name_any(), &mut memory.carried.expect);
-    let (material, access) = match validate(handles, cluster, &ns).await {
+    let (material, mut access) = match validate(handles, cluster, &ns).await {
         Ok(m) => m,
         Err(e) => {
             if let Error::Invalid(Invalid { reason, message }) = &e {
@@ -180,6 +180,7 @@ pub(super) async fn reconcile(
             return Err(e);
         }
     };
+    access.root = memory.carried.keep_root(access.root);
     let pass = Pass::new(handles, &material, cached);
     // Prepare: the Services every member's address depends on, before anything is observed.
     if !cluster.spec.is_paused() {

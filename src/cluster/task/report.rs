@@ -199,7 +199,7 @@ pub(super) async fn report_invalid(
             .await
             .ok()
             .flatten()
-            .map(std::sync::Arc::new),
+            .map(|p| std::sync::Arc::new(crate::etcd::Root::new(p))),
         cert_is_root: crate::access::tls_is_root(cluster),
     };
     let obs =

@@ -1,0 +1,130 @@
+//! etcd root's token for a cluster, obtained from a member that can issue one and carried on
+//! every request of a connection through a channel of our own: etcd-client obtains a token at
+//! each connection, which a learner refuses (it proposes nothing) and which costs etcd a bcrypt
+//! check and a proposal each time.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use etcd_client::{BalancedChannelBuilder, Channel};
+use http::HeaderValue;
+use tower::ServiceExt;
+
+use super::Password;
+
+/// etcd forgets a simple token after five minutes without use, and at a restart: one older than
+/// this is obtained again.
+const TOKEN_AGE: Duration = Duration::from_secs(240);
+
+/// root's password, and the token last obtained with it.
+pub struct Root {
+    /// The password.
+    pub password: Password,
+    token: Mutex<Option<(HeaderValue, Instant)>>,
+}
+
+impl Root {
+    /// root with `password`, no token yet.
+    pub fn new(password: Password) -> Self {
+        Root {
+            password,
+            token: Mutex::new(None),
+        }
+    }
+
+    /// The token, while it is fresh.
+    pub(super) fn token(&self) -> Option<HeaderValue> {
+        let token = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        token
+            .as_ref()
+            .filter(|(_, at)| at.elapsed() < TOKEN_AGE)
+            .map(|(t, _)| t.clone())
+    }
+
+    pub(super) fn keep(&self, token: &str) {
+        if let Ok(value) = HeaderValue::from_str(token) {
+            *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some((value, Instant::now()));
+        }
+    }
+
+    /// Forgets `token` if it is still the one kept: etcd refused it.
+    pub(super) fn forget(&self, token: &HeaderValue) {
+        let mut kept = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.as_ref().is_some_and(|(t, _)| t == token) {
+            *kept = None;
+        }
+    }
+}
+
+impl PartialEq for Root {
+    fn eq(&self, other: &Self) -> bool {
+        self.password == other.password
+    }
+}
+
+impl Eq for Root {}
+
+impl std::fmt::Debug for Root {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Root { .. }")
+    }
+}
+
+/// Whether an answer says the token is no longer good (etcd's messages, in the gRPC status
+/// that a refusal before the handler carries in the headers).
+fn stale(message: &[u8]) -> bool {
+    let m = String::from_utf8_lossy(message);
+    m.contains("invalid auth token")
+        || m.contains("user name is empty")
+        || m.contains("auth: revision")
+}
+
+/// A balanced channel that adds `token` to every request, and forgets it in `root` when etcd
+/// refuses it.
+pub(super) struct WithToken {
+    pub(super) token: HeaderValue,
+    pub(super) root: std::sync::Arc<Root>,
+}
+
+impl BalancedChannelBuilder for WithToken {
+    type Error = tonic::transport::Error;
+
+    fn balanced_channel(
+        self,
+        buffer_size: usize,
+    ) -> Result<
+        (
+            Channel,
+            tokio::sync::mpsc::Sender<
+                tonic::transport::channel::Change<http::Uri, tonic::transport::Endpoint>,
+            >,
+        ),
+        Self::Error,
+    > {
+        let (channel, tx) = tonic::transport::Channel::balance_channel(buffer_size);
+        let WithToken { token, root } = self;
+        let sent = token.clone();
+        let service = channel
+            .map_request(move |mut req: http::Request<tonic::body::Body>| {
+                if req.uri().path() != "/etcdserverpb.Auth/Authenticate" {
+                    req.headers_mut().insert("token", token.clone());
+                }
+                req
+            })
+            .map_response(move |resp: http::Response<tonic::body::Body>| {
+                if resp
+                    .headers()
+                    .get("grpc-message")
+                    .is_some_and(|m| stale(m.as_bytes()))
+                {
+                    root.forget(&sent);
+                }
+                resp
+            })
+            .map_err(tower::BoxError::from);
+        Ok((
+            Channel::Custom(tower::util::BoxCloneSyncService::new(service)),
+            tx,
+        ))
+    }
+}
