@@ -26,9 +26,13 @@ use std::time::{Duration, Instant};
 use super::http::{Answer, Server, body_of, request};
 use super::log;
 
-/// Loopback ports of the etcd that takes the replay (not etcd's usual ones, which stay free).
-const CLIENT: &str = "127.0.0.1:12379";
-const PEER: &str = "127.0.0.1:12380";
+/// Loopback ports of the etcd that takes the replay: free ones (not etcd's usual ones, which
+/// stay free), so that seeds sharing a network (tests on one machine) do not collide.
+fn free_loopback() -> Result<SocketAddr, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("finding a free loopback port: {e}"))
+}
 /// How long etcd may take to start on the restored data.
 const START_DEADLINE: Duration = Duration::from_secs(300);
 /// How long the changes are asked for before the gate gives up (the container restarts).
@@ -54,15 +58,16 @@ fn start(
     data_dir: &Path,
     name: &str,
     extra: &[String],
-    key: &Path,
+    (key, client): (&Path, SocketAddr),
 ) -> Result<Child, String> {
+    let peer = free_loopback()?;
     let mut command = Command::new(program);
     command
         .arg(format!("--data-dir={}", data_dir.display()))
         .arg(format!("--name={name}"))
-        .arg(format!("--listen-client-urls=http://{CLIENT}"))
-        .arg(format!("--advertise-client-urls=http://{CLIENT}"))
-        .arg(format!("--listen-peer-urls=http://{PEER}"))
+        .arg(format!("--listen-client-urls=http://{client}"))
+        .arg(format!("--advertise-client-urls=http://{client}"))
+        .arg(format!("--listen-peer-urls=http://{peer}"))
         .arg(format!("--max-txn-ops={MAX_TXN_OPS}"))
         .arg(format!("--max-request-bytes={MAX_REQUEST_BYTES}"))
         .arg(format!(
@@ -251,10 +256,16 @@ pub fn replay(
     from: Option<&Changes<'_>>,
     root_password: Option<&str>,
 ) -> Result<(), String> {
-    let addr: SocketAddr = CLIENT.parse().map_err(|e| format!("{CLIENT}: {e}"))?;
+    let addr = free_loopback()?;
     let key_file = data_dir.with_extension("jwt-key");
     let key = make_key(&key_file)?;
-    let child = start(program, data_dir, name, &data_args(program_args), &key_file);
+    let child = start(
+        program,
+        data_dir,
+        name,
+        &data_args(program_args),
+        (&key_file, addr),
+    );
     let child = child.inspect_err(|_| {
         let _ = std::fs::remove_file(&key_file);
     })?;

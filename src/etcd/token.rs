@@ -79,6 +79,25 @@ fn stale(message: &[u8]) -> bool {
         || m.contains("auth: revision")
 }
 
+/// Forgets the token when dropped unsettled, or settled as refused.
+struct Unanswered(Option<(std::sync::Arc<Root>, HeaderValue)>);
+
+impl Unanswered {
+    fn settle(mut self, good: bool) {
+        if good {
+            self.0 = None;
+        }
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some((root, token)) = self.0.take() {
+            root.forget(&token);
+        }
+    }
+}
+
 /// A balanced channel that adds `token` to every request, and forgets it in `root` when etcd
 /// refuses it.
 pub(super) struct WithToken {
@@ -111,15 +130,21 @@ impl BalancedChannelBuilder for WithToken {
                 }
                 req
             })
-            .map_response(move |resp: http::Response<tonic::body::Body>| {
-                if resp
-                    .headers()
-                    .get("grpc-message")
-                    .is_some_and(|m| stale(m.as_bytes()))
-                {
-                    root.forget(&sent);
+            .map_future(move |call| {
+                // A call given up before its answer (a caller's deadline: etcd holds a request
+                // with a token it does not know for 3 s, waiting to apply it) or answered with a
+                // refusal of the token forgets it; the next connection obtains a new one.
+                let unanswered = Unanswered(Some((root.clone(), sent.clone())));
+                async move {
+                    let answer: Result<http::Response<tonic::body::Body>, _> = call.await;
+                    let refused = answer.as_ref().is_ok_and(|resp| {
+                        resp.headers()
+                            .get("grpc-message")
+                            .is_some_and(|m| stale(m.as_bytes()))
+                    });
+                    unanswered.settle(!refused);
+                    answer
                 }
-                resp
             })
             .map_err(tower::BoxError::from);
         Ok((
