@@ -124,9 +124,13 @@ pub fn tls_is_root(cluster: &EtcdCluster) -> bool {
 /// when the cluster has one.
 pub async fn cluster_access(api: &SecretApi, cluster: &EtcdCluster) -> Result<Access, Error> {
     let tls = crate::tls::cluster_client(api, cluster).await?;
-    let root = read_root(api, cluster)
-        .await?
-        .map(|p| Arc::new(Root::new(p)));
+    let root = if wanted(cluster) {
+        read_root(api, cluster)
+            .await?
+            .map(|p| Arc::new(Root::new(p)))
+    } else {
+        None
+    };
     Ok(Access {
         tls,
         root,
@@ -135,12 +139,13 @@ pub async fn cluster_access(api: &SecretApi, cluster: &EtcdCluster) -> Result<Ac
 }
 
 /// Whether the operator must keep root's password for `cluster`: access control is declared,
-/// or was (the status says etcd checks credentials).
+/// or was (the status says etcd checks credentials, or names users or roles the operator still
+/// has to delete).
 pub fn wanted(cluster: &EtcdCluster) -> bool {
     Auth::declared(cluster.spec.auth.as_ref())
         || cluster
             .status
             .as_ref()
             .and_then(|s| s.auth.as_ref())
-            .is_some_and(|a| a.enabled)
+            .is_some_and(|a| a.enabled || !a.users.is_empty() || !a.roles.is_empty())
 }

@@ -34,16 +34,14 @@ pub async fn cluster_endpoint(
         .ok_or_else(|| Error::ClusterNotFound(name.into()))?;
     let secrets = crate::kube::cache::SecretApi::live(client, ns);
     let access = match tls {
+        None => crate::access::cluster_access(&secrets, &cluster).await?,
         // Another identity than the cluster's own: root's password goes with it, since a
         // snapshot is root's to take once etcd checks credentials.
         Some(tls) => Access {
             tls: Some(tls),
-            root: crate::access::read_root(&secrets, &cluster)
-                .await?
-                .map(|p| Arc::new(etcd::Root::new(p))),
             cert_is_root: false,
+            ..crate::access::cluster_access(&secrets, &cluster).await?
         },
-        None => crate::access::cluster_access(&secrets, &cluster).await?,
     };
     let addr = crate::kube::names::addressing(&cluster);
     let status = cluster.status.unwrap_or_default();

@@ -195,11 +195,15 @@ pub(super) async fn report_invalid(
             .await
             .ok()
             .flatten(),
-        root: crate::access::read_root(&handles.secrets, cluster)
-            .await
-            .ok()
-            .flatten()
-            .map(|p| std::sync::Arc::new(crate::etcd::Root::new(p))),
+        root: if crate::access::wanted(cluster) {
+            crate::access::read_root(&handles.secrets, cluster)
+                .await
+                .ok()
+                .flatten()
+                .map(|p| std::sync::Arc::new(crate::etcd::Root::new(p)))
+        } else {
+            None
+        },
         cert_is_root: crate::access::tls_is_root(cluster),
     };
     let obs =
