@@ -47,8 +47,9 @@ pub fn generate_password() -> Password {
     )
 }
 
-fn password_of(secret: &Secret) -> Option<Password> {
-    let bytes = secret.data.as_ref()?.get(ROOT_PASSWORD_KEY)?;
+/// The password under `key` of `secret`, if it holds a non-empty UTF-8 one.
+pub fn password_in(secret: &Secret, key: &str) -> Option<Password> {
+    let bytes = secret.data.as_ref()?.get(key)?;
     let text = String::from_utf8(bytes.0.clone()).ok()?;
     (!text.is_empty()).then_some(Password(text))
 }
@@ -78,7 +79,7 @@ pub async fn read_root(api: &SecretApi, cluster: &EtcdCluster) -> Result<Option<
     match secret {
         None => Ok(None),
         Some(s) if !controlled_by(&s.metadata, cluster) => Err(conflict(api, cluster, &name)),
-        Some(s) => Ok(password_of(&s)),
+        Some(s) => Ok(password_in(&s, ROOT_PASSWORD_KEY)),
     }
 }
 

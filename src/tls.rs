@@ -558,19 +558,7 @@ async fn prepare_auto(
                     .issuer()
                     .issue(role, &common, &want, now, validity)
                     .map_err(pki_err(cluster))?;
-                let mut s = owned_secret(cluster, name);
-                s.data = Some(
-                    layout
-                        .entries(&pair, &state.bundle())
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
-                        .collect(),
-                );
-                s.metadata.annotations = Some(BTreeMap::from([(
-                    ISSUER_ANNOTATION.to_string(),
-                    fingerprint(&[state.issuer().0.cert.as_bytes()]),
-                )]));
-                apply(api, &s).await?
+                apply(api, &leaf_secret(cluster, name, layout, &pair, &state)).await?
             }
         };
         material.add(&mut contents, layout, &secret);
@@ -580,6 +568,29 @@ async fn prepare_auto(
     issue_user_certificates(api, cluster, &state, validity, now).await?;
     material.auto = Some((state, ca_secret));
     Ok(material)
+}
+
+/// A Secret of the cluster holding `pair` in `layout`, marked with the CA that signed it.
+fn leaf_secret(
+    cluster: &EtcdCluster,
+    name: &str,
+    layout: Layout,
+    pair: &Pair,
+    state: &AutoState,
+) -> Secret {
+    let mut s = owned_secret(cluster, name);
+    s.data = Some(
+        layout
+            .entries(pair, &state.bundle())
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+            .collect(),
+    );
+    s.metadata.annotations = Some(BTreeMap::from([(
+        ISSUER_ANNOTATION.to_string(),
+        fingerprint(&[state.issuer().0.cert.as_bytes()]),
+    )]));
+    s
 }
 
 /// The Secret of the client certificate `TLS.auto` issues to user `user` of `spec.auth`, if
@@ -628,19 +639,8 @@ async fn issue_user_certificates(
             .issuer()
             .issue(Role::Client, &user.name, &[], now, validity)
             .map_err(pki_err(cluster))?;
-        let mut s = owned_secret(cluster, &name);
+        let mut s = leaf_secret(cluster, &name, pki::KUBERNETES_TLS, &pair, state);
         s.type_ = Some("kubernetes.io/tls".into());
-        s.data = Some(
-            pki::KUBERNETES_TLS
-                .entries(&pair, &state.bundle())
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
-                .collect(),
-        );
-        s.metadata.annotations = Some(BTreeMap::from([(
-            ISSUER_ANNOTATION.to_string(),
-            fingerprint(&[state.issuer().0.cert.as_bytes()]),
-        )]));
         apply(api, &s).await?;
     }
     Ok(())

@@ -28,7 +28,6 @@ const ROOT_PASSWORD: &str = "root-secret-password";
 
 fn single(minor: &str, tls: Option<Arc<TestPki>>) -> EtcdProcess {
     let mut m = EtcdProcess::plan_with("a0", tls);
-    let _ = minor;
     let cluster = m.initial_cluster_entry();
     m.start(&etcd_binary(minor), &cluster, "new", "auth");
     m

@@ -378,11 +378,6 @@ impl Endpoint {
         self
     }
 
-    /// What this endpoint is reached with.
-    pub fn access(&self) -> &Access {
-        &self.access
-    }
-
     fn options(&self, options: ConnectOptions) -> ConnectOptions {
         if !self.url.starts_with("https://") {
             return options;
@@ -486,28 +481,39 @@ impl Etcd {
             source,
         };
         let options = endpoint.options(options);
-        let plain = Client::connect(url, Some(options.clone()));
-        let mut client = within(Some(connect_timeout), plain)
-            .await
-            .map_err(connect_err)?;
-        let mut carried = None;
-        if let Some(root) = endpoint.access.password() {
-            let token = match root.token() {
-                Some(token) => Some(token),
-                None => obtain_token(&mut client, root, timeout).await,
-            };
-            if let Some(token) = token {
-                carried = Some((root.clone(), token.clone()));
+        let plain = || {
+            within(
+                Some(connect_timeout),
+                Client::connect(url, Some(options.clone())),
+            )
+        };
+        let root = endpoint.access.password();
+        // A token kept from an earlier connection serves at once; without one, the plain
+        // connection asks for it and is kept when none comes (authentication off, a learner).
+        let mut carried = root.and_then(|r| Some((r.clone(), r.token()?)));
+        let mut asked = None;
+        if let (Some(root), None) = (root, &carried) {
+            let mut client = plain().await.map_err(connect_err)?;
+            carried = obtain_token(&mut client, root, timeout)
+                .await
+                .map(|t| (root.clone(), t));
+            asked = Some(client);
+        }
+        let client = match (&carried, asked) {
+            (Some((root, token)), _) => {
                 let channel = token::WithToken {
-                    token,
+                    token: token.clone(),
                     root: root.clone(),
                 };
-                let with = Client::connect_with_balanced_channel(url, Some(options), channel);
-                client = within(Some(connect_timeout), with)
+                let with =
+                    Client::connect_with_balanced_channel(url, Some(options.clone()), channel);
+                within(Some(connect_timeout), with)
                     .await
-                    .map_err(connect_err)?;
+                    .map_err(connect_err)?
             }
-        }
+            (None, Some(client)) => client,
+            (None, None) => plain().await.map_err(connect_err)?,
+        };
         Ok(Etcd {
             client,
             timeout,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 
-use crate::access;
+use crate::access::{self, password_in};
 use crate::api::{AuthStatus, EtcdCluster};
 use crate::cluster::handles::Handles;
 use crate::cluster::observe::Observed;
@@ -101,12 +101,6 @@ async fn inputs(handles: &Handles, cluster: &EtcdCluster, obs: &Observed) -> Opt
         root: (root, root_version),
         key,
     })
-}
-
-fn password_in(secret: &k8s_openapi::api::core::v1::Secret, key: &str) -> Option<Password> {
-    let bytes = secret.data.as_ref()?.get(key)?;
-    let text = String::from_utf8(bytes.0.clone()).ok()?;
-    (!text.is_empty()).then_some(Password(text))
 }
 
 /// Brings etcd's access control to the spec; `None` when the cluster has none and never had.

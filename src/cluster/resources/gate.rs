@@ -181,31 +181,19 @@ pub(super) fn install_gate_container(gate: &Gate) -> Container {
 /// The cluster's root Secret, mounted into a seed's etcd container. Optional: without it the
 /// gate leaves root's password as the snapshot has it.
 pub(super) fn root_volume(secret: &str) -> (Volume, VolumeMount) {
-    (
-        Volume {
-            name: ROOT_VOLUME.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret.into()),
-                optional: Some(true),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        VolumeMount {
-            name: ROOT_VOLUME.into(),
-            mount_path: ROOT_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        },
-    )
+    optional_secret_volume(ROOT_VOLUME, secret, ROOT_DIR)
 }
 
 /// A restore seed's token Secret, mounted. Optional: the Secret goes once the seed serves, and
 /// a restarted seed, which holds its data by then, needs no token.
 pub(super) fn token_volume(secret: &str) -> (Volume, VolumeMount) {
+    optional_secret_volume(TOKEN_VOLUME, secret, TOKEN_DIR)
+}
+
+fn optional_secret_volume(volume: &str, secret: &str, dir: &str) -> (Volume, VolumeMount) {
     (
         Volume {
-            name: TOKEN_VOLUME.into(),
+            name: volume.into(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(secret.into()),
                 optional: Some(true),
@@ -214,8 +202,8 @@ pub(super) fn token_volume(secret: &str) -> (Volume, VolumeMount) {
             ..Volume::default()
         },
         VolumeMount {
-            name: TOKEN_VOLUME.into(),
-            mount_path: TOKEN_DIR.into(),
+            name: volume.into(),
+            mount_path: dir.into(),
             read_only: Some(true),
             ..VolumeMount::default()
         },
