@@ -185,6 +185,8 @@ pub struct RollView {
     pub members: Vec<(String, String, String, String)>,
     /// Condition Available.
     pub available: bool,
+    /// Condition Available's reason and message: a failed wait says why.
+    pub why: String,
 }
 
 impl RollView {
@@ -200,6 +202,13 @@ impl RollView {
                 .map(|m| (s(&m["name"]), s(&m["id"]), s(&m["role"]), s(&m["version"])))
                 .collect(),
             available: condition(&c, "Available") == "True",
+            why: c["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Available")
+                .map(|c| format!("{}: {}", s(&c["reason"]), s(&c["message"])))
+                .unwrap_or_default(),
         }
     }
 

@@ -35,6 +35,8 @@ pub struct Findings {
     pub exceeded: Option<String>,
     /// What the access-control stage found, when the cluster has access control.
     pub auth: Option<crate::cluster::auth::Finding>,
+    /// How long ago a pass last found the cluster Available, if one did.
+    pub available_ago: Option<std::time::Duration>,
 }
 
 /// The status of a pass, and what it says that deserves an Event.
@@ -46,11 +48,16 @@ pub struct Finished {
     pub recovered: Option<RecoveryRecord>,
     /// The warning the status carries (reason, message), if any: published once.
     pub warning: Option<(&'static str, String)>,
+    /// Whether this pass found the cluster Available, before [`super::AVAILABLE_GRACE`] held
+    /// a previous verdict.
+    pub available: bool,
 }
 
 /// The status after `action` was planned on `obs`, with what the pass found.
 pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Findings) -> Finished {
     let mut status = super::compute(cluster, obs, action);
+    let previous = cluster.status.clone().unwrap_or_default();
+    let available = super::hold_available(&mut status, &previous, action, found.available_ago);
     status.restore = found.restore.or(status.restore);
     if let Some(message) = &found.held_back {
         super::mark_degraded(
@@ -86,7 +93,6 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
     if let Some(why) = &found.exceeded {
         super::mark_degraded(&mut status, DegradedReason::QuotaExceeded.as_str(), why);
     }
-    let previous = cluster.status.clone().unwrap_or_default();
     let auth = found.auth.as_ref();
     super::mark_auth(
         &mut status,
@@ -114,6 +120,7 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
         status,
         recovered,
         warning,
+        available,
     }
 }
 

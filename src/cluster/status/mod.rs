@@ -10,7 +10,8 @@ use super::observe::Observed;
 use super::plan::{Action, DeleteReason};
 use super::version::Version;
 use crate::api::{
-    ClusterPhase, EtcdCluster, EtcdClusterStatus, MemberRole, MemberStatus, MembersStatus,
+    AvailableReason, ClusterPhase, Condition, ConditionType, EtcdCluster, EtcdClusterStatus,
+    MemberRole, MemberStatus, MembersStatus, find_condition,
 };
 use crate::kube::names::CLIENT_PORT;
 
@@ -21,6 +22,49 @@ mod recovery;
 pub use conditions::{mark_auth, mark_degraded, mark_rotating};
 pub use finish::{Findings, Finished, early, finish};
 pub use recovery::{record as recovery_record, summary as recovery_summary};
+
+/// How long after a pass last found the cluster Available a pass that finds it not may still
+/// report it Available. One observation is not proof of an outage: the member list is read
+/// linearizably and fails for the moment of a leader election (a roll's leader move), a status
+/// answer lost to a busy node counts its member unhealthy, and endpoints and the proxies
+/// follow a roll's removal a moment late. A cluster that stays unavailable is reported so
+/// after this; lost quorum and NOSPACE at once.
+pub const AVAILABLE_GRACE: Duration = Duration::from_secs(3);
+
+/// Keeps the previous Available condition in `status` when this pass's verdict is a drop that
+/// [`AVAILABLE_GRACE`] covers. Returns this pass's own verdict.
+pub fn hold_available(
+    status: &mut EtcdClusterStatus,
+    previous: &EtcdClusterStatus,
+    action: &Action,
+    available_ago: Option<Duration>,
+) -> bool {
+    let find =
+        |s: &EtcdClusterStatus| find_condition(&s.conditions, ConditionType::Available).cloned();
+    let Some(now) = find(status) else {
+        return false;
+    };
+    if now.is_true() {
+        return true;
+    }
+    let definite = matches!(action, Action::QuorumLost { .. })
+        || now.reason == AvailableReason::NoSpace.as_str();
+    let recent = available_ago.is_some_and(|ago| ago < AVAILABLE_GRACE);
+    if let Some(before) = find(previous).filter(|c| c.is_true())
+        && recent
+        && !definite
+    {
+        for c in status.conditions.iter_mut() {
+            if c.type_ == before.type_ {
+                *c = Condition {
+                    observed_generation: c.observed_generation,
+                    ..before.clone()
+                };
+            }
+        }
+    }
+    false
+}
 
 /// The status to write after `action` was planned on `obs`.
 pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdClusterStatus {
@@ -422,6 +466,47 @@ mod tests {
         obs.serving.failing_for = Duration::ZERO;
         let status = compute(&fresh, &obs, &Action::Steady);
         assert_eq!(available(&status).0, "False");
+    }
+
+    #[test]
+    fn a_drop_found_by_one_pass_is_held_for_the_grace_but_lost_quorum_and_nospace_are_not() {
+        let mut cluster = three();
+        cluster.status = Some(compute(
+            &cluster,
+            &observed([PodState::Running; 3]),
+            &Action::Steady,
+        ));
+        // The member list read failed for a leader election: nobody counts as healthy.
+        let mut obs = observed([PodState::Running; 3]);
+        for m in obs.plan.members.iter_mut().flatten() {
+            m.healthy = false;
+        }
+        let previous = cluster.status.clone().unwrap();
+        let verdict = |ago: Option<u64>, action: &Action| {
+            let mut status = compute(&cluster, &obs, action);
+            let raw = hold_available(&mut status, &previous, action, ago.map(Duration::from_secs));
+            (raw, available(&status))
+        };
+        let held = verdict(Some(1), &Action::Steady);
+        assert_eq!(held, (false, ("True".into(), "QuorumHealthy".into())));
+        let dropped = verdict(Some(4), &Action::Steady);
+        assert_eq!(
+            dropped,
+            (false, ("False".into(), "QuorumUnavailable".into()))
+        );
+        assert_eq!(verdict(None, &Action::Steady).1.0, "False");
+        let lost = Action::QuorumLost {
+            reason: "gone".into(),
+        };
+        assert_eq!(verdict(Some(1), &lost).1.0, "False");
+        // Available stays Available, and says so.
+        let mut status = compute(&cluster, &observed([PodState::Running; 3]), &Action::Steady);
+        assert!(hold_available(
+            &mut status,
+            &previous,
+            &Action::Steady,
+            None
+        ));
     }
 
     fn condition_of(status: &EtcdClusterStatus, type_: &str) -> String {

@@ -54,6 +54,8 @@ pub(super) struct Carried {
     /// root's password and the token obtained with it, kept while the password stays: one
     /// token serves every connection of every pass until etcd forgets it.
     pub(super) root: Option<std::sync::Arc<crate::etcd::Root>>,
+    /// When a pass last found the cluster Available (see [`crate::cluster::status::AVAILABLE_GRACE`]).
+    pub(super) available_at: Option<std::time::Instant>,
 }
 
 impl Carried {

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::memory::Memory;
 use super::pacing::RESYNC;
@@ -57,7 +57,11 @@ pub(super) async fn report(
     memory: &mut Memory,
 ) -> Result<EtcdClusterStatus, Error> {
     let finished = status::finish(cluster, obs, action, found);
+    if finished.available {
+        memory.carried.available_at = Some(Instant::now());
+    }
     let new_status = finished.status;
+    log_availability(cluster, &new_status);
     record_state(ctx, cluster, &new_status);
     let was_failed = cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Failed);
     write_status_if_due(ctx, cluster, &new_status, memory).await?;
@@ -89,6 +93,27 @@ pub(super) async fn report(
     Ok(new_status)
 }
 
+/// Logs a change of the Available condition, with its reason: why a cluster was reported
+/// unavailable must be found in the operator's log afterwards.
+fn log_availability(cluster: &EtcdCluster, new: &EtcdClusterStatus) {
+    let available = |s: Option<&EtcdClusterStatus>| {
+        s.and_then(|s| find_condition(&s.conditions, ConditionType::Available))
+            .cloned()
+    };
+    let (Some(before), Some(now)) = (available(cluster.status.as_ref()), available(Some(new)))
+    else {
+        return;
+    };
+    if before.status != now.status {
+        info!(
+            available = now.status,
+            reason = now.reason,
+            "{}",
+            now.message
+        );
+    }
+}
+
 /// What the pass found beside the observation and the action, for the status
 /// ([`status::Findings`]).
 pub(super) fn findings(
@@ -113,6 +138,7 @@ pub(super) fn findings(
         early_recovery: memory.carried.recovering.take(),
         defragmented,
         defrag_request: memory.carried.defrag_request.clone(),
+        available_ago: memory.carried.available_at.map(|at| at.elapsed()),
         exceeded: memory
             .carried
             .exhausted
