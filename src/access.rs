@@ -114,11 +114,13 @@ pub async fn ensure_root(api: &SecretApi, cluster: &EtcdCluster) -> Result<Passw
     }
 }
 
-/// Whether the operator's TLS identity is root's own (`TLS.auto` issues it with CN `root`), so
+/// Whether the operator's TLS identity is root's own (`TLS.auto` and `TLS.certManager` issue
+/// it with CN `root`), so
 /// that no password need be sent: a password costs etcd a bcrypt check and a proposal at
 /// every connection.
 pub fn tls_is_root(cluster: &EtcdCluster) -> bool {
-    crate::kube::names::secrets(cluster).auto
+    let secrets = crate::kube::names::secrets(cluster);
+    secrets.auto || secrets.cert_manager
 }
 
 /// What the operator presents to `cluster`'s etcd: its TLS identity, and root's password

@@ -258,6 +258,25 @@ impl Layout {
     }
 }
 
+/// The layouts of a cluster's member Secrets, which their mounts map to the coreos file names
+/// etcd's flags give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberLayouts {
+    /// Of the peer Secret.
+    pub peer: Layout,
+    /// Of the server Secret.
+    pub server: Layout,
+}
+
+impl Default for MemberLayouts {
+    fn default() -> Self {
+        MemberLayouts {
+            peer: PEER,
+            server: SERVER,
+        }
+    }
+}
+
 /// `TLS.static.member.peerSecret`.
 pub const PEER: Layout = Layout {
     cert: "peer.crt",
@@ -284,6 +303,18 @@ pub const CLIENT: Layout = Layout {
     ca: "etcd-client-ca.crt",
 };
 
+/// The layout a TLS Secret is in: `coreos` (the layout its field names) when it holds that
+/// layout's certificate, else Kubernetes' `kubernetes.io/tls` (what cert-manager writes) when
+/// it holds `tls.crt`, else `coreos`, whose keys a complaint then names.
+pub fn layout_of(get: impl Fn(&str) -> Option<Vec<u8>>, coreos: Layout) -> Layout {
+    let has = |k: &str| get(k).is_some_and(|v| !v.is_empty());
+    if !has(coreos.cert) && has(KUBERNETES_TLS.cert) {
+        KUBERNETES_TLS
+    } else {
+        coreos
+    }
+}
+
 /// Checks the data of a TLS Secret in `layout`: every key present and not empty, the
 /// certificate and the CA bundle parse and are valid at `now`, and the certificate names each
 /// of `hosts`. Returns the certificate, or what is wrong, in words that name the key.
@@ -298,8 +329,17 @@ pub fn check_pair(
         .filter(|k| get(k).is_none_or(|v| v.is_empty()))
         .collect();
     if !missing.is_empty() {
+        let k = KUBERNETES_TLS;
+        let or = if layout == k {
+            String::new()
+        } else {
+            format!(
+                ", or {}, {} and {} as cert-manager writes them",
+                k.cert, k.key, k.ca
+            )
+        };
         return Err(format!(
-            "has no {} (a TLS Secret holds {}, {} and {})",
+            "has no {} (a TLS Secret holds {}, {} and {}{or})",
             missing.join(", "),
             layout.cert,
             layout.key,
@@ -405,7 +445,8 @@ mod tests {
         let e = check_pair(get, SERVER, &[], now()).unwrap_err();
         assert_eq!(
             e,
-            "has no server.key, server-ca.crt (a TLS Secret holds server.crt, server.key and server-ca.crt)"
+            "has no server.key, server-ca.crt (a TLS Secret holds server.crt, server.key and \
+             server-ca.crt, or tls.crt, tls.key and ca.crt as cert-manager writes them)"
         );
         let get = |k: &str| {
             Some(if k == "server.crt" {
@@ -416,5 +457,19 @@ mod tests {
         };
         let e = check_pair(get, SERVER, &[], now()).unwrap_err();
         assert!(e.starts_with("server.crt: "), "{e}");
+    }
+
+    #[test]
+    fn a_secret_in_the_kubernetes_layout_is_read_as_such_and_the_coreos_layout_comes_first() {
+        let ca = Ca::new("c", now(), 10 * DAY).unwrap();
+        let pair = ca
+            .issue(Role::Peer, "c", &["*.c.ns.svc".into()], now(), DAY)
+            .unwrap();
+        let k8s = secret(KUBERNETES_TLS, &pair, &ca);
+        assert_eq!(layout_of(&k8s, PEER), KUBERNETES_TLS);
+        assert!(check_pair(&k8s, layout_of(&k8s, PEER), &[], now()).is_ok());
+        let both = |k: &str| secret(PEER, &pair, &ca)(k).or_else(|| k8s(k));
+        assert_eq!(layout_of(both, PEER), PEER);
+        assert_eq!(layout_of(|_: &str| None, SERVER), SERVER);
     }
 }

@@ -11,9 +11,10 @@ use etcd_operator::api::EtcdCluster;
 use etcd_operator::kube::names::{
     CLUSTER_LABEL, ROOT_PASSWORD_KEY, addressing, root_secret, secrets,
 };
+use etcd_operator::pki::{self, Layout};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, Pod, PodSpec, SecretKeySelector, SecretVolumeSource, Volume,
-    VolumeMount,
+    Container, EnvVar, EnvVarSource, Pod, PodSpec, Secret, SecretKeySelector, SecretVolumeSource,
+    Volume, VolumeMount,
 };
 use kube::api::{DeleteParams, ListParams, LogParams, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -46,13 +47,14 @@ pub async fn run(
         .get(name)
         .await
         .map_err(|e| explain(e, "get", &format!("EtcdCluster {name}"), ns))?;
-    let pods: Api<Pod> = Api::namespaced(client, ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let members = pods
         .list(&ListParams::default().labels(&format!("{CLUSTER_LABEL}={name}")))
         .await
         .map_err(|e| explain(e, "list", "pods", ns))?
         .items;
-    let pod = pod_of(&cluster, &members, args, endpoints)?;
+    let layout = client_layout(&client, ns, &cluster).await;
+    let pod = pod_of(&cluster, &members, args, endpoints, layout)?;
     let made = pods
         .create(&PostParams::default(), &pod)
         .await
@@ -93,12 +95,34 @@ fn root_env(cluster: &EtcdCluster) -> Option<Vec<EnvVar>> {
     ])
 }
 
-/// The etcdctl pod. Pure.
+/// The layout of the cluster's client certificate Secret: `kubernetes.io/tls` for
+/// `TLS.certManager`; for a Secret the user made, as it holds its keys when the user may read
+/// it, else coreos's.
+async fn client_layout(client: &Client, ns: &str, cluster: &EtcdCluster) -> Layout {
+    let tls = secrets(cluster);
+    if tls.cert_manager {
+        return pki::KUBERNETES_TLS;
+    }
+    let Some(name) = tls.client.filter(|_| !tls.auto) else {
+        return pki::CLIENT;
+    };
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    match api.get(&name).await {
+        Ok(s) => pki::layout_of(
+            |k| s.data.as_ref()?.get(k).map(|v| v.0.clone()),
+            pki::CLIENT,
+        ),
+        Err(_) => pki::CLIENT,
+    }
+}
+
+/// The etcdctl pod, with the client certificate Secret in `layout` mounted. Pure.
 pub fn pod_of(
     cluster: &EtcdCluster,
     members: &[Pod],
     args: &[String],
     endpoints: Endpoints,
+    layout: Layout,
 ) -> anyhow::Result<Pod> {
     let name = cluster.name_any();
     // The members' own image and pull policy: the nodes have it, and it has etcdctl.
@@ -126,9 +150,9 @@ pub fn pod_of(
             bail!("EtcdCluster {name} serves TLS but names no client certificate Secret");
         };
         command.extend([
-            format!("--cacert={TLS_DIR}/etcd-client-ca.crt"),
-            format!("--cert={TLS_DIR}/etcd-client.crt"),
-            format!("--key={TLS_DIR}/etcd-client.key"),
+            format!("--cacert={TLS_DIR}/{}", layout.ca),
+            format!("--cert={TLS_DIR}/{}", layout.cert),
+            format!("--key={TLS_DIR}/{}", layout.key),
         ]);
     }
     command.extend(args.iter().cloned());
@@ -266,7 +290,14 @@ mod tests {
     #[test]
     fn etcdctl_runs_with_the_members_image_endpoints_and_client_certificate() {
         let args = vec!["endpoint".to_string(), "status".to_string()];
-        let pod = pod_of(&cluster(false), &[member()], &args, Endpoints::Service).unwrap();
+        let pod = pod_of(
+            &cluster(false),
+            &[member()],
+            &args,
+            Endpoints::Service,
+            pki::CLIENT,
+        )
+        .unwrap();
         let spec = pod.spec.unwrap();
         let c = &spec.containers[0];
         assert_eq!(c.image.as_deref(), Some("etcd:v3.6.16"));
@@ -288,7 +319,14 @@ mod tests {
             enabled: true,
             ..Default::default()
         });
-        let pod = pod_of(&with_auth, &[member()], &args, Endpoints::Service).unwrap();
+        let pod = pod_of(
+            &with_auth,
+            &[member()],
+            &args,
+            Endpoints::Service,
+            pki::CLIENT,
+        )
+        .unwrap();
         let env = pod.spec.unwrap().containers[0].env.clone().unwrap();
         assert_eq!(env[0].value.as_deref(), Some("root"));
         let from = env[1]
@@ -303,7 +341,14 @@ mod tests {
             ("example-etcd-root", "password")
         );
 
-        let pod = pod_of(&cluster(true), &[member()], &args, Endpoints::Members).unwrap();
+        let pod = pod_of(
+            &cluster(true),
+            &[member()],
+            &args,
+            Endpoints::Members,
+            pki::CLIENT,
+        )
+        .unwrap();
         let spec = pod.spec.unwrap();
         let c = &spec.containers[0];
         let a = c.args.clone().unwrap();
@@ -317,6 +362,24 @@ mod tests {
             volumes[0].secret.as_ref().unwrap().secret_name.as_deref(),
             Some("op-client")
         );
+        // A Secret in the kubernetes.io/tls layout (cert-manager's) is read under its own names.
+        let pod = pod_of(
+            &cluster(true),
+            &[member()],
+            &args,
+            Endpoints::Members,
+            pki::KUBERNETES_TLS,
+        )
+        .unwrap();
+        let a = pod.spec.unwrap().containers[0].args.clone().unwrap();
+        for flag in ["--cacert", "--cert", "--key"] {
+            let file = match flag {
+                "--cacert" => "ca.crt",
+                "--cert" => "tls.crt",
+                _ => "tls.key",
+            };
+            assert!(a.contains(&format!("{flag}={TLS_DIR}/{file}")), "{a:?}");
+        }
 
         assert_eq!(
             member_id(&cluster(false), "example-a").unwrap(),
@@ -324,7 +387,7 @@ mod tests {
         );
         let e = member_id(&cluster(false), "nope").unwrap_err().to_string();
         assert!(e.contains("its members: example-a"), "{e}");
-        let e = pod_of(&cluster(false), &[], &args, Endpoints::Service)
+        let e = pod_of(&cluster(false), &[], &args, Endpoints::Service, pki::CLIENT)
             .unwrap_err()
             .to_string();
         assert!(e.contains("no member pod"), "{e}");

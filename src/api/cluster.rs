@@ -62,8 +62,8 @@ pub const MAX_SIZE: i32 = 7;
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "(has(self.TLS) && has(self.TLS.auto)) == (has(oldSelf.TLS) && has(oldSelf.TLS.auto)) && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.peerSecret) && self.TLS.static.member.peerSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.peerSecret) && oldSelf.TLS.static.member.peerSecret != '') && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.serverSecret) && self.TLS.static.member.serverSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.serverSecret) && oldSelf.TLS.static.member.serverSecret != '')",
-    "message": "spec.TLS cannot be turned on or off, or switched between static and auto, on an existing cluster: members on either side could not talk to each other. Create a new cluster with the TLS you want and restore a backup into it"
+    "rule": "(has(self.TLS) && has(self.TLS.auto)) == (has(oldSelf.TLS) && has(oldSelf.TLS.auto)) && (has(self.TLS) && has(self.TLS.certManager)) == (has(oldSelf.TLS) && has(oldSelf.TLS.certManager)) && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.peerSecret) && self.TLS.static.member.peerSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.peerSecret) && oldSelf.TLS.static.member.peerSecret != '') && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.serverSecret) && self.TLS.static.member.serverSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.serverSecret) && oldSelf.TLS.static.member.serverSecret != '')",
+    "message": "spec.TLS cannot be turned on or off, or switched between static, auto and certManager, on an existing cluster: members on either side could not talk to each other. Create a new cluster with the TLS you want and restore a backup into it"
 }]))]
 pub struct EtcdClusterSpec {
     /// Number of etcd members, 1 to 7. The operator adds or removes one member at a time and
@@ -97,10 +97,10 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodPolicy>,
 
-    /// TLS for peer and client traffic: from Secrets the user provides (`static`), or from a
-    /// CA the operator makes for the cluster (`auto`). Set when the cluster is created: turning
-    /// TLS on or off, or switching between `static` and `auto`, would leave members unable to
-    /// talk to each other, so it is refused.
+    /// TLS for peer and client traffic: from Secrets the user provides (`static`), from a CA
+    /// the operator makes for the cluster (`auto`), or from cert-manager (`certManager`). Set
+    /// when the cluster is created: turning TLS on or off, or switching between them, would
+    /// leave members unable to talk to each other, so it is refused.
     #[serde(rename = "TLS", default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsPolicy>,
 
@@ -455,8 +455,8 @@ pub struct PodPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "has(self.static) != has(self.auto)",
-    "message": "spec.TLS takes exactly one of static (Secrets you provide) and auto (certificates the operator makes)"
+    "rule": "(has(self.static) ? 1 : 0) + (has(self.auto) ? 1 : 0) + (has(self.certManager) ? 1 : 0) == 1",
+    "message": "spec.TLS takes exactly one of static (Secrets you provide), auto (certificates the operator makes) and certManager (certificates cert-manager issues)"
 }]))]
 pub struct TlsPolicy {
     /// Certificates provided as Secrets by the user.
@@ -471,6 +471,46 @@ pub struct TlsPolicy {
     /// `etcd.database.coreos.com/rotate-tls` rotates the CA and every certificate now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto: Option<AutoTls>,
+    /// Certificates cert-manager issues. The operator writes a cert-manager `Certificate` for
+    /// each of the peer, server and client certificates (`<name>-peer-tls`,
+    /// `<name>-server-tls`, `<name>-client-tls`, each into the Secret of its own name, in the
+    /// `kubernetes.io/tls` layout) with the names and usages `TLS.auto` gives them, waits for
+    /// cert-manager to fill their Secrets, and rolls the members one at a time when it renews
+    /// them. The issuer must sign with a CA that stays the same across renewals (an Issuer of
+    /// kind CA, for example): members trust the `ca.crt` of the Secrets they start with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_manager: Option<CertManagerTls>,
+}
+
+/// Certificates of a cluster issued by cert-manager.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertManagerTls {
+    /// The cert-manager issuer that signs the certificates.
+    pub issuer_ref: IssuerRef,
+    /// How long the certificates are valid, in hours such as `2160h`; cert-manager's default
+    /// (90 days) when unset. cert-manager renews each when two thirds of it have passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[1-9][0-9]{0,5}h$"))]
+    pub duration: Option<String>,
+}
+
+/// A cert-manager issuer, as a `Certificate` names it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuerRef {
+    /// Name of the issuer.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// `Issuer` (in the cluster's namespace; the default) or `ClusterIssuer`, or the kind of
+    /// an external issuer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: Option<String>,
+    /// API group of the issuer: `cert-manager.io` (the default), or an external issuer's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub group: Option<String>,
 }
 
 /// The automatic PKI of a cluster.

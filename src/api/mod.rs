@@ -22,12 +22,12 @@ pub use backup::{
     SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION, TieredRetention,
 };
 pub use cluster::{
-    AutoCompaction, AutoCompactionMode, AutoTls, ClusterNetworkPolicy, ClusterPhase,
-    DEFAULT_QUOTA_BACKEND_BYTES, DEFRAG_ANNOTATION, Defrag, DefragRequest, DefragmentationRecord,
-    EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, Maintenance, MemberRole, MemberSecret,
-    MemberStatus, MembersStatus, PodPolicy, QuorumLossPolicy, RECOVER_ANNOTATION,
-    RESTORE_ANNOTATION, Recovery, RecoveryRecord, RecoveryStore, RestoreHandoff, RestoreRecord,
-    StaticTls, TlsPolicy,
+    AutoCompaction, AutoCompactionMode, AutoTls, CertManagerTls, ClusterNetworkPolicy,
+    ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, DEFRAG_ANNOTATION, Defrag, DefragRequest,
+    DefragmentationRecord, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, IssuerRef, Maintenance,
+    MemberRole, MemberSecret, MemberStatus, MembersStatus, PodPolicy, QuorumLossPolicy,
+    RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord, RecoveryStore,
+    RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
 };
 pub use common::{
     AbsSource, Condition, GcsSource, OssSource, S3Encryption, S3EncryptionMode, S3Source,

@@ -782,7 +782,13 @@ mod tests {
         };
         let cluster = EtcdCluster::new("example", spec("3.5.35"));
         let upgraded = EtcdCluster::new("example", spec("3.6.16"));
-        let mut pod = member_pod(&cluster, "example-a", vec![], None, "");
+        let mut pod = member_pod(
+            &cluster,
+            "example-a",
+            vec![],
+            None,
+            &crate::tls::Material::default(),
+        );
         let now = |c: &EtcdCluster| template_hash(c, "");
         assert!(is_current(&pod, &now(&cluster), &cluster.spec.image()));
         assert!(!is_current(&pod, &now(&upgraded), &upgraded.spec.image()));

@@ -196,14 +196,17 @@ pub fn meta(cluster: &EtcdCluster, name: &str, component: &str) -> ObjectMeta {
 /// The Secrets a cluster's members mount and its clients use.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Secrets {
-    /// Peer certificate Secret (coreos `peer.*` layout).
+    /// Peer certificate Secret (coreos `peer.*` layout, or `kubernetes.io/tls`).
     pub peer: Option<String>,
-    /// Server certificate Secret (coreos `server.*` layout).
+    /// Server certificate Secret (coreos `server.*` layout, or `kubernetes.io/tls`).
     pub server: Option<String>,
-    /// Client certificate Secret (coreos `etcd-client.*` layout).
+    /// Client certificate Secret (coreos `etcd-client.*` layout, or `kubernetes.io/tls`).
     pub client: Option<String>,
     /// Whether the operator makes them (`TLS.auto`).
     pub auto: bool,
+    /// Whether cert-manager issues them for the operator's Certificates (`TLS.certManager`):
+    /// all three in the `kubernetes.io/tls` layout.
+    pub cert_manager: bool,
 }
 
 /// Whether `meta` names `owner` (by UID) as its controller: the only proof that an object is
@@ -238,12 +241,13 @@ pub fn secrets(cluster: &EtcdCluster) -> Secrets {
     let Some(tls) = cluster.spec.tls.as_ref() else {
         return Secrets::default();
     };
-    if tls.auto.is_some() {
+    if tls.auto.is_some() || tls.cert_manager.is_some() {
         return Secrets {
             peer: Some(format!("{name}-peer-tls")),
             server: Some(format!("{name}-server-tls")),
             client: Some(format!("{name}-client-tls")),
-            auto: true,
+            auto: tls.auto.is_some(),
+            cert_manager: tls.cert_manager.is_some(),
         };
     }
     let set = |s: Option<&String>| s.filter(|s| !s.is_empty()).cloned();
@@ -254,6 +258,7 @@ pub fn secrets(cluster: &EtcdCluster) -> Secrets {
         server: set(member.and_then(|m| m.server_secret.as_ref())),
         client: set(st.and_then(|s| s.operator_secret.as_ref())),
         auto: false,
+        cert_manager: false,
     }
 }
 

@@ -1,11 +1,14 @@
 //! The TLS of one cluster, at the start of a pass: the Secrets of `TLS.static` checked before
 //! any pod mounts them, the PKI of `TLS.auto` made, renewed and rotated, and the operator's
-//! client identity read from either.
+//! client identity read from any of them; the Certificates of `TLS.certManager` written
+//! (`cert_manager`).
 //!
 //! A rotation of an automatic CA goes through three rolls, each finished (every pod made from
 //! the newest Secrets, every member a healthy voter) before the next begins, so that no two
 //! members ever fail to trust each other: the members trust the old and the new CA; their
 //! certificates come from the new CA; they trust only the new CA.
+
+mod cert_manager;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,7 +24,7 @@ use crate::etcd::ClientTls;
 use crate::kube::cache::SecretApi;
 use crate::kube::invalid::Invalid;
 use crate::kube::names::{addressing, ca_name, meta, secrets};
-use crate::pki::{self, Ca, Layout, Pair, Role};
+use crate::pki::{self, Ca, Layout, MemberLayouts, Pair, Role};
 
 /// A new value rotates the CA of a `TLS.auto` cluster and every certificate it signed.
 pub const ROTATE_ANNOTATION: &str = "etcd.database.coreos.com/rotate-tls";
@@ -60,23 +63,36 @@ pub enum Error {
 pub struct Material {
     /// The operator's client identity, for a cluster whose clients need one.
     pub client: Option<Arc<ClientTls>>,
-    /// Fingerprint of the member Secrets' contents, part of the pod-template hash: a new
-    /// certificate rolls the members. Empty without TLS.
+    /// Fingerprint of the member Secrets' contents (and of their layouts, when not coreos's),
+    /// part of the pod-template hash: a new certificate rolls the members. Empty without TLS.
     pub revision: String,
+    /// The layouts of the member Secrets, which the member pods' mounts map.
+    pub layouts: MemberLayouts,
     /// Where a rotation of an automatic CA stands, and the CA Secret as read this pass (a
     /// rotation step replaces it at that resourceVersion, so a concurrent change fails it).
     auto: Option<(AutoState, Secret)>,
 }
 
 impl Material {
-    /// Takes what a checked TLS Secret in `layout` gives: the client identity, or member
-    /// contents for the revision.
-    fn add(&mut self, contents: &mut Vec<Vec<u8>>, layout: Layout, secret: &Secret) {
-        if layout == pki::CLIENT {
-            self.client = client_identity(secret).map(Arc::new);
-        } else {
-            for key in [layout.cert, layout.key, layout.ca] {
-                contents.push(value(secret, key).unwrap_or_default());
+    /// Takes what a checked TLS Secret of `role` in `layout` gives: the client identity, or
+    /// member contents for the revision. A layout other than coreos's is part of the revision
+    /// (the mounts differ), coreos's is not (the revision of a cluster made before layouts
+    /// were read stays what it was, and its members do not roll).
+    fn add(&mut self, contents: &mut Vec<Vec<u8>>, role: Role, layout: Layout, secret: &Secret) {
+        match role {
+            Role::Client => self.client = client_identity(secret).map(Arc::new),
+            Role::Peer | Role::Server => {
+                for key in [layout.cert, layout.key, layout.ca] {
+                    contents.push(value(secret, key).unwrap_or_default());
+                }
+                if layout == pki::KUBERNETES_TLS {
+                    contents.push(format!("{role:?} in {}", layout.cert).into_bytes());
+                }
+                if role == Role::Peer {
+                    self.layouts.peer = layout;
+                } else {
+                    self.layouts.server = layout;
+                }
             }
         }
     }
@@ -98,17 +114,19 @@ fn value(secret: &Secret, key: &str) -> Option<Vec<u8>> {
     secret.data.as_ref()?.get(key).map(|v| v.0.clone())
 }
 
-/// The client identity in a Secret of the coreos client layout.
+/// The client identity in a Secret of the coreos client layout, or the `kubernetes.io/tls`
+/// layout.
 pub fn client_identity(secret: &Secret) -> Option<ClientTls> {
+    let layout = pki::layout_of(|k| value(secret, k), pki::CLIENT);
     Some(ClientTls {
-        ca: value(secret, pki::CLIENT.ca)?,
-        cert: value(secret, pki::CLIENT.cert)?,
-        key: value(secret, pki::CLIENT.key)?,
+        ca: value(secret, layout.ca)?,
+        cert: value(secret, layout.cert)?,
+        key: value(secret, layout.key)?,
     })
 }
 
-/// The client identity in Secret `name` (coreos client layout), which `field` names: there,
-/// complete and valid at `now`.
+/// The client identity in Secret `name` (coreos client layout, or `kubernetes.io/tls`), which
+/// `field` names: there, complete and valid at `now`.
 pub async fn read_client(
     api: &SecretApi,
     field: &str,
@@ -116,7 +134,8 @@ pub async fn read_client(
     now: OffsetDateTime,
 ) -> Result<Arc<ClientTls>, Error> {
     let secret = read(api, field, name).await?;
-    pki::check_pair(|k| value(&secret, k), pki::CLIENT, &[], now)
+    let layout = pki::layout_of(|k| value(&secret, k), pki::CLIENT);
+    pki::check_pair(|k| value(&secret, k), layout, &[], now)
         .map_err(|problem| invalid_secret(field, api, name, &problem))?;
     client_identity(&secret)
         .map(Arc::new)
@@ -134,6 +153,8 @@ pub async fn cluster_client(
     };
     let field = if secrets.auto {
         "spec.TLS.auto"
+    } else if secrets.cert_manager {
+        "spec.TLS.certManager"
     } else {
         "spec.TLS.static.operatorSecret"
     };
@@ -181,43 +202,56 @@ pub async fn prepare(
     if let Some(auto) = &policy.auto {
         return prepare_auto(api, cluster, auto.validity(), now).await;
     }
+    if let Some(cm) = &policy.cert_manager {
+        return cert_manager::prepare(api, cluster, cm, now).await;
+    }
     let secrets = secrets(cluster);
     // A member of the cluster by its DNS name; the placeholder label is what a wildcard name
     // must stand for.
     let member_host = addressing(cluster).host("<member>");
     let mut material = Material::default();
     let mut contents: Vec<Vec<u8>> = Vec::new();
-    for (field, name, layout, hosts) in [
+    for (field, name, role, hosts) in [
         (
             "spec.TLS.static.member.peerSecret",
             &secrets.peer,
-            pki::PEER,
+            Role::Peer,
             vec![member_host.clone()],
         ),
         (
             "spec.TLS.static.member.serverSecret",
             &secrets.server,
-            pki::SERVER,
+            Role::Server,
             vec![member_host.clone()],
         ),
         (
             "spec.TLS.static.operatorSecret",
             &secrets.client,
-            pki::CLIENT,
+            Role::Client,
             vec![],
         ),
     ] {
         let Some(name) = name else { continue };
         let secret = read(api, field, name).await?;
+        let layout = pki::layout_of(|k| value(&secret, k), coreos_layout(role));
         pki::check_pair(|k| value(&secret, k), layout, &hosts, now)
             .map_err(|problem| invalid_secret(field, api, name, &problem))?;
-        material.add(&mut contents, layout, &secret);
+        material.add(&mut contents, role, layout, &secret);
     }
     if !contents.is_empty() {
         let parts: Vec<&[u8]> = contents.iter().map(Vec::as_slice).collect();
         material.revision = fingerprint(&parts);
     }
     Ok(material)
+}
+
+/// The coreos layout of a Secret of `role`.
+fn coreos_layout(role: Role) -> Layout {
+    match role {
+        Role::Peer => pki::PEER,
+        Role::Server => pki::SERVER,
+        Role::Client => pki::CLIENT,
+    }
 }
 
 /// Where a rotation of an automatic CA stands.
@@ -561,7 +595,7 @@ async fn prepare_auto(
                 apply(api, &leaf_secret(cluster, name, layout, &pair, &state)).await?
             }
         };
-        material.add(&mut contents, layout, &secret);
+        material.add(&mut contents, role, layout, &secret);
     }
     let parts: Vec<&[u8]> = contents.iter().map(Vec::as_slice).collect();
     material.revision = fingerprint(&parts);

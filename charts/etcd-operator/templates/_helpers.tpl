@@ -130,4 +130,9 @@ The rights the controllers use, and nothing else. Where each comes from:
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+- apiGroups: [cert-manager.io]
+  resources: [certificates]
+  # TLS.certManager: the cluster's three Certificates, applied server-side; get tells a user's
+  # Certificate of the same name, which is never taken over.
+  verbs: [get, create, patch]
 {{- end -}}

@@ -72,7 +72,7 @@ pub(super) async fn create_pod(
         }
         pass.wrote(Object::Claim, member, Write::Created);
     }
-    let mut pod = resources::member_pod(cluster, member, args, gate, &pass.tls.revision);
+    let mut pod = resources::member_pod(cluster, member, args, gate, pass.tls);
     resources::keep_off(&mut pod, pass.kept_off());
     pass.handles
         .pods

@@ -48,6 +48,7 @@ mod tests {
     use crate::api::EtcdCluster;
     use crate::api::{EtcdClusterSpec, MemberSecret, PodPolicy, StaticTls, TlsPolicy};
     use crate::kube::names::{CLIENT_PORT, selector};
+    use crate::tls::Material;
 
     fn cluster(spec: EtcdClusterSpec) -> EtcdCluster {
         let mut c = EtcdCluster::new("example", spec);
@@ -62,7 +63,7 @@ mod tests {
             size: 3,
             ..Default::default()
         });
-        let mut pod = member_pod(&c, "example-x", vec![], None, "");
+        let mut pod = member_pod(&c, "example-x", vec![], None, &Material::default());
         let before = pod.clone();
         keep_off(&mut pod, &[]);
         assert_eq!(pod, before);
@@ -155,10 +156,41 @@ mod tests {
                     }),
                     operator_secret: Some("op".into()),
                 }),
-                auto: None,
+                ..TlsPolicy::default()
             }),
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn a_member_secret_in_the_kubernetes_layout_is_mounted_under_coreos_file_names() {
+        let c = with_policy();
+        let secret_of = |pod: &k8s_openapi::api::core::v1::Pod, volume: &str| {
+            let spec = pod.spec.clone().unwrap();
+            let v = spec.volumes.unwrap().into_iter().find(|v| v.name == volume);
+            v.unwrap().secret.unwrap()
+        };
+        let coreos = member_pod(&c, "example-x", vec![], None, &Material::default());
+        assert_eq!(secret_of(&coreos, "peer-tls").items, None);
+        let mut tls = Material::default();
+        tls.layouts.peer = crate::pki::KUBERNETES_TLS;
+        let pod = member_pod(&c, "example-x", vec![], None, &tls);
+        let items: Vec<(String, String)> = secret_of(&pod, "peer-tls")
+            .items
+            .unwrap()
+            .into_iter()
+            .map(|i| (i.key, i.path))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                ("tls.crt", "peer.crt"),
+                ("tls.key", "peer.key"),
+                ("ca.crt", "peer-ca.crt")
+            ]
+            .map(|(k, p)| (k.to_string(), p.to_string()))
+        );
+        assert_eq!(secret_of(&pod, "server-tls").items, None);
     }
 
     #[test]
@@ -169,7 +201,7 @@ mod tests {
             "example-bcdfg",
             vec!["--name=example-bcdfg".into()],
             None,
-            "",
+            &Material::default(),
         );
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["app"], "etcd");
@@ -310,7 +342,7 @@ mod tests {
                 root_secret: Some("example-etcd-root".into()),
             }),
         };
-        let pod = member_pod(&c, "example-s", vec![], Some(&gate), "");
+        let pod = member_pod(&c, "example-s", vec![], Some(&gate), &Material::default());
         let spec = pod.spec.unwrap();
         let command = spec.containers[0].command.clone().unwrap();
         let flag = "--root-password-file=/etc/etcd-root/password";
@@ -359,7 +391,7 @@ mod tests {
             "example-s",
             vec!["--name=example-s".into()],
             Some(&gate),
-            "",
+            &Material::default(),
         );
         let annotations = pod.metadata.annotations.as_ref().unwrap();
         assert_eq!(annotations[RESTORE_UID_ANNOTATION], "uid-1");
@@ -423,7 +455,7 @@ mod tests {
             peers: vec!["example-a".into(), "example-b".into()],
             restore: None,
         };
-        let pod = member_pod(&c, "example-x", vec![], Some(&gate), "");
+        let pod = member_pod(&c, "example-x", vec![], Some(&gate), &Material::default());
         assert_eq!(
             pod.metadata.annotations.as_ref().unwrap()[JOIN_PEERS_ANNOTATION],
             "example-a,example-b"
@@ -469,7 +501,9 @@ mod tests {
         let sc = init.security_context.as_ref().unwrap();
         assert_eq!(sc.read_only_root_filesystem, Some(true));
         assert_eq!(sc.allow_privilege_escalation, Some(false));
-        let plain = member_pod(&c, "example-x", vec![], None, "").spec.unwrap();
+        let plain = member_pod(&c, "example-x", vec![], None, &Material::default())
+            .spec
+            .unwrap();
         assert!(plain.init_containers.is_none());
         assert_eq!(
             plain.containers[0].command.as_deref().unwrap(),
@@ -500,7 +534,7 @@ mod tests {
             version: Some("v3.6.16".into()),
             ..Default::default()
         });
-        let pod = member_pod(&c, "example-x", vec![], None, "");
+        let pod = member_pod(&c, "example-x", vec![], None, &Material::default());
         let spec = pod.spec.unwrap();
         let etcd = &spec.containers[0];
         let live = etcd
@@ -574,7 +608,9 @@ mod tests {
             size: 3,
             ..Default::default()
         });
-        let spec = member_pod(&c, "example-x", vec![], None, "").spec.unwrap();
+        let spec = member_pod(&c, "example-x", vec![], None, &Material::default())
+            .spec
+            .unwrap();
         let spread = spec.topology_spread_constraints.unwrap();
         let keys: Vec<(&str, &str)> = spread
             .iter()

@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, EmptyDirVolumeSource, NodeAffinity, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod,
-    PodAffinityTerm, PodAntiAffinity, PodSpec, ResourceRequirements, SecretVolumeSource,
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, KeyToPath, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimVolumeSource,
+    Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, ResourceRequirements, SecretVolumeSource,
     TopologySpreadConstraint, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -22,6 +22,8 @@ use super::probes::probes;
 use crate::api::{AutoCompactionMode, EtcdCluster, PodPolicy};
 use crate::cluster::members::{DATA_DIR, PEER_TLS_DIR, SERVER_TLS_DIR};
 use crate::kube::names::{CLIENT_PORT, METRICS_PORT, PEER_PORT, labels, meta, secrets, selector};
+use crate::pki::{MemberLayouts, PEER, SERVER};
+use crate::tls::Material;
 
 /// Annotation of every member pod: the hash of the pod template it was made from (see
 /// [`template_hash`]). A member whose pod carries another is rolled.
@@ -93,7 +95,7 @@ pub fn member_pod(
     member: &str,
     mut args: Vec<String>,
     gate: Option<&Gate>,
-    tls_revision: &str,
+    tls: &Material,
 ) -> Pod {
     // Every member of a 3.6 cluster carries the same limit (each checks it as it applies an
     // addition). It is not part of the template hash: clusters made before it are not rolled
@@ -129,10 +131,10 @@ pub fn member_pod(
     let name = cluster.name_any();
     let spec = &cluster.spec;
     let policy = spec.pod.clone().unwrap_or_default();
-    let (volumes, mounts) = member_volumes(cluster, member, &policy, gate);
+    let (volumes, mounts) = member_volumes(cluster, member, &policy, gate, tls.layouts);
     let etcd = etcd_container(cluster, &policy, args, gate, mounts);
     Pod {
-        metadata: member_metadata(cluster, member, &policy, gate, tls_revision),
+        metadata: member_metadata(cluster, member, &policy, gate, &tls.revision),
         spec: Some(PodSpec {
             hostname: Some(member.into()),
             subdomain: Some(name.clone()),
@@ -202,6 +204,7 @@ pub(super) fn member_volumes(
     member: &str,
     policy: &PodPolicy,
     gate: Option<&Gate>,
+    layouts: MemberLayouts,
 ) -> (Vec<Volume>, Vec<VolumeMount>) {
     let gated = gate.is_some();
     let data = match &policy.persistent_volume_claim_spec {
@@ -225,28 +228,9 @@ pub(super) fn member_volumes(
         mount_path: DATA_DIR.trim_end_matches("/data").into(),
         ..VolumeMount::default()
     }];
-    let tls = secrets(cluster);
-    for (secret, vol, dir) in [
-        (&tls.peer, "peer-tls", PEER_TLS_DIR),
-        (&tls.server, "server-tls", SERVER_TLS_DIR),
-    ] {
-        if let Some(secret) = secret {
-            volumes.push(Volume {
-                name: vol.into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(secret.clone()),
-                    ..SecretVolumeSource::default()
-                }),
-                ..Volume::default()
-            });
-            mounts.push(VolumeMount {
-                name: vol.into(),
-                mount_path: dir.into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            });
-        }
-    }
+    let (tls_volumes, tls_mounts) = tls_volumes(cluster, layouts);
+    volumes.extend(tls_volumes);
+    mounts.extend(tls_mounts);
     if gated {
         volumes.push(Volume {
             name: GATE_VOLUME.into(),
@@ -266,6 +250,55 @@ pub(super) fn member_volumes(
             let (volume, mount) = root_volume(secret);
             volumes.push(volume);
             mounts.push(mount);
+        }
+    }
+    (volumes, mounts)
+}
+
+/// The member Secrets' volumes and mounts. etcd's flags name coreos's files: a Secret in
+/// another layout (`layouts`) is mapped to them.
+fn tls_volumes(cluster: &EtcdCluster, layouts: MemberLayouts) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let tls = secrets(cluster);
+    let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
+    for (secret, vol, dir, (layout, coreos)) in [
+        (&tls.peer, "peer-tls", PEER_TLS_DIR, (layouts.peer, PEER)),
+        (
+            &tls.server,
+            "server-tls",
+            SERVER_TLS_DIR,
+            (layouts.server, SERVER),
+        ),
+    ] {
+        if let Some(secret) = secret {
+            let items = (layout != coreos).then(|| {
+                [
+                    (layout.cert, coreos.cert),
+                    (layout.key, coreos.key),
+                    (layout.ca, coreos.ca),
+                ]
+                .into_iter()
+                .map(|(key, path)| KeyToPath {
+                    key: key.into(),
+                    path: path.into(),
+                    mode: None,
+                })
+                .collect()
+            });
+            volumes.push(Volume {
+                name: vol.into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.clone()),
+                    items,
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+            mounts.push(VolumeMount {
+                name: vol.into(),
+                mount_path: dir.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
         }
     }
     (volumes, mounts)

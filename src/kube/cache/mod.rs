@@ -255,8 +255,13 @@ mod tests {
             },
         );
         cluster.metadata.namespace = Some("ns".into());
-        let full =
-            crate::cluster::resources::member_pod(&cluster, "c-1", vec!["--a".into()], None, "");
+        let full = crate::cluster::resources::member_pod(
+            &cluster,
+            "c-1",
+            vec!["--a".into()],
+            None,
+            &crate::tls::Material::default(),
+        );
         let mut pod = full.clone();
         slim_pod(&mut pod);
         assert_eq!(pod.metadata, full.metadata);

@@ -63,6 +63,11 @@ impl SecretApi {
         }
     }
 
+    /// A client of the API server these Secrets are read from.
+    pub fn client(&self) -> kube::Client {
+        self.api.clone().into_client()
+    }
+
     /// The namespace.
     pub fn namespace(&self) -> &str {
         &self.ns
