@@ -22,6 +22,9 @@
 #                                                 nftables and NFQUEUE, on every node of the
 #                                                 local cluster; patched to queue through the
 #                                                 xtables NFQUEUE target)
+#   cert-manager        cert-manager-controller  (github.com/cert-manager/cert-manager/cmd/controller:
+#                                                 the controller the e2e tests run as a host
+#                                                 process; its CRDs go to ../crds, next to bin)
 # Usage: hack/build-tools.sh TOOL   prints the directory holding the tool's binaries.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,7 +43,7 @@ gobuild() {
   mv "$out/$name.tmp" "$out/$name"
 }
 
-tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|coredns|helm|krew|kube-network-policies|local-path|pause|promtool|prometheus|versitygw}
+tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|cert-manager|coredns|helm|krew|kube-network-policies|local-path|pause|promtool|prometheus|versitygw}
 case "$tool" in
   etcd-3.5|etcd-3.6)
     dir=$here/etcd/v${tool#etcd-}
@@ -89,6 +92,23 @@ case "$tool" in
     dir=$here/versitygw; v=$(modver "$dir" github.com/versity/versitygw)
     out=$cache/versitygw/$v/bin
     gobuild "$dir" "$out" versitygw github.com/versity/versitygw/cmd/versitygw ;;
+  cert-manager)
+    dir=$here/cert-manager; v=$(modver "$dir" github.com/cert-manager/cert-manager)
+    out=$cache/cert-manager/$v/bin
+    # The version is also the tag of the default ACME HTTP-01 solver image.
+    gobuild "$dir" "$out" cert-manager-controller github.com/cert-manager/cert-manager/cmd/controller \
+      "-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$v"
+    # The release's CRDs (deploy/crds), without the labels the Helm chart templates in.
+    crds=$cache/cert-manager/$v/crds
+    if [ ! -d "$crds" ]; then
+      src=$(cd "$dir" && go mod download github.com/cert-manager/cert-manager &&
+        go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds
+      rm -rf "$crds.tmp"; mkdir -p "$crds.tmp"
+      for f in "$src"/crd-*.yaml; do
+        sed -e '/{{/d' -e '/^  labels:$/d' "$f" > "$crds.tmp/${f##*/}"
+      done
+      mv "$crds.tmp" "$crds"
+    fi ;;
   kube-network-policies)
     # The release with one patch (xt-nfqueue.patch says why), built from a patched copy of the
     # module through a go.mod of its own (-modfile): the module cache and the helper module stay
