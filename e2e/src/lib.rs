@@ -27,6 +27,8 @@ pub mod nodes;
 
 pub mod prometheus;
 
+pub mod tls;
+
 #[cfg(test)]
 mod tests {
     use std::io::{BufRead, BufReader, Read, Write};

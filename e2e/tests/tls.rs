@@ -13,17 +13,16 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e::backups::{aws_secret, manifest, s3_spec, store_host, until_status};
 use e2e::stores::Moto;
+use e2e::tls::{TlsWriter, all_healthy, etcdctl_health, tls_client};
 use e2e::{
     Kubectl, Operator, degraded_with, event_count, get, healthy_at_size, holds_for, pod_names,
     until,
 };
-use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
+use etcd_client::GetOptions;
 use etcd_operator::pki::{self, Ca, Layout, Role};
 use serde_json::{Value, json};
 
@@ -78,37 +77,6 @@ fn coreos_secrets(k: &Kubectl, ns: &str, member_names: &[String]) -> Ca {
 
 fn example_tls() -> String {
     std::fs::read_to_string(e2e::repo_root().join("examples/cluster-tls.yaml")).unwrap()
-}
-
-/// Runs `etcdctl endpoint health --cluster` in a pod of the etcd image with client Secret
-/// `client_secret` mounted, against the client Service of `cluster`; returns its JSON answer.
-fn etcdctl_health(k: &Kubectl, ns: &str, cluster: &str, client_secret: &str, pod: &str) -> Value {
-    let spec = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
-        "spec": {"restartPolicy": "Never",
-            "containers": [{"name": "etcdctl", "image": "quay.io/coreos/etcd:v3.6.16",
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["/usr/local/bin/etcdctl",
-                    format!("--endpoints=https://{cluster}-client.{ns}.svc:2379"),
-                    "--cacert=/tls/etcd-client-ca.crt", "--cert=/tls/etcd-client.crt",
-                    "--key=/tls/etcd-client.key", "endpoint", "health", "--cluster",
-                    "--write-out=json"],
-                "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}]}],
-            "volumes": [{"name": "tls", "secret": {"secretName": client_secret}}]}});
-    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&spec.to_string()));
-    until("etcdctl to finish", 120, || {
-        let phase = get(k, ns, &format!("pod/{pod}"))["status"]["phase"].clone();
-        phase == "Succeeded" || phase == "Failed"
-    });
-    let logs = k.ok(&["logs", "-n", ns, pod], None);
-    let phase = get(k, ns, &format!("pod/{pod}"))["status"]["phase"].clone();
-    assert_eq!(phase, "Succeeded", "etcdctl failed: {logs}");
-    serde_json::from_str(logs.trim()).unwrap_or_else(|e| panic!("{e}: {logs}"))
-}
-
-fn all_healthy(health: &Value, n: usize) -> bool {
-    health
-        .as_array()
-        .is_some_and(|a| a.len() == n && a.iter().all(|h| h["health"] == true))
 }
 
 #[test]
@@ -279,101 +247,6 @@ fn a_certificate_that_does_not_name_the_members_is_reported_before_any_pod() {
     holds_for("no member pod", 10, || {
         pod_names(&k, ns, "example-tls").is_empty()
     });
-}
-
-/// A client writing unique keys through the client Service over TLS, as an application would;
-/// on an error it connects again with the client Secret as it is then (a rotation replaces
-/// it).
-struct TlsWriter {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<(Vec<u64>, u64, Duration)>>,
-}
-
-/// A client of the cluster's Service by its ClusterIP, its certificate checked against the
-/// Service's name, with the identity in Secret `secret` as it is now.
-async fn tls_client(k: &Kubectl, ns: &str, cluster: &str, secret: &str) -> Result<Client, String> {
-    let ip = get(k, ns, &format!("service/{cluster}-client"))["spec"]["clusterIP"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let s = get(k, ns, &format!("secret/{secret}"));
-    let field = |key: &str| -> Vec<u8> {
-        let b64 = s["data"][key].as_str().unwrap_or_default();
-        e2e::unbase64(b64).unwrap_or_default()
-    };
-    let tls = TlsOptions::new()
-        .ca_certificate(Certificate::from_pem(field("etcd-client-ca.crt")))
-        .identity(Identity::from_pem(
-            field("etcd-client.crt"),
-            field("etcd-client.key"),
-        ))
-        .domain_name(format!("{cluster}-client.{ns}.svc"));
-    let options = ConnectOptions::new()
-        .with_tls(tls)
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(Duration::from_secs(5));
-    Client::connect([format!("https://{ip}:2379")], Some(options))
-        .await
-        .map_err(|e| e.to_string())
-}
-
-impl TlsWriter {
-    fn start(ns: &str, cluster: &str, secret: &str) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let (ns, cluster, secret) = (ns.to_string(), cluster.to_string(), secret.to_string());
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async move {
-                let k = Kubectl::from_env();
-                let (mut acked, mut errors, mut n) = (Vec::new(), 0u64, 0u64);
-                let (mut longest, mut last) = (Duration::ZERO, Instant::now());
-                let mut client = None;
-                while !flag.load(Ordering::Relaxed) {
-                    if client.is_none() {
-                        client = tls_client(&k, &ns, &cluster, &secret).await.ok();
-                        if client.is_none() {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                            continue;
-                        }
-                    }
-                    let c = client.as_mut().unwrap();
-                    match c.put(format!("e2e-tls/{n}"), format!("v{n}"), None).await {
-                        Ok(_) => {
-                            acked.push(n);
-                            longest = longest.max(last.elapsed());
-                            last = Instant::now();
-                        }
-                        Err(e) => {
-                            errors += 1;
-                            eprintln!("tls writer: {e}");
-                            client = None;
-                        }
-                    }
-                    n += 1;
-                }
-                (acked, errors, longest)
-            })
-        });
-        TlsWriter {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn finish(&mut self) -> (Vec<u64>, u64, Duration) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .map(|t| t.join().unwrap())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for TlsWriter {
-    fn drop(&mut self) {
-        self.finish();
-    }
 }
 
 /// The CA Secret's rotation phase and the token it last acted on.

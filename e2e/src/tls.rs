@@ -1,0 +1,161 @@
+//! Clients of a cluster served over TLS, with the identity in a client Secret of either layout
+//! (coreos's `etcd-client.*`, or `kubernetes.io/tls` as cert-manager writes it): etcdctl in a
+//! pod, and a writer that counts what etcd acknowledged.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_operator::pki::{self, Layout};
+use serde_json::{Value, json};
+
+use crate::{Kubectl, get, until};
+
+/// The layout of client Secret `name`.
+fn client_layout(k: &Kubectl, ns: &str, name: &str) -> Layout {
+    let s = get(k, ns, &format!("secret/{name}"));
+    pki::layout_of(
+        |key| s["data"][key].as_str().map(|v| v.as_bytes().to_vec()),
+        pki::CLIENT,
+    )
+}
+
+/// Runs `etcdctl endpoint health --cluster` in a pod of the etcd image with client Secret
+/// `client_secret` mounted, against the client Service of `cluster`; returns its JSON answer.
+pub fn etcdctl_health(
+    k: &Kubectl,
+    ns: &str,
+    cluster: &str,
+    client_secret: &str,
+    pod: &str,
+) -> Value {
+    let l = client_layout(k, ns, client_secret);
+    let spec = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+        "spec": {"restartPolicy": "Never",
+            "containers": [{"name": "etcdctl", "image": "quay.io/coreos/etcd:v3.6.16",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/usr/local/bin/etcdctl",
+                    format!("--endpoints=https://{cluster}-client.{ns}.svc:2379"),
+                    format!("--cacert=/tls/{}", l.ca), format!("--cert=/tls/{}", l.cert),
+                    format!("--key=/tls/{}", l.key), "endpoint", "health", "--cluster",
+                    "--write-out=json"],
+                "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}]}],
+            "volumes": [{"name": "tls", "secret": {"secretName": client_secret}}]}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&spec.to_string()));
+    until("etcdctl to finish", 120, || {
+        let phase = get(k, ns, &format!("pod/{pod}"))["status"]["phase"].clone();
+        phase == "Succeeded" || phase == "Failed"
+    });
+    let logs = k.ok(&["logs", "-n", ns, pod], None);
+    let phase = get(k, ns, &format!("pod/{pod}"))["status"]["phase"].clone();
+    assert_eq!(phase, "Succeeded", "etcdctl failed: {logs}");
+    serde_json::from_str(logs.trim()).unwrap_or_else(|e| panic!("{e}: {logs}"))
+}
+
+/// Whether `health` (see [`etcdctl_health`]) lists `n` healthy endpoints.
+pub fn all_healthy(health: &Value, n: usize) -> bool {
+    health
+        .as_array()
+        .is_some_and(|a| a.len() == n && a.iter().all(|h| h["health"] == true))
+}
+
+/// A client writing unique keys through the client Service over TLS, as an application would;
+/// on an error it connects again with the client Secret as it is then (a rotation replaces
+/// it).
+pub struct TlsWriter {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(Vec<u64>, u64, Duration)>>,
+}
+
+/// A client of the cluster's Service by its ClusterIP, its certificate checked against the
+/// Service's name, with the identity in Secret `secret` as it is now.
+pub async fn tls_client(
+    k: &Kubectl,
+    ns: &str,
+    cluster: &str,
+    secret: &str,
+) -> Result<Client, String> {
+    let ip = get(k, ns, &format!("service/{cluster}-client"))["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let s = get(k, ns, &format!("secret/{secret}"));
+    let field = |key: &str| -> Vec<u8> {
+        let b64 = s["data"][key].as_str().unwrap_or_default();
+        crate::unbase64(b64).unwrap_or_default()
+    };
+    let l = pki::layout_of(|k| Some(field(k)), pki::CLIENT);
+    let tls = TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(field(l.ca)))
+        .identity(Identity::from_pem(field(l.cert), field(l.key)))
+        .domain_name(format!("{cluster}-client.{ns}.svc"));
+    let options = ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_timeout(Duration::from_secs(5));
+    Client::connect([format!("https://{ip}:2379")], Some(options))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+impl TlsWriter {
+    /// Starts writing keys `e2e-tls/N` to `cluster` with the identity in Secret `secret`.
+    pub fn start(ns: &str, cluster: &str, secret: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ns, cluster, secret) = (ns.to_string(), cluster.to_string(), secret.to_string());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let k = Kubectl::from_env();
+                let (mut acked, mut errors, mut n) = (Vec::new(), 0u64, 0u64);
+                let (mut longest, mut last) = (Duration::ZERO, Instant::now());
+                let mut client = None;
+                while !flag.load(Ordering::Relaxed) {
+                    if client.is_none() {
+                        client = tls_client(&k, &ns, &cluster, &secret).await.ok();
+                        if client.is_none() {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            continue;
+                        }
+                    }
+                    let c = client.as_mut().unwrap();
+                    match c.put(format!("e2e-tls/{n}"), format!("v{n}"), None).await {
+                        Ok(_) => {
+                            acked.push(n);
+                            longest = longest.max(last.elapsed());
+                            last = Instant::now();
+                        }
+                        Err(e) => {
+                            errors += 1;
+                            eprintln!("tls writer: {e}");
+                            client = None;
+                        }
+                    }
+                    n += 1;
+                }
+                (acked, errors, longest)
+            })
+        });
+        TlsWriter {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops; returns the acknowledged writes, the failed ones and the longest stall.
+    pub fn finish(&mut self) -> (Vec<u64>, u64, Duration) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .map(|t| t.join().unwrap())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for TlsWriter {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
