@@ -440,8 +440,9 @@ async fn within<T>(
 
 /// root's token from the member behind `client`, kept in `root`: none while etcd's
 /// authentication is off (etcd refuses to authenticate anyone then), nor from a learner (it
-/// cannot issue one; the token a voter issued serves on it too), nor when the password is not
-/// root's (the requests then fail on their own, naming why).
+/// cannot issue one; the token a voter issued serves on it too), nor from a cluster without
+/// quorum (etcd proposes every authentication), nor when the password is not root's (the
+/// requests then fail on their own, naming why).
 async fn obtain_token(
     client: &mut Client,
     root: &Root,
@@ -496,6 +497,7 @@ impl Etcd {
             let mut client = plain().await.map_err(connect_err)?;
             carried = obtain_token(&mut client, root, timeout)
                 .await
+                .or_else(|| root.last_resort())
                 .map(|t| (root.clone(), t));
             asked = Some(client);
         }

@@ -16,11 +16,18 @@ use super::Password;
 /// this is obtained again.
 const TOKEN_AGE: Duration = Duration::from_secs(240);
 
+/// A token kept, when it was obtained, and whether a call carrying it went unanswered.
+struct Kept {
+    token: HeaderValue,
+    at: Instant,
+    doubted: bool,
+}
+
 /// root's password, and the token last obtained with it.
 pub struct Root {
     /// The password.
     pub password: Password,
-    token: Mutex<Option<(HeaderValue, Instant)>>,
+    token: Mutex<Option<Kept>>,
 }
 
 impl Root {
@@ -32,26 +39,50 @@ impl Root {
         }
     }
 
-    /// The token, while it is fresh.
+    /// The token, while it is fresh and no call carrying it went unanswered.
     pub(super) fn token(&self) -> Option<HeaderValue> {
-        let token = self.token.lock().unwrap_or_else(|e| e.into_inner());
-        token
-            .as_ref()
-            .filter(|(_, at)| at.elapsed() < TOKEN_AGE)
-            .map(|(t, _)| t.clone())
+        self.fresh(false)
+    }
+
+    /// The token, while it is fresh, even when a call carrying it went unanswered: what a
+    /// connection carries when no new token can be obtained. A cluster that lost its quorum
+    /// issues none (etcd proposes every authentication), while its survivors still know the
+    /// tokens issued before, and ask one for every request, their status included.
+    pub(super) fn last_resort(&self) -> Option<HeaderValue> {
+        self.fresh(true)
+    }
+
+    fn fresh(&self, doubted_too: bool) -> Option<HeaderValue> {
+        let kept = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        kept.as_ref()
+            .filter(|k| k.at.elapsed() < TOKEN_AGE && (doubted_too || !k.doubted))
+            .map(|k| k.token.clone())
     }
 
     pub(super) fn keep(&self, token: &str) {
         if let Ok(value) = HeaderValue::from_str(token) {
-            *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some((value, Instant::now()));
+            *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some(Kept {
+                token: value,
+                at: Instant::now(),
+                doubted: false,
+            });
         }
     }
 
     /// Forgets `token` if it is still the one kept: etcd refused it.
     pub(super) fn forget(&self, token: &HeaderValue) {
         let mut kept = self.token.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.as_ref().is_some_and(|(t, _)| t == token) {
+        if kept.as_ref().is_some_and(|k| &k.token == token) {
             *kept = None;
+        }
+    }
+
+    /// Doubts `token` if it is still the one kept: a call carrying it went unanswered. The
+    /// next connection obtains a new one, and carries this one only if none can be had.
+    fn doubt(&self, token: &HeaderValue) {
+        let mut kept = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = kept.as_mut().filter(|k| &k.token == token) {
+            k.doubted = true;
         }
     }
 }
@@ -79,13 +110,15 @@ fn stale(message: &[u8]) -> bool {
         || m.contains("auth: revision")
 }
 
-/// Forgets the token when dropped unsettled, or settled as refused.
+/// Doubts the token when dropped unsettled; forgets it when settled as refused.
 struct Unanswered(Option<(std::sync::Arc<Root>, HeaderValue)>);
 
 impl Unanswered {
-    fn settle(mut self, good: bool) {
-        if good {
-            self.0 = None;
+    fn settle(mut self, refused: bool) {
+        if let Some((root, token)) = self.0.take()
+            && refused
+        {
+            root.forget(&token);
         }
     }
 }
@@ -93,7 +126,7 @@ impl Unanswered {
 impl Drop for Unanswered {
     fn drop(&mut self) {
         if let Some((root, token)) = self.0.take() {
-            root.forget(&token);
+            root.doubt(&token);
         }
     }
 }
@@ -131,9 +164,10 @@ impl BalancedChannelBuilder for WithToken {
                 req
             })
             .map_future(move |call| {
-                // A call given up before its answer (a caller's deadline: etcd holds a request
-                // with a token it does not know for 3 s, waiting to apply it) or answered with a
-                // refusal of the token forgets it; the next connection obtains a new one.
+                // A call answered with a refusal of the token forgets it; one given up before
+                // its answer doubts it (a caller's deadline: etcd holds a request with a token
+                // it does not know for 3 s, waiting to apply it; or a linearizable read of a
+                // cluster without quorum). The next connection obtains a new one.
                 let unanswered = Unanswered(Some((root.clone(), sent.clone())));
                 async move {
                     let answer: Result<http::Response<tonic::body::Body>, _> = call.await;
@@ -142,7 +176,7 @@ impl BalancedChannelBuilder for WithToken {
                             .get("grpc-message")
                             .is_some_and(|m| stale(m.as_bytes()))
                     });
-                    unanswered.settle(!refused);
+                    unanswered.settle(refused);
                     answer
                 }
             })
