@@ -72,7 +72,7 @@ impl Root {
     /// Forgets `token` if it is still the one kept: etcd refused it.
     pub(super) fn forget(&self, token: &HeaderValue) {
         let mut kept = self.token.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.as_ref().is_some_and(|k| &k.token == token) {
+        if kept.as_ref().is_some_and(|k| k.token == token) {
             *kept = None;
         }
     }
@@ -81,7 +81,7 @@ impl Root {
     /// next connection obtains a new one, and carries this one only if none can be had.
     fn doubt(&self, token: &HeaderValue) {
         let mut kept = self.token.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = kept.as_mut().filter(|k| &k.token == token) {
+        if let Some(k) = kept.as_mut().filter(|k| k.token == token) {
             k.doubted = true;
         }
     }
