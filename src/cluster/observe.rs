@@ -154,12 +154,27 @@ fn failing(pod: &Pod) -> Option<String> {
 }
 
 /// Whether `pod` was made from the pod template whose hash is `hash` and image `image`: the
-/// hash it carries, or, for a pod made before pods carried one, its etcd image.
+/// hash it carries, or, for a pod this operator made before pods carried one, its etcd image.
+/// A pod another maker shaped (the coreos operator's, taken over with its cluster) is never
+/// current: its members are rolled into this operator's shape at once, one at a time. Left as
+/// they are, they would have no probes (a dead member stays in the client Service), restart
+/// never (`restartPolicy: Never`), and hold their data where no roll of ours could keep it.
 fn is_current(pod: &Pod, hash: &str, image: &str) -> bool {
     match pod.annotations().get(TEMPLATE_HASH_ANNOTATION) {
         Some(h) => h == hash,
-        None => etcd_image(pod).is_some_and(|i| i == image),
+        None => !foreign_pod(pod) && etcd_image(pod).is_some_and(|i| i == image),
     }
+}
+
+/// Whether another maker shaped `pod`: it carries neither this operator's template hash nor
+/// its label (the cluster's ownerReference, which makes it a member at all, is checked apart).
+fn foreign_pod(pod: &Pod) -> bool {
+    let ours = pod
+        .labels()
+        .get("app.kubernetes.io/managed-by")
+        .map(String::as_str)
+        == Some(crate::kube::names::MANAGER);
+    !ours && !pod.annotations().contains_key(TEMPLATE_HASH_ANNOTATION)
 }
 
 /// How many learners every member accepts at once: the smallest `--max-learners` among the
@@ -508,6 +523,7 @@ fn pod_view(pod: &Pod, now: Timestamp) -> PodView {
         joining,
         restore,
         current: true,
+        foreign: foreign_pod(pod),
         failing: failing(pod),
         node_lost: None,
         node: None,
@@ -796,6 +812,9 @@ mod tests {
         pod.metadata.annotations = None;
         assert!(is_current(&pod, &now(&upgraded), &cluster.spec.image()));
         assert!(!is_current(&pod, &now(&cluster), &upgraded.spec.image()));
+        // Shaped by another maker (coreos's operator): rolled, whatever its image.
+        pod.metadata.labels = Some([("app".to_string(), "etcd".to_string())].into());
+        assert!(!is_current(&pod, &now(&cluster), &cluster.spec.image()));
 
         assert_eq!(failing(&pod), None);
         let waiting = |reason: &str| k8s_openapi::api::core::v1::ContainerStatus {
@@ -849,6 +868,7 @@ mod tests {
             joining: None,
             restore: None,
             current: true,
+            foreign: false,
             failing: None,
             node_lost: None,
             node: None,

@@ -65,6 +65,11 @@ pub struct PodView {
     /// Whether it was made from the pod template the spec asks for now (image, pod policy).
     /// A member whose pod is not is rolled: replaced, or restarted on its volume.
     pub current: bool,
+    /// Whether another maker shaped it (the coreos operator, whose cluster was taken over): its
+    /// member is replaced by one that joins first, never restarted on its claim, whose data
+    /// (written by etcd running as root, mode 0700) a member of this operator (not root)
+    /// could not open.
+    pub foreign: bool,
     /// Why it cannot start, when the kubelet says so (an image that cannot be pulled, a
     /// container that crash-loops): a roll that reaches such a pod stops there.
     pub failing: Option<String>,

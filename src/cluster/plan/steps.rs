@@ -108,13 +108,15 @@ impl<'a> Cluster<'a> {
         m.healthy && !m.is_learner && self.obs.pod_alive(&m.name)
     }
 
-    /// Whether `v` can be restarted in place on its volume: its claim is there, and the
-    /// healthy voters without it are still a quorum of the whole membership. (A 1- or
-    /// 2-member cluster cannot restart a healthy member without losing quorum for a moment;
-    /// it rolls by adding first, as clusters without volumes do.)
+    /// Whether `v` can be restarted in place on its volume: its claim is there, its pod is of
+    /// this operator's making (see [`super::PodView::foreign`]), and the healthy voters
+    /// without it are still a quorum of the whole membership. (A 1- or 2-member cluster cannot
+    /// restart a healthy member without losing quorum for a moment; it rolls by adding first,
+    /// as clusters without volumes do.)
     fn restartable(&self, v: &MemberView) -> bool {
         self.target.persistent
             && self.obs.claims.contains(&v.name)
+            && !self.obs.pod(&v.name).is_some_and(|p| p.foreign)
             && self.healthy - usize::from(self.counts(v)) >= quorum(self.voters.len())
     }
 

@@ -322,6 +322,7 @@ mod tests {
                         joining: None,
                         restore: None,
                         current: true,
+                        foreign: false,
                         failing: None,
                         node_lost: None,
                         node: None,

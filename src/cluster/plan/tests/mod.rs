@@ -46,6 +46,7 @@ fn running(name: &str) -> PodView {
         joining: None,
         restore: None,
         current: true,
+        foreign: false,
         failing: None,
         node_lost: None,
         node: None,

@@ -41,6 +41,8 @@ struct Sim {
     /// How long the silent members have been silent.
     silent_for: Duration,
     next: u64,
+    /// Another maker (coreos's operator) shaped the pods the world started with.
+    foreign: bool,
 }
 
 /// The test's own majority rule, written apart from [`quorum`] so that a mistake there is
@@ -77,6 +79,8 @@ impl Sim {
                     joining: p.joining.clone(),
                     restore: None,
                     current: p.current,
+                    // The pods the world started with, when another maker shaped them.
+                    foreign: self.foreign && !p.current,
                     failing: None,
                     node_lost: None,
                     node: None,
@@ -325,6 +329,7 @@ impl Sim {
                 60 * MINUTE
             },
             next: 0,
+            foreign: false,
         };
         for (i, (learner, pod, answers, current, claim)) in ms.iter().enumerate() {
             let name = format!("m{i}");
@@ -443,6 +448,7 @@ fn outdated(n: usize, persistent: bool) -> Sim {
         leader: Some(1),
         silent_for: Duration::ZERO,
         next: 0,
+        foreign: false,
     }
 }
 
@@ -510,6 +516,27 @@ fn with_volumes_a_roll_restarts_members_in_place_and_the_leader_last() {
     // Two members cannot restart one without losing quorum: they add first.
     let two = roll_trace(outdated(2, true));
     assert_eq!(&two[..4], ["add", "join", "promote", "remove m2 Outdated"]);
+}
+
+#[test]
+fn members_another_maker_shaped_are_replaced_by_joining_first_even_with_volumes() {
+    let mut coreos = outdated(3, true);
+    coreos.foreign = true;
+    let trace = roll_trace(coreos);
+    assert_eq!(
+        &trace[..4],
+        ["add", "join", "promote", "remove m2 Outdated"]
+    );
+    assert!(
+        !trace
+            .iter()
+            .any(|t| t.starts_with("delete m") || t.starts_with("recreate m")),
+        "a foreign member was restarted on its claim: {trace:?}"
+    );
+    assert!(
+        trace.contains(&"remove m1 Outdated".to_string()),
+        "{trace:?}"
+    );
 }
 
 #[test]
@@ -848,6 +875,7 @@ proptest! {
             leader: Some((leader % n) as u64 + 1),
             silent_for: Duration::ZERO,
             next: 0,
+            foreign: false,
         };
         let target = target_of(n, persistent);
         let floor = if persistent && n >= 3 { n - 1 } else { n };
