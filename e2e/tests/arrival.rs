@@ -14,7 +14,8 @@
 //! shape one at a time (add first without volumes; on the member's own claim with them), the
 //! leader last; the client Service stays; no acknowledged write is lost; the longest failed-write
 //! window and the time to every member in this operator's shape are printed. A pod that only
-//! wears the cluster's labels is never counted or deleted.
+//! wears the cluster's labels is never counted or deleted. An EtcdBackup and an EtcdRestore
+//! coreos finished keep the status coreos wrote, and neither is run again.
 
 #![allow(clippy::unwrap_used)]
 
@@ -201,6 +202,53 @@ fn coreos_cluster(k: &Kubectl, ns: &str, pvc: bool) -> Vec<String> {
     names
 }
 
+/// A one-shot EtcdBackup and an EtcdRestore of the cluster that the coreos operator finished,
+/// with the status it wrote. Returns each object and its status.
+fn coreos_history(k: &Kubectl, ns: &str) -> Vec<(String, Value)> {
+    let s3 = json!({"path": "coreos-backups/legacy.db", "awsSecret": "aws"});
+    let backup = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "legacy-once"},
+        "spec": {"etcdEndpoints": [format!("http://{CLUSTER}-client.{ns}.svc:2379")],
+            "storageType": "S3", "s3": s3}});
+    let restore = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+        "metadata": {"name": "legacy-restore"},
+        "spec": {"etcdCluster": {"name": CLUSTER}, "backupStorageType": "S3", "s3": s3}});
+    let statuses = [
+        (
+            "etcdbackup/legacy-once",
+            backup,
+            json!({"succeeded": true, "etcdVersion": VERSION, "etcdRevision": 7,
+                "lastSuccessDate": "2024-05-01T10:00:00Z"}),
+        ),
+        (
+            "etcdrestore/legacy-restore",
+            restore,
+            json!({"succeeded": true}),
+        ),
+    ];
+    statuses
+        .into_iter()
+        .map(|(name, object, status)| {
+            k.ok(&["create", "-n", ns, "-f", "-"], Some(&object.to_string()));
+            let patch = json!({"status": status});
+            k.ok(
+                &[
+                    "patch",
+                    "-n",
+                    ns,
+                    name,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    &patch.to_string(),
+                ],
+                None,
+            );
+            (name.to_string(), get(k, ns, name)["status"].clone())
+        })
+        .collect()
+}
+
 /// Pods of the cluster (by label) and whether each is of this operator's shape.
 fn shapes(k: &Kubectl, ns: &str) -> Vec<(String, bool)> {
     let pods = k.ok(
@@ -249,6 +297,7 @@ fn takeover(pvc: bool) {
         &["create", "-n", ns, "-f", "-"],
         Some(&impostor.to_string()),
     );
+    let history = coreos_history(&k, ns);
     let endpoint = client_endpoint(&k, ns, CLUSTER);
     let client_ip = get(&k, ns, &format!("service/{CLUSTER}-client"))["spec"]["clusterIP"].clone();
     let writer = Writer::start_timed(
@@ -313,6 +362,11 @@ fn takeover(pvc: bool) {
         "{:?}",
         tally.longest_stall
     );
+    // coreos's EtcdBackup and EtcdRestore: readable, their status as coreos left it, the
+    // restore never run again (it would have replaced the data the writer checked).
+    for (object, status) in &history {
+        assert_eq!(&get(&k, ns, object)["status"], status, "{object}");
+    }
     let impostor = get(&k, ns, "pod/impostor");
     assert!(
         impostor["metadata"]["deletionTimestamp"].is_null(),

@@ -334,6 +334,16 @@ pub struct EtcdBackupStatus {
     pub archive: Option<ArchiveStatus>,
 }
 
+impl EtcdBackupStatus {
+    /// Whether the coreos operator finished this backup: its status has `succeeded` or a
+    /// `Reason` and none of this operator's `phase`. A one-shot backup that coreos finished is
+    /// done for good (coreos took each once): taken again, it would write over the snapshot
+    /// the user keeps at its path.
+    pub fn finished_by_coreos(&self) -> bool {
+        self.phase.is_none() && (self.succeeded || !self.reason.is_empty())
+    }
+}
+
 /// Label of the EtcdBackups one schedule (a CronJob running `etcd-operator backup create`)
 /// creates: the schedule's name.
 pub const SCHEDULE_LABEL: &str = "etcd.database.coreos.com/schedule";

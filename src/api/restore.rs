@@ -247,6 +247,15 @@ pub struct EtcdRestoreStatus {
     pub verified: Option<VerifiedObject>,
 }
 
+impl EtcdRestoreStatus {
+    /// Whether the coreos operator finished this restore: its status has `succeeded` or a
+    /// `reason` and none of this operator's `phase`. It is history, never to be acted on:
+    /// restored again, it would replace the live cluster's data with the old snapshot.
+    pub fn finished_by_coreos(&self) -> bool {
+        self.phase.is_none() && (self.succeeded || !self.reason.is_empty())
+    }
+}
+
 /// A snapshot object that was read through and found whole.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

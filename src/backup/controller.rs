@@ -372,7 +372,8 @@ fn due(backup: &EtcdBackup, now: Timestamp) -> Option<Duration> {
     match interval_of(backup) {
         None => {
             let done = status.phase == Some(BackupPhase::Succeeded)
-                && status.observed_generation == backup.metadata.generation;
+                && status.observed_generation == backup.metadata.generation
+                || status.finished_by_coreos();
             // Done for good: Duration::MAX stands for "never again".
             done.then_some(Duration::MAX)
         }
@@ -621,6 +622,34 @@ mod tests {
         let mut changed = backup(0, done);
         changed.metadata.generation = Some(2);
         assert_eq!(due(&changed, now), None);
+    }
+
+    #[test]
+    fn a_one_shot_backup_the_coreos_operator_finished_is_never_taken_again() {
+        let now = Timestamp::now();
+        // As coreos wrote it: no phase, no generation; taking it again would overwrite the
+        // snapshot kept at its path.
+        let coreos = EtcdBackupStatus {
+            succeeded: true,
+            etcd_version: "3.5.9".into(),
+            etcd_revision: Some(42),
+            last_success_date: Some("2024-01-01T00:00:00Z".into()),
+            ..Default::default()
+        };
+        assert_eq!(due(&backup(0, coreos), now), Some(Duration::MAX));
+        let failed = EtcdBackupStatus {
+            reason: "failed to save snapshot".into(),
+            ..Default::default()
+        };
+        assert_eq!(due(&backup(0, failed), now), Some(Duration::MAX));
+        // This operator's own failure is retried.
+        let ours = EtcdBackupStatus {
+            reason: "x".into(),
+            phase: Some(BackupPhase::Failed),
+            observed_generation: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(due(&backup(0, ours), now), None);
     }
 
     #[test]

@@ -676,6 +676,10 @@ async fn reconcile_inner(restore: &EtcdRestore, ctx: &Context) -> Result<Action,
         set_finalizer(ctx, restore, false).await?;
         return Ok(Action::await_change());
     }
+    // Finished under the coreos operator, whose cluster this one took over: history.
+    if current.finished_by_coreos() {
+        return Ok(Action::await_change());
+    }
     let cluster_name = restore.spec.etcd_cluster.name.clone();
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let cluster = clusters
