@@ -6,11 +6,79 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
-use etcd_operator::pki::{self, Layout};
+use etcd_operator::pki::{self, Ca, Layout, Role};
 use serde_json::{Value, json};
 
 use crate::{Kubectl, get, until};
+
+/// Applies Secret `name` with `data` (text values) in `ns`.
+fn secret(k: &Kubectl, ns: &str, name: &str, data: &BTreeMap<&str, String>) {
+    let s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "stringData": data});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&s.to_string()));
+}
+
+fn layout_data(layout: Layout, pair: &pki::Pair, ca: &Ca) -> BTreeMap<&'static str, String> {
+    BTreeMap::from(layout.entries(pair, &ca.0.cert))
+}
+
+/// The three Secrets of `examples/cluster-tls.yaml` (`etcd-peer-tls`, `etcd-server-tls`,
+/// `etcd-client-tls`), as the coreos TLS guide has users make them, for cluster `cluster`; the
+/// member certificates name `member_names` (a wildcard for the members).
+pub fn coreos_secrets(k: &Kubectl, ns: &str, cluster: &str, member_names: &[String]) -> Ca {
+    let ca = Ca::new("test", time::OffsetDateTime::now_utc(), 10 * DAY).unwrap();
+    let mut server_names = member_names.to_vec();
+    server_names.extend([
+        format!("{cluster}-client.{ns}.svc"),
+        "localhost".to_string(),
+    ]);
+    let peer = ca
+        .issue(
+            Role::Peer,
+            "peer",
+            member_names,
+            time::OffsetDateTime::now_utc(),
+            DAY,
+        )
+        .unwrap();
+    let server = ca
+        .issue(
+            Role::Server,
+            "server",
+            &server_names,
+            time::OffsetDateTime::now_utc(),
+            DAY,
+        )
+        .unwrap();
+    let client = ca
+        .issue(
+            Role::Client,
+            "client",
+            &[],
+            time::OffsetDateTime::now_utc(),
+            DAY,
+        )
+        .unwrap();
+    secret(k, ns, "etcd-peer-tls", &layout_data(pki::PEER, &peer, &ca));
+    secret(
+        k,
+        ns,
+        "etcd-server-tls",
+        &layout_data(pki::SERVER, &server, &ca),
+    );
+    secret(
+        k,
+        ns,
+        "etcd-client-tls",
+        &layout_data(pki::CLIENT, &client, &ca),
+    );
+    ca
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
 
 /// The layout of client Secret `name`.
 fn client_layout(k: &Kubectl, ns: &str, name: &str) -> Layout {
@@ -76,6 +144,15 @@ pub async fn tls_client(
     cluster: &str,
     secret: &str,
 ) -> Result<Client, String> {
+    let (url, options) = tls_options(k, ns, cluster, secret);
+    Client::connect([url], Some(options))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The Service's URL and the options of a client with the identity in Secret `secret` now
+/// (read with kubectl: a writer keeps them, and reads them again only when they stop working).
+fn tls_options(k: &Kubectl, ns: &str, cluster: &str, secret: &str) -> (String, ConnectOptions) {
     let ip = get(k, ns, &format!("service/{cluster}-client"))["spec"]["clusterIP"]
         .as_str()
         .unwrap_or_default()
@@ -94,9 +171,7 @@ pub async fn tls_client(
         .with_tls(tls)
         .with_connect_timeout(Duration::from_secs(3))
         .with_timeout(Duration::from_secs(5));
-    Client::connect([format!("https://{ip}:2379")], Some(options))
-        .await
-        .map_err(|e| e.to_string())
+    (format!("https://{ip}:2379"), options)
 }
 
 impl TlsWriter {
@@ -112,9 +187,17 @@ impl TlsWriter {
                 let (mut acked, mut errors, mut n) = (Vec::new(), 0u64, 0u64);
                 let (mut longest, mut last) = (Duration::ZERO, Instant::now());
                 let mut client = None;
+                // The identity as last read, and whether it failed since: a failure right after
+                // connecting with it reads it again (a rotation replaced it).
+                let (mut kept, mut fresh) = (None, false);
                 while !flag.load(Ordering::Relaxed) {
                     if client.is_none() {
-                        client = tls_client(&k, &ns, &cluster, &secret).await.ok();
+                        if kept.is_none() || fresh {
+                            kept = Some(tls_options(&k, &ns, &cluster, &secret));
+                        }
+                        let (url, options) = kept.clone().unwrap();
+                        client = Client::connect([url], Some(options)).await.ok();
+                        fresh = true;
                         if client.is_none() {
                             tokio::time::sleep(Duration::from_millis(200)).await;
                             continue;
@@ -123,6 +206,7 @@ impl TlsWriter {
                     let c = client.as_mut().unwrap();
                     match c.put(format!("e2e-tls/{n}"), format!("v{n}"), None).await {
                         Ok(_) => {
+                            fresh = false;
                             acked.push(n);
                             longest = longest.max(last.elapsed());
                             last = Instant::now();

@@ -12,68 +12,17 @@
 // the benchmark with the error in its message.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::backups::{aws_secret, manifest, s3_spec, store_host, until_status};
 use e2e::stores::Moto;
-use e2e::tls::{TlsWriter, all_healthy, etcdctl_health, tls_client};
+use e2e::tls::{TlsWriter, all_healthy, coreos_secrets, etcdctl_health, tls_client};
 use e2e::{
     Kubectl, Operator, degraded_with, event_count, get, healthy_at_size, holds_for, pod_names,
     until,
 };
 use etcd_client::GetOptions;
-use etcd_operator::pki::{self, Ca, Layout, Role};
 use serde_json::{Value, json};
-
-const DAY: Duration = Duration::from_secs(86_400);
-
-fn now() -> time::OffsetDateTime {
-    time::OffsetDateTime::now_utc()
-}
-
-/// Applies Secret `name` with `data` (text values) in `ns`.
-fn secret(k: &Kubectl, ns: &str, name: &str, data: &BTreeMap<&str, String>) {
-    let s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-        "stringData": data});
-    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&s.to_string()));
-}
-
-fn layout_data(layout: Layout, pair: &pki::Pair, ca: &Ca) -> BTreeMap<&'static str, String> {
-    BTreeMap::from(layout.entries(pair, &ca.0.cert))
-}
-
-/// The three Secrets of `examples/cluster-tls.yaml`, as the coreos TLS guide has users make
-/// them; the member certificates name `member_names` (a wildcard for the members).
-fn coreos_secrets(k: &Kubectl, ns: &str, member_names: &[String]) -> Ca {
-    let ca = Ca::new("test", now(), 10 * DAY).unwrap();
-    let mut server_names = member_names.to_vec();
-    server_names.extend([
-        format!("example-tls-client.{ns}.svc"),
-        "localhost".to_string(),
-    ]);
-    let peer = ca
-        .issue(Role::Peer, "peer", member_names, now(), DAY)
-        .unwrap();
-    let server = ca
-        .issue(Role::Server, "server", &server_names, now(), DAY)
-        .unwrap();
-    let client = ca.issue(Role::Client, "client", &[], now(), DAY).unwrap();
-    secret(k, ns, "etcd-peer-tls", &layout_data(pki::PEER, &peer, &ca));
-    secret(
-        k,
-        ns,
-        "etcd-server-tls",
-        &layout_data(pki::SERVER, &server, &ca),
-    );
-    secret(
-        k,
-        ns,
-        "etcd-client-tls",
-        &layout_data(pki::CLIENT, &client, &ca),
-    );
-    ca
-}
 
 fn example_tls() -> String {
     std::fs::read_to_string(e2e::repo_root().join("examples/cluster-tls.yaml")).unwrap()
@@ -92,7 +41,7 @@ fn the_coreos_tls_example_runs_with_secrets_the_user_made() {
         format!("*.example-tls.{ns}.svc"),
         format!("*.example-tls.{ns}.svc.cluster.local"),
     ];
-    coreos_secrets(&k, ns, &names);
+    coreos_secrets(&k, ns, "example-tls", &names);
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&example_tls()));
     let took = until("3 healthy members over TLS", 240, || {
         healthy_at_size(&k, ns, "example-tls", 3)
@@ -230,7 +179,12 @@ fn a_certificate_that_does_not_name_the_members_is_reported_before_any_pod() {
     let namespace = k.namespace("tls-san");
     let ns = namespace.name.as_str();
     let _operator = Operator::install(&k, ns, &[]);
-    coreos_secrets(&k, ns, &["*.somebody-else.default.svc".to_string()]);
+    coreos_secrets(
+        &k,
+        ns,
+        "example-tls",
+        &["*.somebody-else.default.svc".to_string()],
+    );
     k.ok(&["apply", "-n", ns, "-f", "-"], Some(&example_tls()));
     until("the Degraded condition naming the Secret", 60, || {
         degraded_with(
