@@ -75,8 +75,10 @@ async fn healthz_is_answered_at_once_under_idle_and_slow_header_connections() {
          this process (both ends) grew {grew} MiB"
     );
     assert!(worst < Duration::from_secs(1), "{worst:?}");
-    // The server holds hyper's buffers for at most ACTIVE_MAX of them.
-    assert!(grew < 48, "memory grew {grew} MiB with {n} connections");
+    // The server holds hyper's buffers for at most ACTIVE_MAX of them. Both ends grew 40-41
+    // MiB alone on this machine and 48 MiB once in a clean `make test`; a buffer (8 KiB and
+    // more) held for every one of 5,000 connections would add 40 MiB more.
+    assert!(grew < 64, "memory grew {grew} MiB with {n} connections");
 
     // Past the header timeout every one of them has been closed by the server.
     tokio::time::sleep(HEADER_TIMEOUT + Duration::from_secs(2)).await;
