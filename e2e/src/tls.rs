@@ -174,6 +174,42 @@ fn tls_options(k: &Kubectl, ns: &str, cluster: &str, secret: &str) -> (String, C
     (format!("https://{ip}:2379"), options)
 }
 
+/// Asserts that every write in `acked` (keys `e2e-tls/N`, as [`TlsWriter`] writes them) is in
+/// `cluster`, read over TLS with the identity in Secret `secret` as a client does: again after
+/// a refused connection (every node's proxy follows the last member replacement a moment late).
+pub fn assert_written(k: &Kubectl, ns: &str, cluster: &str, secret: &str, acked: &[u64]) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut last = String::new();
+    for _ in 0..30 {
+        let read = rt.block_on(async {
+            let mut c = tls_client(k, ns, cluster, secret).await?;
+            let options = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_keys_only();
+            let resp = c
+                .get("e2e-tls/", Some(options))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<std::collections::BTreeSet<u64>, String>(
+                resp.kvs()
+                    .iter()
+                    .filter_map(|kv| kv.key_str().ok()?.strip_prefix("e2e-tls/")?.parse().ok())
+                    .collect(),
+            )
+        });
+        match read {
+            Ok(present) => {
+                let lost: Vec<&u64> = acked.iter().filter(|n| !present.contains(n)).collect();
+                assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+                return;
+            }
+            Err(e) => last = e,
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    panic!("no read through the client Service of {cluster}: {last}")
+}
+
 impl TlsWriter {
     /// Starts writing keys `e2e-tls/N` to `cluster` with the identity in Secret `secret`.
     pub fn start(ns: &str, cluster: &str, secret: &str) -> Self {

@@ -22,7 +22,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::tls::{TlsWriter, coreos_secrets, tls_client};
+use e2e::tls::{TlsWriter, assert_written, coreos_secrets};
 use e2e::{
     Keys, Kubectl, Operator, Timeouts, Writer, assert_acked_present, client_endpoint, get, until,
 };
@@ -372,44 +372,11 @@ impl Client {
             }
             Client::Tls(mut w) => {
                 let (acked, _, longest) = w.finish();
-                let present = tls_keys(k, ns);
-                let lost: Vec<&u64> = acked.iter().filter(|n| !present.contains(n)).collect();
-                assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+                assert_written(k, ns, CLUSTER, "etcd-client-tls", &acked);
                 (acked.len(), longest)
             }
         }
     }
-}
-
-/// The numbers of the keys `e2e-tls/N`, read over TLS as a client does: again after a
-/// refused connection (every node's proxy follows the last replacement a moment late).
-fn tls_keys(k: &Kubectl, ns: &str) -> std::collections::BTreeSet<u64> {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let mut last = String::new();
-    for _ in 0..30 {
-        let read = rt.block_on(async {
-            let mut c = tls_client(k, ns, CLUSTER, "etcd-client-tls").await?;
-            let options = etcd_client::GetOptions::new()
-                .with_prefix()
-                .with_keys_only();
-            let resp = c
-                .get("e2e-tls/", Some(options))
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(
-                resp.kvs()
-                    .iter()
-                    .filter_map(|kv| kv.key_str().ok()?.strip_prefix("e2e-tls/")?.parse().ok())
-                    .collect(),
-            )
-        });
-        match read {
-            Ok(keys) => return keys,
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    panic!("no read through the client Service: {last}")
 }
 
 fn takeover(variant: Variant) {

@@ -18,9 +18,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use e2e::tls::{TlsWriter, all_healthy, etcdctl_health, tls_client};
+use e2e::tls::{TlsWriter, all_healthy, assert_written, etcdctl_health};
 use e2e::{Kubectl, Operator, get, healthy_at_size, pod_names, until};
-use etcd_client::GetOptions;
 use serde_json::{Value, json};
 
 /// The controllers of cert-manager an Issuer of kind CA or SelfSigned needs.
@@ -188,25 +187,6 @@ fn revision(secret: &Value) -> String {
         .to_string()
 }
 
-/// Every key under `e2e-tls/` by its number, read over TLS.
-fn written(k: &Kubectl, ns: &str, cluster: &str, secret: &str) -> std::collections::BTreeSet<u64> {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let mut c = tls_client(k, ns, cluster, secret).await.unwrap();
-        let resp = c
-            .get(
-                "e2e-tls/",
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
-            .await
-            .unwrap();
-        resp.kvs()
-            .iter()
-            .filter_map(|kv| kv.key_str().ok()?.strip_prefix("e2e-tls/")?.parse().ok())
-            .collect()
-    })
-}
-
 #[test]
 fn cert_manager_issues_the_certificates_and_a_renewal_rolls_the_members_without_losing_a_write() {
     let k = Kubectl::from_env();
@@ -316,9 +296,7 @@ fn cert_manager_issues_the_certificates_and_a_renewal_rolls_the_members_without_
         acked.len()
     );
     assert!(acked.len() > 50, "the writer barely wrote: {}", acked.len());
-    let present = written(&k, ns, "example", "example-client-tls");
-    let lost: Vec<&u64> = acked.iter().filter(|n| !present.contains(n)).collect();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert_written(&k, ns, "example", "example-client-tls", &acked);
     let health = etcdctl_health(&k, ns, "example", "example-client-tls", "etcdctl-after");
     assert!(all_healthy(&health, 3), "{health}");
 

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use e2e::backups::{aws_secret, manifest, s3_spec, store_host, until_status};
 use e2e::stores::Moto;
-use e2e::tls::{TlsWriter, all_healthy, coreos_secrets, etcdctl_health, tls_client};
+use e2e::tls::{
+    TlsWriter, all_healthy, assert_written, coreos_secrets, etcdctl_health, tls_client,
+};
 use e2e::{
     Kubectl, Operator, degraded_with, event_count, get, healthy_at_size, holds_for, pod_names,
     until,
@@ -319,25 +321,7 @@ fn auto_tls_comes_up_and_a_forced_rotation_rolls_the_members_without_losing_a_wr
     );
 
     // Every acknowledged write is there, read with the new client certificate.
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let present: std::collections::BTreeSet<u64> = rt.block_on(async {
-        let mut c = tls_client(&k, ns, "example", "example-client-tls")
-            .await
-            .unwrap();
-        let resp = c
-            .get(
-                "e2e-tls/",
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
-            .await
-            .unwrap();
-        resp.kvs()
-            .iter()
-            .filter_map(|kv| kv.key_str().ok()?.strip_prefix("e2e-tls/")?.parse().ok())
-            .collect()
-    });
-    let lost: Vec<&u64> = acked.iter().filter(|n| !present.contains(n)).collect();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert_written(&k, ns, "example", "example-client-tls", &acked);
     let health = etcdctl_health(&k, ns, "example", "example-client-tls", "etcdctl-after");
     assert!(all_healthy(&health, 3), "{health}");
 }
