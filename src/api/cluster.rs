@@ -64,6 +64,9 @@ pub const MAX_SIZE: i32 = 7;
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "(has(self.TLS) && has(self.TLS.auto)) == (has(oldSelf.TLS) && has(oldSelf.TLS.auto)) && (has(self.TLS) && has(self.TLS.certManager)) == (has(oldSelf.TLS) && has(oldSelf.TLS.certManager)) && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.peerSecret) && self.TLS.static.member.peerSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.peerSecret) && oldSelf.TLS.static.member.peerSecret != '') && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.serverSecret) && self.TLS.static.member.serverSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.serverSecret) && oldSelf.TLS.static.member.serverSecret != '')",
     "message": "spec.TLS cannot be turned on or off, or switched between static, auto and certManager, on an existing cluster: members on either side could not talk to each other. Create a new cluster with the TLS you want and restore a backup into it"
+}, {
+    "rule": "!has(self.bootstrap) || has(oldSelf.bootstrap)",
+    "message": "spec.bootstrap is given when the cluster is created: this cluster already has its data"
 }]))]
 pub struct EtcdClusterSpec {
     /// Number of etcd members, 1 to 7. The operator adds or removes one member at a time and
@@ -125,6 +128,12 @@ pub struct EtcdClusterSpec {
     /// (an extension of this operator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<super::auth::Auth>,
+
+    /// Where the data comes from when the cluster is created (an extension of this operator):
+    /// `existing` joins an etcd that runs elsewhere. Given only at creation; it may be removed
+    /// once `status.migration.phase` is `Complete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<super::bootstrap::Bootstrap>,
 }
 
 /// A cluster's NetworkPolicy.
@@ -362,6 +371,11 @@ impl EtcdClusterSpec {
     /// Whether the user paused reconciliation.
     pub fn is_paused(&self) -> bool {
         self.paused.unwrap_or(false)
+    }
+
+    /// The running cluster this one joins (`spec.bootstrap.existing`), if any.
+    pub fn existing(&self) -> Option<&super::bootstrap::ExistingCluster> {
+        self.bootstrap.as_ref()?.existing.as_ref()
     }
 
     /// `size` as a count of members; a negative size (which the CRD's minimum keeps out) as
@@ -649,6 +663,9 @@ pub struct EtcdClusterStatus {
     /// etcd's access control as last applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<super::auth::AuthStatus>,
+    /// A migration from an external cluster (`spec.bootstrap.existing`), as far as it went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<super::bootstrap::MigrationStatus>,
 }
 
 /// A defragmentation of every voter asked for by annotation ([`DEFRAG_ANNOTATION`]).

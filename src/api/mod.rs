@@ -6,6 +6,7 @@
 pub mod auth;
 #[allow(clippy::duplicated_attributes)]
 pub mod backup;
+pub mod bootstrap;
 #[allow(clippy::duplicated_attributes)]
 pub mod cluster;
 pub mod common;
@@ -21,6 +22,7 @@ pub use backup::{
     ContinuousArchive, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, SCHEDULE_KEEP_ANNOTATION,
     SCHEDULE_LABEL, SCHEDULE_PREFIX_ANNOTATION, TieredRetention,
 };
+pub use bootstrap::{Bootstrap, ExistingCluster, ExternalMember, MigrationPhase, MigrationStatus};
 pub use cluster::{
     AutoCompaction, AutoCompactionMode, AutoTls, CertManagerTls, ClusterNetworkPolicy,
     ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, DEFRAG_ANNOTATION, Defrag, DefragRequest,

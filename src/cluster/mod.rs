@@ -26,6 +26,7 @@
 
 pub mod act;
 pub mod auth;
+pub mod external;
 pub mod handles;
 pub mod members;
 pub mod network_policy;

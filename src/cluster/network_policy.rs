@@ -2,7 +2,9 @@
 //! cluster shared by many teams. Pure.
 //!
 //! It selects the member pods and allows ingress on their three ports only:
-//! - peer (2380): from the cluster's members alone;
+//! - peer (2380): from the cluster's members alone (and, while it joins a cluster running
+//!   elsewhere, from that cluster's members: by address when their peer URLs give addresses,
+//!   else from anyone);
 //! - metrics (2381): from the monitoring namespaces the operator was given, else from anyone
 //!   (a policy cannot close it to the kubelet's probes anyway: traffic from a pod's own node is
 //!   always allowed);
@@ -12,8 +14,10 @@
 
 use std::collections::BTreeMap;
 
+use std::net::IpAddr;
+
 use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    IPBlock, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
@@ -21,6 +25,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use crate::api::EtcdCluster;
+use crate::cluster::external;
 use crate::kube::names::{CLIENT_PORT, METRICS_PORT, PEER_PORT, meta, selector};
 
 /// What the operator was told about the network around it.
@@ -73,13 +78,46 @@ pub fn network_policy(cluster: &EtcdCluster, settings: &PolicySettings) -> Optio
             pod_selector: Some(match_labels(selector(&name))),
             policy_types: Some(vec!["Ingress".into()]),
             ingress: Some(vec![
-                rule(PEER_PORT, Some(vec![members])),
+                rule(PEER_PORT, Some(peers(cluster, members))),
                 rule(CLIENT_PORT, clients),
                 rule(METRICS_PORT, metrics),
             ]),
             ..NetworkPolicySpec::default()
         }),
     })
+}
+
+/// Who may reach the peer port: the members, and the external members while the cluster joins
+/// them (see [`crate::cluster::external`]). Before the status lists them, or when one is known
+/// by name only, anyone may: a policy names addresses, not DNS names.
+fn peers(cluster: &EtcdCluster, members: NetworkPolicyPeer) -> Vec<NetworkPolicyPeer> {
+    let mut from = vec![members];
+    if external::joining(cluster).is_none() {
+        return from;
+    }
+    let listed = (cluster.status.as_ref())
+        .and_then(|s| s.migration.as_ref())
+        .map(|m| m.external_members.as_slice())
+        .unwrap_or_default();
+    let blocks: Option<Vec<String>> = listed
+        .iter()
+        .map(
+            |m| match external::url_host(&m.peer_url).parse::<IpAddr>() {
+                Ok(IpAddr::V4(ip)) => Some(format!("{ip}/32")),
+                Ok(IpAddr::V6(ip)) => Some(format!("{ip}/128")),
+                Err(_) => None,
+            },
+        )
+        .collect();
+    let blocks = match blocks {
+        Some(b) if !b.is_empty() => b,
+        _ => vec!["0.0.0.0/0".into(), "::/0".into()],
+    };
+    from.extend(blocks.into_iter().map(|cidr| NetworkPolicyPeer {
+        ip_block: Some(IPBlock { cidr, except: None }),
+        ..NetworkPolicyPeer::default()
+    }));
+    from
 }
 
 fn rule(port: i32, from: Option<Vec<NetworkPolicyPeer>>) -> NetworkPolicyIngressRule {

@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
+use super::external;
 use super::handles::Handles;
 use super::members::{MAX_LEARNERS_FLAG, QUOTA_FLAG};
 use super::plan::{MemberView, Observation, PodState, PodView};
@@ -53,6 +54,10 @@ pub struct Observed {
     pub access: Access,
     /// What clients of the client Service reach.
     pub serving: Serving,
+    /// The members of the external cluster this one joins (`spec.bootstrap.existing`), by
+    /// name: where the operator reaches them (their client URL) and where a joining member's
+    /// gate reads the member list (their peer URL).
+    pub external: BTreeMap<String, (Endpoint, String)>,
 }
 
 impl Observed {
@@ -63,6 +68,9 @@ impl Observed {
     /// Client endpoint of a member's pod by IP, when the pod has one; with TLS, its
     /// certificate is checked against the member's DNS name.
     pub fn pod_endpoint(&self, name: &str) -> Option<Endpoint> {
+        if let Some((endpoint, _)) = self.external.get(name) {
+            return Some(endpoint.clone());
+        }
         let ip = self.pod_ip(name)?;
         let Some(addr) = &self.addr else {
             return Some(Endpoint::plain(format!("http://{ip}:{CLIENT_PORT}")));
@@ -74,8 +82,19 @@ impl Observed {
         ))
     }
 
+    /// The name the planner knows member `m` by (see [`external::member_name`]).
+    pub fn name_of(&self, m: &Member) -> String {
+        match &self.addr {
+            Some(addr) => external::member_name(addr, self.plan.existing, m),
+            None => m.host_label().unwrap_or_default().to_string(),
+        }
+    }
+
     /// Where a new member's `etcd-gate` asks member `name` whether it was added.
     pub fn gate_endpoint(&self, name: &str) -> Option<String> {
+        if let Some((_, peer)) = self.external.get(name) {
+            return Some(peer.clone());
+        }
         let ip = self.pod_ip(name)?;
         Some(self.addr.as_ref()?.gate_endpoint(name, &ip))
     }
@@ -428,11 +447,20 @@ pub async fn observe(
         ..Observed::default()
     };
     observe_objects(handles, cached, cluster, &mut obs).await?;
-    let answers = ask_every_pod(&obs).await;
-    let Some((members, authoritative)) = member_list(&obs, &answers).await else {
+    let existing = external::joining(cluster);
+    obs.plan.existing = existing.is_some();
+    let seeds = match existing {
+        Some(e) => external_seeds(handles, e, &obs.access).await,
+        None => Vec::new(),
+    };
+    let mut answers = ask_every_pod(&obs).await;
+    let Some((members, authoritative)) = member_list(&obs, &answers, &seeds).await else {
         memory.stamp(&mut obs.plan, Instant::now());
         return Ok(obs);
     };
+    if let Some(access) = seeds.first().map(Endpoint::access) {
+        answers.extend(ask_external(cluster, &mut obs, &members, access).await);
+    }
     view_members(&mut obs, &answers, &members, authoritative);
     obs.members = Some(members);
     // Without a quorum's answer no client is served, whatever the Service says.
@@ -563,6 +591,7 @@ async fn ask_every_pod(obs: &Observed) -> BTreeMap<String, Status> {
 async fn member_list(
     obs: &Observed,
     answers: &BTreeMap<String, Status>,
+    seeds: &[Endpoint],
 ) -> Option<(Vec<Member>, bool)> {
     let mut sources: Vec<(&String, &Status)> = answers
         .iter()
@@ -579,6 +608,10 @@ async fn member_list(
         .filter_map(|(pod, _)| obs.pod_endpoint(pod))
         .collect();
     if let Some(list) = crate::etcd::members_from(&endpoints, ETCD_TIMEOUT).await {
+        return Some((list, true));
+    }
+    // The external cluster this one joins, read linearizably as well.
+    if let Some(list) = crate::etcd::members_from(seeds, ETCD_TIMEOUT).await {
         return Some((list, true));
     }
     for pod in answers.keys() {
@@ -603,7 +636,7 @@ fn view_members(
 ) {
     let mut views = Vec::with_capacity(members.len());
     for m in members {
-        let name = m.host_label().unwrap_or_default().to_string();
+        let name = obs.name_of(m);
         let answer = answers.get(&name).filter(|s| s.member_id == m.id);
         if let Some(s) = answer {
             obs.statuses.insert(m.id, s.clone());
@@ -621,7 +654,7 @@ fn view_members(
     obs.plan.leader = leader_of(
         views
             .iter()
-            .filter(|v| v.healthy && !v.is_learner && obs.plan.pod_alive(&v.name))
+            .filter(|v| v.healthy && !v.is_learner && obs.plan.alive(&v.name))
             .filter_map(|v| obs.statuses.get(&v.id)),
     );
     let leader_index = obs
@@ -637,6 +670,92 @@ fn view_members(
     }
     obs.plan.nospace = obs.statuses.values().flat_map(Status::nospace).collect();
     obs.plan.members = Some(views);
+}
+
+/// Where the external cluster this one joins is first reached: its endpoints as the spec
+/// gives them, with the client identity `clientTLSSecret` names (else the cluster's own). A
+/// Secret that cannot be read leaves the cluster's own identity: the pass's validation
+/// reports it.
+async fn external_seeds(
+    handles: &Handles,
+    existing: &crate::api::ExistingCluster,
+    access: &Access,
+) -> Vec<Endpoint> {
+    let mut access = access.clone();
+    if let Some(name) = existing.client_tls_secret.as_deref() {
+        let field = "spec.bootstrap.existing.clientTLSSecret";
+        let now = time::OffsetDateTime::now_utc();
+        if let Ok(tls) = crate::tls::read_client(&handles.secrets, field, name, now).await {
+            access.tls = Some(tls);
+            access.cert_is_root = false;
+        }
+    }
+    existing
+        .endpoints
+        .iter()
+        .map(|url| Endpoint::new(url.trim_end_matches('/'), access.clone(), None))
+        .collect()
+}
+
+/// Notes which members of `members` are external, and asks each for its status by its own
+/// client URL (with `access`), keyed by its name. An answer from another cluster than the one
+/// the status recorded is no answer.
+async fn ask_external(
+    cluster: &EtcdCluster,
+    obs: &mut Observed,
+    members: &[Member],
+    access: &Access,
+) -> BTreeMap<String, Status> {
+    let addr = obs.addr.clone().unwrap_or_else(|| addressing(cluster));
+    let recorded =
+        (cluster.status.as_ref()).and_then(|s| u64::from_str_radix(&s.cluster_id, 16).ok());
+    let mut asks = tokio::task::JoinSet::new();
+    for m in members.iter().filter(|m| !external::is_own(&addr, m)) {
+        let name = external::member_name(&addr, true, m);
+        obs.plan.external.insert(name.clone());
+        let (Some(client), Some(peer)) = (m.client_urls.first(), m.peer_urls.first()) else {
+            continue;
+        };
+        let endpoint = Endpoint::new(client.clone(), access.clone(), None);
+        let Some(gate) = gate_entry(peer).await else {
+            continue;
+        };
+        obs.external.insert(name.clone(), (endpoint.clone(), gate));
+        asks.spawn(async move { (name, etcd::status(&endpoint, ETCD_TIMEOUT).await) });
+    }
+    let mut answers = BTreeMap::new();
+    while let Some(done) = asks.join_next().await {
+        if let Ok((name, Ok(status))) = done
+            && recorded.is_none_or(|id| id == status.cluster_id)
+        {
+            answers.insert(name, status);
+        }
+    }
+    answers
+}
+
+/// Where a joining member's gate reads the member list from an external member with peer URL
+/// `peer`: the gate takes addresses only (`http://IP:port`, or `HOST=https://IP:port` whose
+/// certificate names HOST), so a name is looked up here.
+async fn gate_entry(peer: &str) -> Option<String> {
+    let (scheme, rest) = peer.split_once("://")?;
+    let authority = rest.split('/').next()?;
+    let host = external::url_host(peer);
+    let port: u16 = authority.rsplit_once(':')?.1.parse().ok()?;
+    let ip = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip,
+        Err(_) => tokio::net::lookup_host((host, port))
+            .await
+            .ok()?
+            .next()?
+            .ip(),
+    };
+    let at = std::net::SocketAddr::new(ip, port);
+    Some(if scheme == "https" {
+        format!("{host}=https://{at}")
+    } else {
+        format!("http://{at}")
+    })
 }
 
 /// What the client Service serves (see [`serving`]), and which healthy voters it does not
@@ -904,6 +1023,7 @@ mod tests {
             volume_loss_after: Duration::ZERO,
             max_learners: 1,
             spread: false,
+            remove_external: false,
         };
         assert!(matches!(
             plan(&obs, &target),

@@ -366,6 +366,11 @@ impl Endpoint {
         }
     }
 
+    /// What it is reached with.
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
     /// Another member, reached the same way.
     pub fn with_url(mut self, url: impl Into<String>) -> Self {
         self.url = url.into();

@@ -29,13 +29,10 @@ pub(super) async fn add_gated(
     all: &[etcd::Member],
     count: usize,
 ) -> Result<Outcome, Error> {
-    let peers = all
-        .iter()
-        .filter_map(|m| m.host_label().map(String::from))
-        .collect();
+    let peers = all.iter().map(|m| obs.name_of(m)).collect();
     let endpoints = all
         .iter()
-        .filter_map(|m| obs.gate_endpoint(m.host_label()?))
+        .filter_map(|m| obs.gate_endpoint(&obs.name_of(m)))
         .collect();
     let names = create_gated_pods(
         pass,
@@ -120,7 +117,10 @@ pub(super) async fn remove(
         return settling(e).map(Some);
     }
     crate::crash::point("after-member-remove");
-    delete_pod(pass, name, force).await?;
+    // An external member has no pod here; a pod of its name is not its.
+    if !obs.plan.external.contains(name) {
+        delete_pod(pass, name, force).await?;
+    }
     Ok(None)
 }
 
@@ -227,6 +227,10 @@ pub(super) async fn remove_member(
         RemoveReason::Spread => format!(
             "removed member {name}: its node held more voters than the cluster can lose, and \
              a member added on another node takes its place"
+        ),
+        RemoveReason::External => format!(
+            "removed external member {name}, as spec.bootstrap.existing.removeExternal asks; \
+             this operator's members hold the data"
         ),
         _ => format!("removed member {name} ({reason:?})"),
     })))

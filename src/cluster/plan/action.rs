@@ -29,6 +29,9 @@ pub enum RemoveReason {
     /// Its node holds more voters than the cluster can lose, and a member added on another
     /// node (see [`Action::SpreadMember`]) takes its place.
     Spread,
+    /// A member of the cluster running elsewhere that this one joined
+    /// (`spec.bootstrap.existing`), leaving as `removeExternal` asks.
+    External,
 }
 
 /// Why leadership is moved.
@@ -189,6 +192,7 @@ impl Action {
             Action::Promote { .. } => "MemberPromoted",
             Action::RemoveMember { reason, .. } => match reason {
                 RemoveReason::Spread => "MembersSpread",
+                RemoveReason::External => "ExternalMemberRemoved",
                 RemoveReason::Unhealthy | RemoveReason::DataGone | RemoveReason::NodeLost => {
                     "MemberReplaced"
                 }
@@ -283,7 +287,7 @@ impl Action {
             | Action::JoinMembers { .. }
             | Action::Promote { .. } => Progress::Own(Some(Step::Scaling)),
             Action::RemoveMember { reason, .. } => Progress::Own(Some(match reason {
-                RemoveReason::ScaleDown => Step::Scaling,
+                RemoveReason::ScaleDown | RemoveReason::External => Step::Scaling,
                 RemoveReason::Spread => Step::Spreading,
                 RemoveReason::StrandedLearner
                 | RemoveReason::PodGone
@@ -456,6 +460,11 @@ mod tests {
             (RemoveReason::DataGone, "MemberReplaced", Step::Recovering),
             (RemoveReason::NodeLost, "MemberReplaced", Step::Recovering),
             (RemoveReason::Spread, "MembersSpread", Step::Spreading),
+            (
+                RemoveReason::External,
+                "ExternalMemberRemoved",
+                Step::Scaling,
+            ),
         ];
         for (reason, event, progress) in removals {
             let a = remove(reason);

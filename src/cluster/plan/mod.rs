@@ -147,6 +147,13 @@ pub struct Observation {
     /// The nodes a new member could be put on (Ready, not cordoned, not tainted); `None` when
     /// nodes are not watched or not yet listed: members are then never moved for spread.
     pub open_nodes: Option<BTreeSet<String>>,
+    /// Members of the cluster running elsewhere that this one joined
+    /// (`spec.bootstrap.existing`), by etcd name: voters with no pod, counted towards quorum,
+    /// never replaced, rolled or moved; they leave only by [`Target::remove_external`].
+    pub external: BTreeSet<String>,
+    /// The cluster joins one running elsewhere: it is never bootstrapped, even when no member
+    /// answers (the external cluster is down, or not reached yet).
+    pub existing: bool,
 }
 
 impl Observation {
@@ -157,6 +164,12 @@ impl Observation {
         self.pods
             .iter()
             .any(|p| p.name == name && !p.state.is_gone())
+    }
+
+    /// Whether member `name` can count towards quorum: its pod is alive, or it is external
+    /// (whose process this operator does not see).
+    pub fn alive(&self, name: &str) -> bool {
+        self.external.contains(name) || self.pod_alive(name)
     }
 
     fn pod(&self, name: &str) -> Option<&PodView> {
@@ -212,6 +225,9 @@ pub struct Target {
     /// which tie a member to its node's storage; no node selector or affinity of the user's,
     /// which the planner cannot judge).
     pub spread: bool,
+    /// The external members leave (`spec.bootstrap.existing.removeExternal`), one at a time,
+    /// once this operator's members are `size` healthy voters.
+    pub remove_external: bool,
 }
 
 /// The share of the quota (percent) that the data, compacted, may use for NOSPACE to be
@@ -237,6 +253,13 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         return a;
     }
     let Some(members) = &obs.members else {
+        if obs.existing && obs.pods.is_empty() {
+            return Action::Wait {
+                reason: "no member of the existing cluster (spec.bootstrap.existing.endpoints) \
+                         answers; this cluster joins it and is never bootstrapped empty"
+                    .into(),
+            };
+        }
         return without_member_list(obs, target);
     };
     steps::next(obs, target, members)

@@ -24,6 +24,7 @@ pub(super) fn next(obs: &Observation, target: &Target, members: &[MemberView]) -
         Cluster::shrink,
         Cluster::sick_voter,
         Cluster::grow,
+        Cluster::external_leave,
         Cluster::roll,
         Cluster::spread,
         Cluster::defragment,
@@ -43,6 +44,9 @@ struct Cluster<'a> {
     target: &'a Target,
     members: &'a [MemberView],
     voters: Vec<&'a MemberView>,
+    /// Voters that are this operator's (not external; see [`Observation::external`]): what
+    /// the size counts.
+    own: usize,
     /// Voters that answer and whose pod is not leaving.
     healthy: usize,
     /// Some member's pod is made from an older template: a roll is under way.
@@ -59,13 +63,18 @@ impl<'a> Cluster<'a> {
         // that is already leaving (two pods deleted at once).
         let healthy = voters
             .iter()
-            .filter(|m| m.healthy && obs.pod_alive(&m.name))
+            .filter(|m| m.healthy && obs.alive(&m.name))
+            .count();
+        let own = voters
+            .iter()
+            .filter(|v| !obs.external.contains(&v.name))
             .count();
         let mut c = Cluster {
             obs,
             target,
             members,
             voters,
+            own,
             healthy,
             rolling: members.iter().any(|m| obs.stale(&m.name)),
             surge: false,
@@ -105,7 +114,11 @@ impl<'a> Cluster<'a> {
 
     /// Whether `m` counts towards quorum.
     fn counts(&self, m: &MemberView) -> bool {
-        m.healthy && !m.is_learner && self.obs.pod_alive(&m.name)
+        m.healthy && !m.is_learner && self.obs.alive(&m.name)
+    }
+
+    fn external(&self, m: &MemberView) -> bool {
+        self.obs.external.contains(&m.name)
     }
 
     /// Whether `v` can be restarted in place on its volume: its claim is there, its pod is of
@@ -136,7 +149,7 @@ impl<'a> Cluster<'a> {
         let next = self
             .voters
             .iter()
-            .filter(|m| self.obs.defrag_due.contains(&m.name))
+            .filter(|m| self.obs.defrag_due.contains(&m.name) && !self.external(m))
             .min_by_key(|m| (Some(m.id) == leader, m.name.clone()))?;
         Some(Action::Defragment {
             name: next.name.clone(),
@@ -153,9 +166,7 @@ impl<'a> Cluster<'a> {
         // restarting; until the grace has passed, the cluster is short, not lost.
         let restarting = voters
             .iter()
-            .filter(|m| {
-                !m.healthy && obs.pod_alive(&m.name) && m.unhealthy_for < target.quorum_grace
-            })
+            .filter(|m| !m.healthy && obs.alive(&m.name) && m.unhealthy_for < target.quorum_grace)
             .count();
         let reason = format!(
             "{} of {} voting members are healthy, {} are needed",
@@ -166,6 +177,15 @@ impl<'a> Cluster<'a> {
         if self.healthy + restarting >= quorum(voters.len()) {
             return Some(Action::Wait {
                 reason: format!("{reason}; {restarting} went silent moments ago"),
+            });
+        }
+        // A recovery rebuilds the cluster from one member of this operator's: with members
+        // running elsewhere still in it, that would split the data in two.
+        if !obs.external.is_empty() {
+            return Some(Action::Wait {
+                reason: format!(
+                    "{reason}; nothing is done while members of the external cluster are in it"
+                ),
             });
         }
         Some(Action::QuorumLost { reason })
@@ -222,7 +242,10 @@ impl<'a> Cluster<'a> {
     /// ones first: promoting one only to remove it would be two voting changes for nothing.
     /// While learners start, the rest of their batch is added.
     fn learner(&self) -> Option<Action> {
-        let learners: Vec<&MemberView> = self.members.iter().filter(|m| m.is_learner).collect();
+        // An external cluster's own learners are its operator's business.
+        let learners: Vec<&MemberView> = (self.members.iter())
+            .filter(|m| m.is_learner && !self.external(m))
+            .collect();
         if learners.is_empty() {
             return None;
         }
@@ -236,7 +259,7 @@ impl<'a> Cluster<'a> {
         // A spread's learner is the one beyond the size that the next shrink makes good.
         let spreading =
             usize::from(self.voters.len() == self.target.size && self.crowded().is_some());
-        let needed = (self.capacity() + spreading).saturating_sub(self.voters.len());
+        let needed = (self.capacity() + spreading).saturating_sub(self.own);
         if learners.len() > needed {
             let l = learners
                 .iter()
@@ -311,7 +334,11 @@ impl<'a> Cluster<'a> {
                 .map(|(p, _)| p.name.clone())
                 .collect();
             let rest: BTreeSet<String> = all.difference(&names).cloned().collect();
-            let fits = all.len() <= self.capacity()
+            let own = all
+                .iter()
+                .filter(|n| !self.obs.external.contains(*n))
+                .count();
+            let fits = own <= self.capacity()
                 && names.is_subset(all)
                 && rest == batch.iter().cloned().collect::<BTreeSet<_>>();
             if fits {
@@ -326,7 +353,7 @@ impl<'a> Cluster<'a> {
     /// join is kept (see [`Cluster::joining`]), and only while a member is still wanted.
     fn pods_without_member(&self) -> Option<Action> {
         let names = self.names();
-        let kept = if self.voters.len() < self.capacity() {
+        let kept = if self.own < self.capacity() {
             self.joining()
         } else {
             Vec::new()
@@ -400,7 +427,7 @@ impl<'a> Cluster<'a> {
                 .obs
                 .pod(&v.name)
                 .is_some_and(|p| p.state == PodState::Terminating);
-            if self.obs.pod_alive(&v.name) || (v.healthy && !deleted) {
+            if self.obs.alive(&v.name) || (v.healthy && !deleted) {
                 continue;
             }
             // A pod being deleted on a lost node (the node's taint evicted it) never stops, and
@@ -423,7 +450,7 @@ impl<'a> Cluster<'a> {
             if self.healthy >= quorum(self.voters.len() - 1) {
                 // Its replacement in the same step when the size still wants it and nothing
                 // else is joining.
-                let replace = self.voters.len() <= self.target.size
+                let replace = self.own <= self.target.size
                     && self.members.iter().all(|m| !m.is_learner)
                     && self.joining().is_empty();
                 if replace {
@@ -455,7 +482,7 @@ impl<'a> Cluster<'a> {
     fn voters_losing_data(&self) -> Option<Action> {
         let v = self.voters.iter().find(|v| self.losing_data(v))?;
         if self.healthy - usize::from(self.counts(v)) < quorum(self.voters.len() - 1) {
-            if self.voters.len() < self.capacity() && self.voters.iter().all(|v| v.healthy) {
+            if self.own < self.capacity() && self.voters.iter().all(|v| v.healthy) {
                 return Some(self.add());
             }
             return Some(Action::Wait {
@@ -481,7 +508,7 @@ impl<'a> Cluster<'a> {
         let candidates = || {
             self.voters
                 .iter()
-                .filter(|v| v.id != from.id && self.counts(v) && v.caught_up)
+                .filter(|v| v.id != from.id && self.counts(v) && v.caught_up && !self.external(v))
         };
         let to = candidates()
             .find(|v| !self.obs.stale(&v.name))
@@ -505,7 +532,7 @@ impl<'a> Cluster<'a> {
     /// is outdated).
     fn shrink(&self) -> Option<Action> {
         let (obs, voters, healthy) = (self.obs, &self.voters, self.healthy);
-        if voters.len() <= self.target.size {
+        if self.own <= self.target.size {
             return None;
         }
         let remaining = quorum(voters.len() - 1);
@@ -516,7 +543,7 @@ impl<'a> Cluster<'a> {
                 reason,
             })
         };
-        let follower = |v: &&&MemberView| Some(v.id) != obs.leader;
+        let follower = |v: &&&MemberView| Some(v.id) != obs.leader && !self.external(v);
         if let Some(v) = voters
             .iter()
             .filter(follower)
@@ -602,6 +629,7 @@ impl<'a> Cluster<'a> {
             .as_ref()
             .filter(|_| self.target.spread)?;
         if size < 3
+            || !self.obs.external.is_empty()
             || self.voters.len() != size
             || self.members.len() != size
             || self.healthy < size
@@ -675,8 +703,10 @@ impl<'a> Cluster<'a> {
         // A member on a lost node is replaced first: nothing brings it back (with a volume,
         // only once the user's bound for waiting on the node has passed).
         let lost = |v: &MemberView| !v.healthy && self.node_gone(v);
-        let sick = (self.voters.iter().find(|v| !v.healthy && lost(v)))
-            .or_else(|| self.voters.iter().find(|v| !v.healthy))?;
+        // An external member is not this operator's to replace ([`Cluster::external_leave`]).
+        let own = || self.voters.iter().filter(|v| !self.external(v));
+        let sick =
+            (own().find(|v| !v.healthy && lost(v))).or_else(|| own().find(|v| !v.healthy))?;
         let n = self.voters.len();
         let removable = self.healthy >= quorum(n - 1) && Some(sick.id) != self.obs.leader;
         if lost(sick) && removable {
@@ -722,7 +752,7 @@ impl<'a> Cluster<'a> {
     /// Fewer voters than asked for: the member whose pod waits to join is added, else a new
     /// one is started.
     fn grow(&self) -> Option<Action> {
-        if self.voters.len() >= self.target.size {
+        if self.own >= self.target.size {
             return None;
         }
         Some(self.add())
@@ -739,11 +769,11 @@ impl<'a> Cluster<'a> {
         if !batch.is_empty() {
             return Action::JoinMembers { names: batch };
         }
-        let missing = self.capacity().saturating_sub(self.voters.len());
+        let missing = self.capacity().saturating_sub(self.own);
         let count = missing.min(self.target.max_learners).max(1);
         Action::AddMembers {
             count,
-            avoid: self.full_nodes(self.voters.len() + 1),
+            avoid: self.full_nodes(self.own + 1),
         }
     }
 
@@ -768,6 +798,43 @@ impl<'a> Cluster<'a> {
         full
     }
 
+    /// The external members leave once this operator's members are the size (the grow step
+    /// comes first) and the user asked (`removeExternal`), every voter caught up: one at a
+    /// time, an unhealthy one first, the leader last (its leadership moved to a member of this
+    /// operator), and only while the healthy voters without it are a quorum of the smaller
+    /// membership.
+    fn external_leave(&self) -> Option<Action> {
+        let external: Vec<&&MemberView> = self.voters.iter().filter(|v| self.external(v)).collect();
+        if external.is_empty() || !self.target.remove_external {
+            return None;
+        }
+        let leader = |v: &&&MemberView| Some(v.id) == self.obs.leader;
+        let next = (external.iter().find(|v| !v.healthy))
+            .or_else(|| external.iter().find(|v| !leader(v)))
+            .or_else(|| external.first())?;
+        if next.healthy {
+            if let Some(w) = self.catching_up() {
+                return Some(w);
+            }
+            if leader(next) {
+                return Some(self.move_leader_from(next, MoveReason::Leaving));
+            }
+        }
+        if self.healthy - usize::from(self.counts(next)) < quorum(self.voters.len() - 1) {
+            return Some(Action::Wait {
+                reason: format!(
+                    "external member {} leaves once that keeps quorum",
+                    next.name
+                ),
+            });
+        }
+        Some(Action::RemoveMember {
+            name: next.name.clone(),
+            id: next.id,
+            reason: RemoveReason::External,
+        })
+    }
+
     /// Every voter healthy, none missing: the next outdated member is rolled, followers
     /// first, the leader last. A member with a volume is restarted on it (no membership
     /// change); one without is replaced, a member with the new template joining first so the
@@ -784,7 +851,7 @@ impl<'a> Cluster<'a> {
         }
         // A pod still stopping (the last step's restart) answers for a moment: it is not
         // rolled again, and nothing else moves until it is gone.
-        if let Some(v) = self.voters.iter().find(|v| !self.obs.pod_alive(&v.name)) {
+        if let Some(v) = self.voters.iter().find(|v| !self.obs.alive(&v.name)) {
             return Some(Action::Wait {
                 reason: format!("the pod of {} is stopping", v.name),
             });

@@ -126,6 +126,14 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         defragmentations: previous.defragmentations.clone(),
         defrag_request: previous.defrag_request.clone(),
         auth: previous.auth.clone(),
+        migration: super::external::migration(
+            cluster,
+            &obs.addr
+                .clone()
+                .unwrap_or_else(|| crate::kube::names::addressing(cluster)),
+            obs.members.as_deref(),
+            &previous,
+        ),
     }
 }
 
@@ -167,16 +175,18 @@ fn roster(obs: &Observed, previous: &EtcdClusterStatus) -> Roster {
         } else {
             MemberRole::Follower
         };
-        let healthy = m.healthy && !m.is_learner && obs.plan.pod_alive(&m.name);
+        let healthy = m.healthy && !m.is_learner && obs.plan.alive(&m.name);
         healthy_voters += usize::from(healthy);
         // Ready: healthy, and a route clients of the Service take (its pod Ready and listed
-        // as a ready endpoint of the client Service).
-        if healthy && obs.serving.published.contains(&m.name) {
-            &mut ready
-        } else {
-            &mut unready
+        // as a ready endpoint of the client Service). External members: status.migration.
+        if !obs.plan.external.contains(&m.name) {
+            if healthy && obs.serving.published.contains(&m.name) {
+                &mut ready
+            } else {
+                &mut unready
+            }
+            .push(m.name.clone());
         }
-        .push(m.name.clone());
         statuses.push(MemberStatus {
             name: m.name.clone(),
             id: format!("{:x}", m.id),

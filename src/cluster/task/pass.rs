@@ -14,6 +14,7 @@ use super::{Context, Error};
 use crate::access;
 use crate::api::{EtcdCluster, RestoreHandoff};
 use crate::cluster::act::{self, Outcome};
+use crate::cluster::external;
 use crate::cluster::handles::{Handles, Pass};
 use crate::cluster::observe::{self, Observed};
 use crate::cluster::plan::{self, Action, Target};
@@ -53,6 +54,13 @@ pub(super) async fn validate(
         }
     }
     let material = tls::prepare(secrets, cluster, time::OffsetDateTime::now_utc()).await?;
+    // The identity for the external cluster is read while it is joined (observe reads it
+    // again, from the same cache): a Secret that is missing or cannot be used is reported
+    // with its field rather than taken for an external cluster that does not answer.
+    if let Some(name) = external::joining(cluster).and_then(|e| e.client_tls_secret.as_deref()) {
+        let field = "spec.bootstrap.existing.clientTLSSecret";
+        tls::read_client(secrets, field, name, time::OffsetDateTime::now_utc()).await?;
+    }
     // Without access control declared (or left on), root's Secret is not read: a Secret that
     // does not exist is not cached, and would cost a request every pass.
     let root = if access::wanted(cluster) {
@@ -344,6 +352,7 @@ pub(super) fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) ->
                 && p.affinity.is_none()
                 && !p.anti_affinity.unwrap_or(false)
         }),
+        remove_external: cluster.spec.existing().is_some_and(|e| e.remove_external),
     }
 }
 

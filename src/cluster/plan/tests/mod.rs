@@ -23,6 +23,7 @@ fn target(size: usize) -> Target {
         volume_loss_after: Duration::ZERO,
         max_learners: 1,
         spread: false,
+        remove_external: false,
     }
 }
 
@@ -82,6 +83,8 @@ fn cluster() -> Fixture {
             defrag_due: BTreeSet::new(),
             ca_rotation_due: false,
             open_nodes: None,
+            external: BTreeSet::new(),
+            existing: false,
         },
     }
 }

@@ -43,6 +43,8 @@ struct Sim {
     next: u64,
     /// Another maker (coreos's operator) shaped the pods the world started with.
     foreign: bool,
+    /// Members of a cluster running elsewhere that this one joins: no pods, ever.
+    external: BTreeSet<String>,
 }
 
 /// The test's own majority rule, written apart from [`quorum`] so that a mistake there is
@@ -105,6 +107,8 @@ impl Sim {
             space_exhausted: false,
             applied: Default::default(),
             defrag_due: Default::default(),
+            external: self.external.clone(),
+            existing: !self.external.is_empty(),
         }
     }
 
@@ -234,7 +238,7 @@ impl Sim {
         let names: BTreeSet<String> = self.members.iter().map(|m| m.name.clone()).collect();
         for m in &mut self.members {
             let pod = self.pods.iter_mut().find(|p| p.name == m.name);
-            m.answers = running.contains(&m.name);
+            m.answers = running.contains(&m.name) || self.external.contains(&m.name);
             if let Some(p) = pod
                 && let Some(peers) = &p.joining
             {
@@ -330,6 +334,7 @@ impl Sim {
             },
             next: 0,
             foreign: false,
+            external: BTreeSet::new(),
         };
         for (i, (learner, pod, answers, current, claim)) in ms.iter().enumerate() {
             let name = format!("m{i}");
@@ -449,6 +454,7 @@ fn outdated(n: usize, persistent: bool) -> Sim {
         silent_for: Duration::ZERO,
         next: 0,
         foreign: false,
+        external: BTreeSet::new(),
     }
 }
 
@@ -536,6 +542,130 @@ fn members_another_maker_shaped_are_replaced_by_joining_first_even_with_volumes(
     assert!(
         trace.contains(&"remove m1 Outdated".to_string()),
         "{trace:?}"
+    );
+}
+
+/// A 3-member cluster running elsewhere (`e1`..`e3`, `e1` leading), joined by a cluster of
+/// this operator's of size 3.
+fn external_cluster() -> Sim {
+    let mut sim = outdated(3, false);
+    for m in &mut sim.members {
+        m.name = m.name.replace('m', "e");
+        sim.external.insert(m.name.clone());
+    }
+    sim.pods.clear();
+    sim.claims.clear();
+    sim
+}
+
+/// The actions from `sim` to Steady with `target`, checking at every step that the voters
+/// that answer are a majority and that no external member is touched but by its removal.
+fn migration_trace(sim: &mut Sim, target: &Target) -> Vec<String> {
+    let mut trace = Vec::new();
+    for _ in 0..64 {
+        let action = plan(&sim.observe(), target);
+        let voters = sim.voters();
+        let healthy = voters.iter().filter(|m| m.answers).count();
+        assert!(majority(healthy, voters.len()), "{trace:?}");
+        trace.push(match &action {
+            Action::Steady => break,
+            Action::AddMembers { count, .. } => format!("add {count}"),
+            Action::JoinMembers { names } => format!("join {}", names.join(",")),
+            Action::Promote { name, .. } => format!("promote {name}"),
+            Action::RemoveMember { name, reason, .. } => format!("remove {name} {reason:?}"),
+            Action::MoveLeader { from, to, .. } => format!("lead {from}->{to}"),
+            other => panic!("{other:?} after {trace:?}"),
+        });
+        sim.apply(&action);
+    }
+    trace
+}
+
+#[test]
+fn an_external_cluster_is_joined_one_member_at_a_time_and_left_only_when_asked() {
+    let mut sim = external_cluster();
+    let mut target = target(3);
+    let joined = migration_trace(&mut sim, &target);
+    assert_eq!(
+        joined,
+        [
+            "add 1",
+            "join n1",
+            "promote n1",
+            "add 1",
+            "join n3",
+            "promote n3",
+            "add 1",
+            "join n5",
+            "promote n5"
+        ]
+    );
+    // Six voters, three of them external: steady until the user asks them to leave.
+    assert_eq!(sim.voters().len(), 6);
+    target.remove_external = true;
+    let left = migration_trace(&mut sim, &target);
+    assert_eq!(
+        left,
+        [
+            "remove e2 External",
+            "remove e3 External",
+            "lead e1->n1",
+            "remove e1 External"
+        ]
+    );
+    let names: Vec<&str> = sim.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["n1", "n3", "n5"]);
+}
+
+#[test]
+fn a_silent_external_member_is_not_replaced_and_leaves_first_when_asked() {
+    let mut sim = external_cluster();
+    sim.external.remove("e3");
+    sim.members[2].answers = false;
+    sim.external.insert("e3".into());
+    let mut obs = sim.observe();
+    obs.members.as_mut().unwrap()[2].healthy = false;
+    let t = target(3);
+    // Joining goes on; e3 is not this operator's to remove.
+    assert_eq!(plan(&obs, &t), adds(1));
+    let asked = Target {
+        remove_external: true,
+        ..t
+    };
+    // Asked to leave, and six voters of which this operator's three count: e3 goes first.
+    for i in 1..=3 {
+        obs.members
+            .as_mut()
+            .unwrap()
+            .push(member(&format!("n{i}"), 10 + i, false, true));
+        obs.pods.push(running(&format!("n{i}")));
+    }
+    assert!(matches!(
+        plan(&obs, &asked),
+        Action::RemoveMember {
+            id: 3,
+            reason: RemoveReason::External,
+            ..
+        }
+    ));
+    // Lost quorum with external members in: nothing is done.
+    for m in obs.members.as_mut().unwrap().iter_mut().skip(1) {
+        m.healthy = false;
+        m.unhealthy_for = 60 * MINUTE;
+    }
+    assert!(matches!(plan(&obs, &asked), Action::Wait { reason } if reason.contains("external")));
+}
+
+#[test]
+fn a_cluster_joining_an_external_one_that_does_not_answer_is_never_bootstrapped() {
+    let obs = Observation {
+        members: None,
+        bootstrapped: false,
+        existing: true,
+        ..Observation::default()
+    };
+    assert!(
+        matches!(plan(&obs, &target(3)), Action::Wait { reason } if reason.contains("existing"))
     );
 }
 
@@ -876,6 +1006,7 @@ proptest! {
             silent_for: Duration::ZERO,
             next: 0,
             foreign: false,
+            external: BTreeSet::new(),
         };
         let target = target_of(n, persistent);
         let floor = if persistent && n >= 3 { n - 1 } else { n };
