@@ -78,6 +78,9 @@ pub enum Keys {
     Cycle,
     /// A new key per write, `e2e-writer/<n>`, so that every acknowledged write can be checked.
     Unique,
+    /// As [`Keys::Unique`] from `e2e-writer/<base>` on: a second writer whose keys are not the
+    /// first one's.
+    UniqueFrom(u64),
 }
 
 impl Writer {
@@ -160,14 +163,15 @@ pub(crate) fn write_until(
         let key = match keys {
             Keys::Cycle => n % 1000,
             Keys::Unique => n,
+            Keys::UniqueFrom(base) => base + n,
         };
         match put(&mut conn, addr, key, n, timeouts) {
             Ok(()) => {
                 tally.writes += 1;
                 tally.longest_stall = tally.longest_stall.max(last_ack.elapsed());
                 last_ack = Instant::now();
-                if keys == Keys::Unique {
-                    tally.acked.push(n);
+                if keys != Keys::Cycle {
+                    tally.acked.push(key);
                     tally.acked_at.push(last_ack);
                 }
             }
