@@ -153,10 +153,32 @@ pub async fn tls_client(
 /// The Service's URL and the options of a client with the identity in Secret `secret` now
 /// (read with kubectl: a writer keeps them, and reads them again only when they stop working).
 fn tls_options(k: &Kubectl, ns: &str, cluster: &str, secret: &str) -> (String, ConnectOptions) {
-    let ip = get(k, ns, &format!("service/{cluster}-client"))["spec"]["clusterIP"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    options_for(k, ns, &Reach::Service(cluster.into()), secret)
+}
+
+/// Where a TLS client connects.
+#[derive(Clone, Debug)]
+pub enum Reach {
+    /// The client Service of this cluster, by its ClusterIP.
+    Service(String),
+    /// `url`, whose certificate names `domain`.
+    At { url: String, domain: String },
+}
+
+fn options_for(k: &Kubectl, ns: &str, reach: &Reach, secret: &str) -> (String, ConnectOptions) {
+    let (url, domain) = match reach {
+        Reach::Service(cluster) => {
+            let ip = get(k, ns, &format!("service/{cluster}-client"))["spec"]["clusterIP"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (
+                format!("https://{ip}:2379"),
+                format!("{cluster}-client.{ns}.svc"),
+            )
+        }
+        Reach::At { url, domain } => (url.clone(), domain.clone()),
+    };
     let s = get(k, ns, &format!("secret/{secret}"));
     let field = |key: &str| -> Vec<u8> {
         let b64 = s["data"][key].as_str().unwrap_or_default();
@@ -166,12 +188,27 @@ fn tls_options(k: &Kubectl, ns: &str, cluster: &str, secret: &str) -> (String, C
     let tls = TlsOptions::new()
         .ca_certificate(Certificate::from_pem(field(l.ca)))
         .identity(Identity::from_pem(field(l.cert), field(l.key)))
-        .domain_name(format!("{cluster}-client.{ns}.svc"));
+        .domain_name(domain);
     let options = ConnectOptions::new()
         .with_tls(tls)
         .with_connect_timeout(Duration::from_secs(3))
         .with_timeout(Duration::from_secs(5));
-    (format!("https://{ip}:2379"), options)
+    (url, options)
+}
+
+/// One put of `e2e-tls/ping` through `reach`, with the identity in Secret `secret`.
+pub fn put_once(k: &Kubectl, ns: &str, reach: &Reach, secret: &str) -> Result<(), String> {
+    let (url, options) = options_for(k, ns, reach, secret);
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let mut c = Client::connect([url], Some(options))
+            .await
+            .map_err(|e| e.to_string())?;
+        c.put("e2e-tls/ping", "1", None)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
 }
 
 /// Asserts that every write in `acked` (keys `e2e-tls/N`, as [`TlsWriter`] writes them) is in
@@ -213,14 +250,20 @@ pub fn assert_written(k: &Kubectl, ns: &str, cluster: &str, secret: &str, acked:
 impl TlsWriter {
     /// Starts writing keys `e2e-tls/N` to `cluster` with the identity in Secret `secret`.
     pub fn start(ns: &str, cluster: &str, secret: &str) -> Self {
+        TlsWriter::start_at(ns, Reach::Service(cluster.into()), secret, 0)
+    }
+
+    /// Starts writing keys `e2e-tls/N`, N from `base` on, through `reach` with the identity in
+    /// Secret `secret`.
+    pub fn start_at(ns: &str, reach: Reach, secret: &str, base: u64) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let (ns, cluster, secret) = (ns.to_string(), cluster.to_string(), secret.to_string());
+        let (ns, secret) = (ns.to_string(), secret.to_string());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Runtime::new().unwrap();
             rt.block_on(async move {
                 let k = Kubectl::from_env();
-                let (mut acked, mut errors, mut n) = (Vec::new(), 0u64, 0u64);
+                let (mut acked, mut errors, mut n) = (Vec::new(), 0u64, base);
                 let (mut longest, mut last) = (Duration::ZERO, Instant::now());
                 let mut client = None;
                 // The identity as last read, and whether it failed since: a failure right after
@@ -229,7 +272,7 @@ impl TlsWriter {
                 while !flag.load(Ordering::Relaxed) {
                     if client.is_none() {
                         if kept.is_none() || fresh {
-                            kept = Some(tls_options(&k, &ns, &cluster, &secret));
+                            kept = Some(options_for(&k, &ns, &reach, &secret));
                         }
                         let (url, options) = kept.clone().unwrap();
                         client = Client::connect([url], Some(options)).await.ok();

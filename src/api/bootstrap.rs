@@ -30,7 +30,11 @@ pub struct ExistingCluster {
     /// A Secret with the client identity the external members accept (coreos's client layout,
     /// `etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`, or `kubernetes.io/tls`);
     /// unset: the cluster's own client identity (`spec.TLS`), or none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "clientTLSSecret",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(length(min = 1, max = 253))]
     pub client_tls_secret: Option<String>,
     /// Remove the external members, one at a time (leadership moved to a member of this
