@@ -417,3 +417,118 @@ fn an_etcd_running_outside_kubernetes_is_migrated_in_under_writes() {
 fn an_etcd_running_outside_kubernetes_over_tls_is_migrated_in_with_its_ca() {
     migrate(Variant::Tls);
 }
+
+/// Leaving again, and coming back: an EtcdCluster released (`kubectl delete --cascade=orphan`)
+/// keeps its pods, claims and Services and serves on with no operator; an EtcdCluster created
+/// under its name beside its running pods is refused (never a second cluster behind its
+/// Service); and a new EtcdCluster joins the released members with `spec.bootstrap.existing`
+/// (the released NetworkPolicy deleted first: it admits the released cluster's pods alone),
+/// under writes, and takes their place.
+#[test]
+fn a_released_cluster_serves_on_without_the_operator_and_can_be_taken_back() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let namespace = k.namespace("released");
+    let ns = namespace.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+    let left = |spec: Value| {
+        json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "left"}, "spec": spec})
+        .to_string()
+    };
+    let plain = json!({"size": 3, "version": VERSION});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&left(plain.clone())));
+    until("cluster left to be healthy", 180, || {
+        e2e::healthy_at_size(&k, ns, "left", 3)
+    });
+    let released = e2e::pod_names(&k, ns, "left");
+    let service = client_endpoint(&k, ns, "left");
+    let writer = Writer::start_timed(
+        &service,
+        Duration::from_secs(600),
+        Keys::Unique,
+        Timeouts::FAILOVER,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    k.ok(
+        &[
+            "delete",
+            "etcdcluster",
+            "left",
+            "-n",
+            ns,
+            "--cascade=orphan",
+            "--wait=true",
+        ],
+        None,
+    );
+    // The garbage collector takes the owner references off; the pods run on, untouched.
+    until("the pods to be released", 60, || {
+        e2e::member_pods(&k, ns, "left").iter().all(|p| {
+            p["metadata"]["ownerReferences"]
+                .as_array()
+                .is_none_or(|o| o.is_empty())
+        })
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(e2e::pod_names(&k, ns, "left"), released);
+    assert!(e2e::pods_ready(&k, ns, "left", 3));
+    // Its name again, beside its running pods: refused, nothing created.
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&left(plain)));
+    until("the refusal to be reported", 60, || {
+        let c = get(&k, ns, "etcdcluster/left");
+        c["status"].to_string().contains("released")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(e2e::pod_names(&k, ns, "left"), released);
+    k.ok(
+        &[
+            "delete",
+            "etcdcluster",
+            "left",
+            "-n",
+            ns,
+            "--cascade=orphan",
+            "--wait=true",
+        ],
+        None,
+    );
+    // Taken back: a cluster of another name joins the released members.
+    k.ok(&["delete", "networkpolicy", "left", "-n", ns], None);
+    let began = Instant::now();
+    let mut existing = json!({"endpoints": [format!("http://left-client.{ns}.svc:2379")]});
+    let back = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": CLUSTER},
+        "spec": {"size": 3, "version": VERSION, "bootstrap": {"existing": existing}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&back.to_string()));
+    until_migration(&k, ns, "the new members to be voters", began, |m| {
+        m["phase"] == "Joined" && m["joined"] == 3
+    });
+    let inside = Client::inside(Variant::Plain, &k, ns);
+    std::thread::sleep(Duration::from_secs(2));
+    let outside = writer.report();
+    existing["removeExternal"] = json!(true);
+    patch_spec(
+        &k,
+        ns,
+        CLUSTER,
+        json!({"bootstrap": {"existing": existing}}),
+    );
+    until_migration(&k, ns, "the released members to have left", began, |m| {
+        m["phase"] == "Complete"
+    });
+    let took = began.elapsed();
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut acked, after) = inside.finish();
+    acked.extend(&outside.acked);
+    until("the cluster to be healthy", 60, || {
+        e2e::healthy_at_size(&k, ns, CLUSTER, 3)
+    });
+    assert_acked_present(&client_endpoint(&k, ns, CLUSTER), &acked);
+    let longest = outside.longest_stall.max(after);
+    println!(
+        "| released cluster taken back under writes: writes lost / longest failed-write window / total time | 0 of {} / {longest:.2?} / {took:.1?} | 0 / < 2 s / < 90 s |",
+        acked.len()
+    );
+    assert!(longest < Duration::from_secs(4), "{longest:?}");
+}

@@ -504,11 +504,18 @@ async fn observe_objects(
     };
     let now = Timestamp::now();
     // A pod that only wears the cluster's labels is not a member: it is never counted,
-    // replaced or deleted.
-    for pod in list
+    // replaced or deleted. One an operator of this kind made for a cluster of this name that
+    // let it go (a released cluster) is noted: nothing is bootstrapped beside it.
+    let (list, strangers): (Vec<Pod>, Vec<Pod>) = list
         .into_iter()
-        .filter(|p| controlled_by(&p.metadata, cluster))
-    {
+        .partition(|p| controlled_by(&p.metadata, cluster));
+    obs.plan.released = strangers
+        .iter()
+        .filter(|p| p.annotations().contains_key(TEMPLATE_HASH_ANNOTATION))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(ResourceExt::name_any)
+        .collect();
+    for pod in list {
         let mut view = pod_view(&pod, now);
         view.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         view.node_lost =

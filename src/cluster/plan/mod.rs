@@ -151,6 +151,10 @@ pub struct Observation {
     /// (`spec.bootstrap.existing`), by etcd name: voters with no pod, counted towards quorum,
     /// never replaced, rolled or moved; they leave only by [`Target::remove_external`].
     pub external: BTreeSet<String>,
+    /// Pods this kind of operator made with the cluster's labels that the cluster does not
+    /// own (a released cluster's members, still running): no new cluster is bootstrapped
+    /// beside them, whose pods the client Service would mix with theirs.
+    pub released: BTreeSet<String>,
     /// The cluster joins one running elsewhere: it is never bootstrapped, even when no member
     /// answers (the external cluster is down, or not reached yet).
     pub existing: bool,
@@ -253,6 +257,17 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         return a;
     }
     let Some(members) = &obs.members else {
+        if !obs.bootstrapped && obs.pods.is_empty() && !obs.released.is_empty() {
+            let names: Vec<&str> = obs.released.iter().map(String::as_str).collect();
+            return Action::Wait {
+                reason: format!(
+                    "pods {} carry this cluster's labels but are not its (a released \
+                     cluster's members?): no new cluster is bootstrapped beside them; delete \
+                     them, or give this cluster another name",
+                    names.join(", ")
+                ),
+            };
+        }
         if obs.existing && obs.pods.is_empty() {
             return Action::Wait {
                 reason: "no member of the existing cluster (spec.bootstrap.existing.endpoints) \

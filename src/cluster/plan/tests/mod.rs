@@ -85,6 +85,7 @@ fn cluster() -> Fixture {
             open_nodes: None,
             external: BTreeSet::new(),
             existing: false,
+            released: BTreeSet::new(),
         },
     }
 }

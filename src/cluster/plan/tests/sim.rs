@@ -109,6 +109,7 @@ impl Sim {
             defrag_due: Default::default(),
             external: self.external.clone(),
             existing: !self.external.is_empty(),
+            released: BTreeSet::new(),
         }
     }
 
@@ -654,6 +655,24 @@ fn a_silent_external_member_is_not_replaced_and_leaves_first_when_asked() {
         m.unhealthy_for = 60 * MINUTE;
     }
     assert!(matches!(plan(&obs, &asked), Action::Wait { reason } if reason.contains("external")));
+}
+
+#[test]
+fn no_cluster_is_bootstrapped_beside_the_running_pods_of_a_released_one() {
+    let fresh = Observation {
+        members: None,
+        bootstrapped: false,
+        ..Observation::default()
+    };
+    assert_eq!(plan(&fresh, &target(3)), Action::Bootstrap);
+    let beside = Observation {
+        released: BTreeSet::from(["c-abcde".to_string()]),
+        ..fresh
+    };
+    assert!(matches!(
+        plan(&beside, &target(3)),
+        Action::Wait { reason } if reason.contains("c-abcde") && reason.contains("released")
+    ));
 }
 
 #[test]
