@@ -680,3 +680,55 @@ async fn a_learner_replaying_a_full_log_raises_nospace_and_is_defragmented_only_
     })
     .await;
 }
+
+/// `spec.tuning` as each etcd version takes it: every field, and an extra flag, on the
+/// command line of a real member, which starts, serves, and enforces what it was told (a
+/// transaction over `maxTxnOps`, a request over `maxRequestBytes`).
+async fn tuned(minor: &str) {
+    let tuning: etcd_operator::api::Tuning = serde_json::from_value(serde_json::json!({
+        "heartbeatInterval": 150, "electionTimeout": 1500, "snapshotCount": 5000,
+        "maxRequestBytes": 65536, "maxTxnOps": 4,
+        "grpcKeepalive": {"minTime": "5s", "interval": "30m", "timeout": "10s"},
+        "logLevel": "warn", "logFormat": "console", "initialCorruptCheck": true,
+        "extraArgs": ["--enable-pprof"]
+    }))
+    .unwrap();
+    let binary = etcd_binary(minor);
+    let mut m = EtcdProcess::plan(&format!("tuned-{}", minor.replace('.', "-")));
+    m.extra = tuning.flags(&format!("{minor}.0"));
+    let cluster = initial_cluster(&[&m]);
+    m.start(
+        &binary,
+        &cluster,
+        "new",
+        &format!("tuned-{}", std::process::id()),
+    );
+    let mut client = etcd_client::Client::connect([m.endpoint().url.as_str()], None)
+        .await
+        .unwrap();
+    client.put("k", "v", None).await.unwrap();
+    let ops: Vec<etcd_client::TxnOp> = (0..5)
+        .map(|i| etcd_client::TxnOp::put(format!("k{i}"), "v", None))
+        .collect();
+    let refused = client
+        .txn(etcd_client::Txn::new().and_then(ops))
+        .await
+        .expect_err("5 operations in a transaction over maxTxnOps 4");
+    assert!(
+        refused.to_string().contains("too many operations"),
+        "{refused}"
+    );
+    let refused = client
+        .put("big", vec![b'x'; 100 * 1024], None)
+        .await
+        .expect_err("100 KiB over maxRequestBytes 64 KiB");
+    assert!(refused.to_string().contains("too large"), "{refused}");
+    m.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tuning_reaches_etcd_3_4_3_5_and_3_6() {
+    for minor in ["3.4", "3.5", "3.6"] {
+        tuned(minor).await;
+    }
+}

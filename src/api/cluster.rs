@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
-    Toleration,
+    Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use kube::CustomResource;
@@ -54,6 +54,11 @@ pub const MAX_SIZE: i32 = 7;
         description = "etcd version the members run"
     ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    scale(
+        spec_replicas_path = ".spec.size",
+        status_replicas_path = ".status.readyMembers",
+        label_selector_path = ".status.selector"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -64,6 +69,9 @@ pub const MAX_SIZE: i32 = 7;
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "(has(self.TLS) && has(self.TLS.auto)) == (has(oldSelf.TLS) && has(oldSelf.TLS.auto)) && (has(self.TLS) && has(self.TLS.certManager)) == (has(oldSelf.TLS) && has(oldSelf.TLS.certManager)) && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.peerSecret) && self.TLS.static.member.peerSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.peerSecret) && oldSelf.TLS.static.member.peerSecret != '') && (has(self.TLS) && has(self.TLS.static) && has(self.TLS.static.member) && has(self.TLS.static.member.serverSecret) && self.TLS.static.member.serverSecret != '') == (has(oldSelf.TLS) && has(oldSelf.TLS.static) && has(oldSelf.TLS.static.member) && has(oldSelf.TLS.static.member.serverSecret) && oldSelf.TLS.static.member.serverSecret != '')",
     "message": "spec.TLS cannot be turned on or off, or switched between static, auto and certManager, on an existing cluster: members on either side could not talk to each other. Create a new cluster with the TLS you want and restore a backup into it"
+}, {
+    "rule": "!(has(self.tuning) && has(self.tuning.logFormat)) || !has(self.version) || !self.version.matches('^v?3[.][45][.]')",
+    "message": "spec.tuning.logFormat needs etcd 3.6 or later: 3.4 and 3.5 have no --log-format"
 }, {
     "rule": "!has(self.bootstrap) || has(oldSelf.bootstrap)",
     "message": "spec.bootstrap is given when the cluster is created: this cluster already has its data"
@@ -134,6 +142,18 @@ pub struct EtcdClusterSpec {
     /// once `status.migration.phase` is `Complete`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<super::bootstrap::Bootstrap>,
+
+    /// etcd's own settings (an extension of this operator): heartbeat, election timeout,
+    /// snapshot count, request and transaction limits, gRPC keepalive, logging, the initial
+    /// corruption check, and other flags by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<super::settings::Tuning>,
+
+    /// How the client Service `<name>-client` is exposed (an extension of this operator):
+    /// its type (`ClusterIP`, `NodePort`, `LoadBalancer`), annotations, labels, source
+    /// ranges and traffic distribution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_service: Option<super::settings::ClientService>,
 }
 
 /// A cluster's NetworkPolicy.
@@ -416,6 +436,22 @@ pub struct PodPolicy {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
 
+    /// PriorityClass of member pods: with one above the cluster's workloads, a member is the
+    /// last to be preempted and the first to be scheduled on a full node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub priority_class_name: Option<String>,
+
+    /// How member pods spread over zones, nodes or other topology domains. Unset or empty:
+    /// the operator's own (zones, then nodes, both preferred). A constraint without a
+    /// `labelSelector` counts this cluster's members.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+
     /// Extra environment variables of the etcd container, for example `ETCD_QUOTA_BACKEND_BYTES`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub etcd_env: Vec<EnvVar>,
@@ -636,6 +672,10 @@ pub struct EtcdClusterStatus {
     /// Number of healthy voting members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_members: Option<i32>,
+    /// The label selector of the member pods, as text (`app=etcd,etcd_cluster=<name>`): the
+    /// `/scale` subresource's, for tooling that finds the pods behind a scalable object.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub selector: String,
     /// etcd's cluster ID, in hex.
     #[serde(
         rename = "clusterID",

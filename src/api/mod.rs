@@ -14,6 +14,7 @@ pub mod conditions;
 pub mod handoff;
 #[allow(clippy::duplicated_attributes)]
 pub mod restore;
+pub mod settings;
 pub mod validation;
 
 pub use auth::{Auth, AuthRole, AuthStatus, AuthUser, PasswordSecret, Permission, PermissionType};
@@ -41,6 +42,9 @@ pub use conditions::{
 pub use restore::{
     EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase, RestoreTo,
     StorageSection, VerifiedObject,
+};
+pub use settings::{
+    ClientService, GrpcKeepalive, LogFormat, LogLevel, ServiceType, TrafficDistribution, Tuning,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

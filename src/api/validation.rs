@@ -30,7 +30,7 @@ fn cel_str(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-fn rule(rule: String, message: &str) -> Value {
+pub(super) fn rule(rule: String, message: &str) -> Value {
     json!({ "rule": rule, "message": message })
 }
 
@@ -38,7 +38,7 @@ fn rule_expr(rule: String, message_expression: &str) -> Value {
     json!({ "rule": rule, "messageExpression": message_expression })
 }
 
-fn add_rules(schema: &mut Schema, rules: Vec<Value>) {
+pub(super) fn add_rules(schema: &mut Schema, rules: Vec<Value>) {
     let mut all = match schema.remove("x-kubernetes-validations") {
         Some(Value::Array(existing)) => existing,
         _ => Vec::new(),

@@ -170,6 +170,15 @@ pub fn selector(cluster: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// [`selector`] as a label selector's text (`app=etcd,etcd_cluster=<name>`).
+pub fn selector_text(cluster: &str) -> String {
+    selector(cluster)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Labels of every object made for a cluster: the selector plus `app.kubernetes.io/*`.
 pub fn labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
     let mut l = selector(cluster);

@@ -26,7 +26,14 @@ pub async fn ensure_services(handles: &Handles, cluster: &EtcdCluster) -> Result
         resources::headless_service(cluster),
         resources::client_service(cluster),
     ] {
-        if in_place(&services, &svc) == Some(true) {
+        // A template's hash that differs, or one left on a Service whose template is gone.
+        let same_template = || {
+            services.iter().flatten().any(|have| {
+                have.metadata.name == svc.metadata.name
+                    && resources::client_service_hash(have) == resources::client_service_hash(&svc)
+            })
+        };
+        if in_place(&services, &svc) == Some(true) && same_template() {
             continue;
         }
         let name = svc.name_any();

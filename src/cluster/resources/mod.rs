@@ -11,7 +11,10 @@ pub use gate::{
     Gate, JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION, SeedRestore,
 };
 pub use pod::{TEMPLATE_HASH_ANNOTATION, keep_off, member_pod, template_hash};
-pub use services::{client_service, disruption_budget, headless_service};
+pub use services::{
+    CLIENT_SERVICE_HASH_ANNOTATION, client_service, client_service_hash, disruption_budget,
+    headless_service,
+};
 
 /// Secrets the spec names, with the field that names each: the Secrets behind
 /// `spec.pod.etcdEnv[].valueFrom.secretKeyRef` (the TLS Secrets are checked, contents and all,
@@ -626,6 +629,143 @@ mod tests {
         assert_eq!(
             spread[0].label_selector.as_ref().unwrap().match_labels,
             Some(selector("example"))
+        );
+    }
+
+    /// A cluster with `spec` given as JSON.
+    fn from_json(spec: serde_json::Value) -> EtcdCluster {
+        let mut c: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "example", "namespace": "prod", "uid": "uid-1"},
+            "spec": spec
+        }))
+        .unwrap();
+        c.metadata.namespace = Some("prod".into());
+        c
+    }
+
+    #[test]
+    fn the_users_spread_replaces_the_operators_and_counts_the_members_and_a_priority_class_is_set()
+    {
+        let c = from_json(serde_json::json!({"size": 3, "pod": {
+            "priorityClassName": "etcd-critical",
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                 "whenUnsatisfiable": "DoNotSchedule"},
+                {"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "ScheduleAnyway",
+                 "labelSelector": {"matchLabels": {"tier": "db"}}}
+            ]
+        }}));
+        let spec = member_pod(&c, "example-x", vec![], None, &Material::default())
+            .spec
+            .unwrap();
+        assert_eq!(spec.priority_class_name.as_deref(), Some("etcd-critical"));
+        let spread = spec.topology_spread_constraints.unwrap();
+        assert_eq!(spread.len(), 2, "the user's only: {spread:?}");
+        assert_eq!(spread[0].when_unsatisfiable, "DoNotSchedule");
+        assert_eq!(
+            spread[0].label_selector.as_ref().unwrap().match_labels,
+            Some(selector("example")),
+            "a constraint without a selector counts the cluster's members"
+        );
+        assert_eq!(
+            spread[1].label_selector.as_ref().unwrap().match_labels,
+            Some(std::collections::BTreeMap::from([(
+                "tier".into(),
+                "db".into()
+            )]))
+        );
+        // Each is a pod-policy change: it rolls the members.
+        let plain = from_json(serde_json::json!({"size": 3}));
+        assert_ne!(template_hash(&c, ""), template_hash(&plain, ""));
+    }
+
+    #[test]
+    fn tuning_reaches_the_etcd_command_line_and_rolls_the_members() {
+        let plain = from_json(serde_json::json!({"size": 3}));
+        let c = from_json(
+            serde_json::json!({"size": 3, "version": "3.6.16", "tuning": {
+                "heartbeatInterval": 150, "electionTimeout": 1500, "snapshotCount": 5000,
+                "maxRequestBytes": 4194304, "maxTxnOps": 256, "logLevel": "warn",
+                "extraArgs": ["--experimental-watch-progress-notify-interval=5s"]
+            }}),
+        );
+        let pod = member_pod(
+            &c,
+            "example-x",
+            vec!["--name=example-x".into()],
+            None,
+            &Material::default(),
+        );
+        let args = pod.spec.unwrap().containers[0].args.clone().unwrap();
+        for want in [
+            "--name=example-x",
+            "--heartbeat-interval=150",
+            "--election-timeout=1500",
+            "--snapshot-count=5000",
+            "--max-request-bytes=4194304",
+            "--max-txn-ops=256",
+            "--log-level=warn",
+        ] {
+            assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+        }
+        assert_eq!(
+            args.last().map(String::as_str),
+            Some("--experimental-watch-progress-notify-interval=5s"),
+            "extra arguments come last"
+        );
+        assert_ne!(template_hash(&c, ""), template_hash(&plain, ""));
+        // Empty, the hash of existing pods stays what it was.
+        let empty = from_json(serde_json::json!({"size": 3, "tuning": {}}));
+        assert_eq!(template_hash(&empty, ""), template_hash(&plain, ""));
+    }
+
+    #[test]
+    fn the_client_service_template_sets_type_port_metadata_and_a_hash_of_itself() {
+        let plain = client_service(&from_json(serde_json::json!({"size": 3})));
+        assert_eq!(client_service_hash(&plain), None);
+        assert_eq!(plain.metadata.annotations, None);
+        let c = from_json(serde_json::json!({"size": 3, "clientService": {
+            "type": "NodePort", "nodePort": 31379,
+            "annotations": {"lb.example.com/internal": "true"},
+            "labels": {"team": "a"},
+            "trafficDistribution": "PreferClose"
+        }}));
+        let svc = client_service(&c);
+        let spec = svc.spec.clone().unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+        assert_eq!(spec.ports.as_ref().unwrap()[0].node_port, Some(31379));
+        assert_eq!(spec.traffic_distribution.as_deref(), Some("PreferClose"));
+        assert_eq!(spec.selector, Some(selector("example")));
+        let labels = svc.metadata.labels.clone().unwrap();
+        assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+        assert_eq!(labels.get("app").map(String::as_str), Some("etcd"));
+        let annotations = svc.metadata.annotations.clone().unwrap();
+        assert_eq!(
+            annotations
+                .get("lb.example.com/internal")
+                .map(String::as_str),
+            Some("true")
+        );
+        let hash = client_service_hash(&svc).unwrap().to_string();
+        // An annotation taken out of the template changes the hash, which the Service
+        // holding more than the template asks for could not show.
+        let fewer = from_json(serde_json::json!({"size": 3, "clientService": {
+            "type": "NodePort", "nodePort": 31379, "labels": {"team": "a"},
+            "trafficDistribution": "PreferClose"
+        }}));
+        assert_ne!(
+            client_service_hash(&client_service(&fewer)),
+            Some(hash.as_str())
+        );
+        let lb = client_service(&from_json(serde_json::json!({"size": 3, "clientService": {
+            "type": "LoadBalancer", "loadBalancerSourceRanges": ["203.0.113.0/24"]
+        }})));
+        let lb = lb.spec.unwrap();
+        assert_eq!(lb.type_.as_deref(), Some("LoadBalancer"));
+        assert_eq!(
+            lb.load_balancer_source_ranges,
+            Some(vec!["203.0.113.0/24".to_string()])
         );
     }
 }

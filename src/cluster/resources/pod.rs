@@ -30,8 +30,8 @@ use crate::tls::Material;
 pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-template-hash";
 
 /// The hash of what a member pod is made from and can be changed by a roll: the image and the
-/// pod policy, whether members keep their data on volumes, and the backend quota. Left out: the claim's own spec
-/// (an existing claim cannot take a new one; new members get it), and `ClusterDomain`, which
+/// pod policy, whether members keep their data on volumes, the backend quota, etcd's compaction
+/// and `spec.tuning`. Left out: the claim's own spec (an existing claim cannot take a new one; new members get it), and `ClusterDomain`, which
 /// names the members' peer URLs in etcd's member list and so is not a pod property. Hashed
 /// from the spec rather than from the built pod, so that an operator upgrade that changes
 /// how pods are built does not roll every cluster it runs.
@@ -61,6 +61,12 @@ pub fn template_hash(cluster: &EtcdCluster, tls_revision: &str) -> String {
     {
         inputs["autoCompaction"] = serde_json::json!(c);
     }
+    // The flags, not the fields: an empty `tuning` rolls nothing.
+    let tuning =
+        (cluster.spec.tuning.as_ref()).map_or_else(Vec::new, |t| t.flags(cluster.spec.version()));
+    if !tuning.is_empty() {
+        inputs["tuning"] = serde_json::json!(tuning);
+    }
     // Only with TLS, so that the hash of a plain cluster's pods stays what it was.
     if !tls_revision.is_empty() {
         inputs["tls"] = serde_json::json!({
@@ -74,6 +80,29 @@ pub fn template_hash(cluster: &EtcdCluster, tls_revision: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The etcd flags the spec asks for beyond a member's identity: the backend quota, etcd's
+/// compaction and `spec.tuning` (its `extraArgs` last, so that etcd reports a flag given twice
+/// rather than one silently winning).
+fn spec_flags(cluster: &EtcdCluster) -> Vec<String> {
+    let mut args = Vec::new();
+    let maintenance = cluster.spec.maintenance.as_ref();
+    if let Some(quota) = maintenance.and_then(|m| m.quota_backend_bytes) {
+        args.push(format!("{}{quota}", crate::cluster::members::QUOTA_FLAG));
+    }
+    if let Some(c) = maintenance.and_then(|m| m.auto_compaction.as_ref()) {
+        let mode = match c.mode {
+            AutoCompactionMode::Periodic => "periodic",
+            AutoCompactionMode::Revision => "revision",
+        };
+        args.push(format!("--auto-compaction-mode={mode}"));
+        args.push(format!("--auto-compaction-retention={}", c.retention));
+    }
+    if let Some(t) = &cluster.spec.tuning {
+        args.extend(t.flags(cluster.spec.version()));
+    }
+    args
 }
 
 /// Requests when the pod policy sets no resources (documented in the README): enough for a
@@ -107,27 +136,7 @@ pub fn member_pod(
             crate::cluster::members::MAX_LEARNERS
         ));
     }
-    if let Some(quota) = cluster
-        .spec
-        .maintenance
-        .as_ref()
-        .and_then(|m| m.quota_backend_bytes)
-    {
-        args.push(format!("{}{quota}", crate::cluster::members::QUOTA_FLAG));
-    }
-    if let Some(c) = cluster
-        .spec
-        .maintenance
-        .as_ref()
-        .and_then(|m| m.auto_compaction.as_ref())
-    {
-        let mode = match c.mode {
-            AutoCompactionMode::Periodic => "periodic",
-            AutoCompactionMode::Revision => "revision",
-        };
-        args.push(format!("--auto-compaction-mode={mode}"));
-        args.push(format!("--auto-compaction-retention={}", c.retention));
-    }
+    args.extend(spec_flags(cluster));
     let name = cluster.name_any();
     let spec = &cluster.spec;
     let policy = spec.pod.clone().unwrap_or_default();
@@ -148,7 +157,8 @@ pub fn member_pod(
                 policy.anti_affinity.unwrap_or(false),
             ),
             tolerations: (!policy.tolerations.is_empty()).then(|| policy.tolerations.clone()),
-            topology_spread_constraints: Some(spread(&name)),
+            topology_spread_constraints: Some(spread_of(&name, &policy)),
+            priority_class_name: policy.priority_class_name.clone(),
             security_context: Some(
                 policy
                     .security_context
@@ -342,6 +352,22 @@ pub(super) fn etcd_container(
         security_context: Some(hardened()),
         ..Container::default()
     }
+}
+
+/// The user's spread constraints (each without a selector counting this cluster's members),
+/// else the operator's own ([`spread`]).
+fn spread_of(cluster: &str, policy: &PodPolicy) -> Vec<TopologySpreadConstraint> {
+    if policy.topology_spread_constraints.is_empty() {
+        return spread(cluster);
+    }
+    let mut own = policy.topology_spread_constraints.clone();
+    for c in &mut own {
+        c.label_selector.get_or_insert_with(|| LabelSelector {
+            match_labels: Some(selector(cluster)),
+            ..LabelSelector::default()
+        });
+    }
+    own
 }
 
 /// Members spread over zones, then over nodes: with 3 members in 3 zones a zone lost costs

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use crate::api::EtcdCluster;
+use crate::api::{ClientService, EtcdCluster, ServiceType, TrafficDistribution};
 use crate::kube::names::{CLIENT_PORT, PEER_PORT, meta, selector};
 
 pub(super) fn port(name: &str, port: i32) -> ServicePort {
@@ -35,19 +35,74 @@ pub fn headless_service(cluster: &EtcdCluster) -> Service {
     }
 }
 
-/// The client Service `<cluster>-client`.
+/// The client Service `<cluster>-client`, exposed as `spec.clientService` says. With a
+/// template, its annotation [`CLIENT_SERVICE_HASH_ANNOTATION`] carries the template's hash, so
+/// that a label, annotation or source range taken out of the template is seen as a change
+/// (what the Service holds beyond the template cannot tell).
 pub fn client_service(cluster: &EtcdCluster) -> Service {
     let name = cluster.name_any();
+    let mut metadata = meta(cluster, &format!("{name}-client"), "client");
+    let mut client_port = port("client", CLIENT_PORT);
+    let mut spec = ServiceSpec {
+        type_: Some("ClusterIP".into()),
+        selector: Some(selector(&name)),
+        ..ServiceSpec::default()
+    };
+    if let Some(t) = &cluster.spec.client_service {
+        let mut labels = t.labels.clone();
+        labels.extend(metadata.labels.take().unwrap_or_default());
+        metadata.labels = Some(labels);
+        let mut annotations = t.annotations.clone();
+        annotations.insert(CLIENT_SERVICE_HASH_ANNOTATION.into(), template_hash(t));
+        metadata.annotations = Some(annotations);
+        spec.type_ = Some(
+            match t.service_type() {
+                ServiceType::ClusterIP => "ClusterIP",
+                ServiceType::NodePort => "NodePort",
+                ServiceType::LoadBalancer => "LoadBalancer",
+            }
+            .into(),
+        );
+        client_port.node_port = t.node_port;
+        spec.load_balancer_source_ranges = (!t.load_balancer_source_ranges.is_empty())
+            .then(|| t.load_balancer_source_ranges.clone());
+        spec.traffic_distribution = t.traffic_distribution.map(|d| {
+            match d {
+                TrafficDistribution::PreferClose => "PreferClose",
+                TrafficDistribution::PreferSameZone => "PreferSameZone",
+                TrafficDistribution::PreferSameNode => "PreferSameNode",
+            }
+            .into()
+        });
+    }
+    spec.ports = Some(vec![client_port]);
     Service {
-        metadata: meta(cluster, &format!("{name}-client"), "client"),
-        spec: Some(ServiceSpec {
-            type_: Some("ClusterIP".into()),
-            selector: Some(selector(&name)),
-            ports: Some(vec![port("client", CLIENT_PORT)]),
-            ..ServiceSpec::default()
-        }),
+        metadata,
+        spec: Some(spec),
         ..Service::default()
     }
+}
+
+/// Annotation of a client Service made from a `spec.clientService` template: the template's
+/// hash.
+pub const CLIENT_SERVICE_HASH_ANNOTATION: &str = "etcd.database.coreos.com/client-service-hash";
+
+fn template_hash(t: &ClientService) -> String {
+    let text = serde_json::to_string(t).unwrap_or_default();
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text.as_bytes());
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The client Service's template hash as `svc` carries it, if any.
+pub fn client_service_hash(svc: &Service) -> Option<&str> {
+    svc.metadata
+        .annotations
+        .as_ref()?
+        .get(CLIENT_SERVICE_HASH_ANNOTATION)
+        .map(String::as_str)
 }
 
 /// The PodDisruptionBudget `<cluster>`: a drain or any other eviction may take members only

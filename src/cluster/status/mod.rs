@@ -105,6 +105,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         service_name: format!("{}-client", cluster.name_any()),
         client_port: Some(CLIENT_PORT),
         ready_members: Some(i32::try_from(roster.ready.len()).unwrap_or(i32::MAX)),
+        selector: crate::kube::names::selector_text(&cluster.name_any()),
         members: roster.members,
         target_version: if current_version.is_empty() || current_version == wanted {
             String::new()

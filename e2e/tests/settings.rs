@@ -1,0 +1,232 @@
+//! Production settings on the real local cluster: `kubectl scale` through the `/scale`
+//! subresource, a PriorityClass and the user's own spread constraints on the member pods, a
+//! NodePort client Service reached from this host (outside the cluster's network: a node's
+//! address and port), etcd tuning on the members' command lines, and a change to it rolled
+//! into the members under writes through the NodePort, with every acknowledged write kept.
+
+// The e2e crate is test code against a real cluster: a failing unwrap fails the test or
+// the benchmark with the error in its message.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use e2e::{
+    Keys, Kubectl, Operator, Writer, assert_acked_present, get, healthy_at_size, member_pods,
+    patch_spec, until, write_once,
+};
+use serde_json::{Value, json};
+
+const CLUSTER: &str = "tuned";
+
+/// Deletes the test's PriorityClass (cluster-scoped: the namespace's deletion leaves it).
+struct PriorityClass<'a>(&'a Kubectl, String);
+
+impl Drop for PriorityClass<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .0
+            .run(&["delete", "priorityclass", &self.1, "--wait=false"], None);
+    }
+}
+
+/// The etcd container's arguments of each member pod.
+fn member_args(k: &Kubectl, ns: &str) -> Vec<Vec<String>> {
+    member_pods(k, ns, CLUSTER)
+        .iter()
+        .map(|p| {
+            p["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == "etcd")
+                .and_then(|c| c["args"].as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// `http://<node address>:<node port>` of the cluster's client Service.
+fn node_port_endpoint(k: &Kubectl, ns: &str) -> String {
+    let svc = get(k, ns, &format!("service/{CLUSTER}-client"));
+    assert_eq!(svc["spec"]["type"], "NodePort", "{svc}");
+    let port = svc["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    let nodes: Value = serde_json::from_str(&k.ok(&["get", "nodes", "-o", "json"], None)).unwrap();
+    let address = nodes["items"][0]["status"]["addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["type"] == "InternalIP")
+        .and_then(|a| a["address"].as_str())
+        .unwrap()
+        .to_string();
+    format!("http://{address}:{port}")
+}
+
+#[test]
+fn scale_priority_spread_node_port_and_tuning_reach_the_members() {
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let namespace = k.namespace("settings");
+    let ns = namespace.name.as_str();
+    let class = format!("etcd-{ns}");
+    k.ok(
+        &["apply", "-f", "-"],
+        Some(
+            &json!({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": class}, "value": 1000000,
+        "description": "e2e: etcd members above ordinary workloads"})
+            .to_string(),
+        ),
+    );
+    let _class = PriorityClass(&k, class.clone());
+    let _operator = Operator::install(&k, ns, &[]);
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": CLUSTER}, "spec": {"size": 1, "version": "3.6.16",
+            "pod": {"priorityClassName": class, "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                 "whenUnsatisfiable": "DoNotSchedule"}]},
+            "clientService": {"type": "NodePort", "labels": {"team": "a"},
+                "annotations": {"example.com/exposed": "true"},
+                "trafficDistribution": "PreferClose"},
+            "tuning": {"heartbeatInterval": 150, "electionTimeout": 1500,
+                "snapshotCount": 5000, "maxTxnOps": 256, "logLevel": "warn",
+                "extraArgs": ["--experimental-watch-progress-notify-interval=5s"]}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+    until("1 healthy member", 180, || {
+        healthy_at_size(&k, ns, CLUSTER, 1)
+    });
+
+    // `kubectl scale` goes through the /scale subresource, which reports the members.
+    k.ok(
+        &[
+            "scale",
+            "-n",
+            ns,
+            &format!("etcd/{CLUSTER}"),
+            "--replicas=3",
+        ],
+        None,
+    );
+    until("3 healthy members", 240, || {
+        healthy_at_size(&k, ns, CLUSTER, 3)
+    });
+    let scale: Value = serde_json::from_str(&k.ok(
+        &[
+            "get",
+            "-n",
+            ns,
+            &format!("etcd/{CLUSTER}"),
+            "--subresource=scale",
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(scale["spec"]["replicas"], 3, "{scale}");
+    assert_eq!(scale["status"]["replicas"], 3, "{scale}");
+    assert_eq!(
+        scale["status"]["selector"],
+        format!("app=etcd,etcd_cluster={CLUSTER}"),
+        "{scale}"
+    );
+
+    // The priority class, resolved by the API server, and one member per node (the user's
+    // constraint, required).
+    let pods = member_pods(&k, ns, CLUSTER);
+    let nodes: BTreeSet<&str> = pods
+        .iter()
+        .map(|p| p["spec"]["nodeName"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes.len(), 3, "one member per node: {nodes:?}");
+    for p in &pods {
+        assert_eq!(p["spec"]["priorityClassName"], class.as_str());
+        assert_eq!(p["spec"]["priority"], 1000000);
+        let spread = p["spec"]["topologySpreadConstraints"].as_array().unwrap();
+        assert_eq!(spread.len(), 1, "the user's constraints only: {spread:?}");
+        assert_eq!(spread[0]["whenUnsatisfiable"], "DoNotSchedule");
+    }
+    for args in member_args(&k, ns) {
+        for want in [
+            "--heartbeat-interval=150",
+            "--election-timeout=1500",
+            "--snapshot-count=5000",
+            "--max-txn-ops=256",
+            "--log-level=warn",
+            "--experimental-watch-progress-notify-interval=5s",
+        ] {
+            assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+        }
+    }
+
+    // The client Service as the template says, reached from this host through a node.
+    let svc = get(&k, ns, &format!("service/{CLUSTER}-client"));
+    assert_eq!(svc["metadata"]["labels"]["team"], "a", "{svc}");
+    assert_eq!(
+        svc["metadata"]["annotations"]["example.com/exposed"],
+        "true"
+    );
+    assert_eq!(svc["spec"]["trafficDistribution"], "PreferClose");
+    let endpoint = node_port_endpoint(&k, ns);
+    until("a write through the NodePort", 60, || {
+        write_once(&endpoint, 0).is_ok()
+    });
+
+    // A tuning change rolls the members one at a time; writes through the NodePort go on.
+    let writer = Writer::start_with(&endpoint, Duration::from_secs(300), Keys::Unique);
+    patch_spec(
+        &k,
+        ns,
+        CLUSTER,
+        json!({"tuning": {"heartbeatInterval": 200, "electionTimeout": 2000}}),
+    );
+    let rolled = until("every member on the new tuning", 300, || {
+        let args = member_args(&k, ns);
+        args.len() == 3
+            && args.iter().all(|a| {
+                a.iter().any(|f| f == "--heartbeat-interval=200")
+                    && a.iter().any(|f| f == "--election-timeout=2000")
+            })
+            && healthy_at_size(&k, ns, CLUSTER, 3)
+    });
+    let tally = writer.report();
+    assert!(
+        tally.writes > 50,
+        "the writer barely wrote: {}",
+        tally.writes
+    );
+    assert_acked_present(&endpoint, &tally.acked);
+    println!(
+        "| a tuning change rolled into 3 members under writes through a NodePort: writes lost / failed / longest stall / roll | 0 of {} / {} / {:.2?} / {:.1?} | 0 / - / - / - |",
+        tally.writes, tally.errors, tally.longest_stall, rolled
+    );
+
+    // Without the template the Service is a ClusterIP one again, its extras gone.
+    k.ok(
+        &[
+            "patch",
+            "-n",
+            ns,
+            &format!("etcd/{CLUSTER}"),
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/spec/clientService"}]"#,
+        ],
+        None,
+    );
+    until("the client Service back to ClusterIP", 60, || {
+        let svc = get(&k, ns, &format!("service/{CLUSTER}-client"));
+        svc["spec"]["type"] == "ClusterIP"
+            && svc["metadata"]["labels"].get("team").is_none()
+            && svc["metadata"]["annotations"]
+                .get("example.com/exposed")
+                .is_none()
+    });
+}
