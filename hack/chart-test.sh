@@ -28,6 +28,8 @@ render() { # NAME ARGS...
 render defaults
 render namespaced --set watchNamespaces='{team-a,team-b}'
 render namespaced-nodes --set watchNamespaces='{team-a}' --set readNodes=true
+render namespaced-no-nodes --set watchNamespaces='{team-a,team-b}' --set readNodes=false
+render single --set replicas=1
 render ha --set replicas=2 --set metrics.serviceMonitor.enabled=true \
   --set podLabels.team=db --set podAnnotations.note=x --set nodeSelector.disk=ssd \
   --set 'tolerations[0].key=dedicated' --set 'tolerations[0].operator=Exists' \
@@ -99,7 +101,7 @@ PY
 render ambient --set 'backups.ambientCredentials.namespaces={team-a,team-b}'
 grep -q -- '- --ambient-credentials-namespaces=team-a,team-b$' "$out/ambient.yaml" ||
   { echo "[chart] backups.ambientCredentials.namespaces is not passed to the operator" >&2; exit 1; }
-render no-election --set leaderElection.enabled=false --set metrics.service.enabled=false \
+render no-election --set replicas=1 --set leaderElection.enabled=false --set metrics.service.enabled=false \
   --set memberGate.enabled=false
 schedule=(--set 'backupSchedules[0].name=nightly' --set 'backupSchedules[0].schedule=0 3 * * *'
   --set 'backupSchedules[0].cluster=example' --set 'backupSchedules[0].pathPrefix=bucket/etcd/nightly'
@@ -122,12 +124,18 @@ python3 -m kubernetes_validate -k 1.34.0 --strict --quiet "$here/../examples/bac
 # What the modes must and must not grant.
 kinds() { grep '^kind:' "$out/$1.yaml" | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
 grep -q '^kind: ClusterRole$' "$out/defaults.yaml" || { echo "[chart] cluster-wide mode has no ClusterRole" >&2; exit 1; }
-# Namespaced mode's only cluster-wide right is its own CRDs (crds.install, on by default).
-python3 - "$out/namespaced.yaml" <<'PY' || { echo "[chart] namespaced mode must not grant cluster-wide rights beyond its CRDs: $(kinds namespaced)" >&2; exit 1; }
+# Namespaced mode's only cluster-wide rights are its own CRDs (crds.install, on by default) and
+# reading Nodes (readNodes, on by default); with readNodes=false, the CRDs only.
+python3 - "$out/namespaced.yaml" "$out/namespaced-no-nodes.yaml" <<'PY' || { echo "[chart] namespaced mode must not grant cluster-wide rights beyond its CRDs and reading Nodes: $(kinds namespaced)" >&2; exit 1; }
 import sys, yaml
-docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-roles = [d for d in docs if d["kind"] == "ClusterRole"]
-assert len(roles) == 1 and all(r["resources"] == ["customresourcedefinitions"] for r in roles[0]["rules"]), roles
+for path, want in ((sys.argv[1], 2), (sys.argv[2], 1)):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    roles = [d for d in docs if d["kind"] == "ClusterRole"]
+    rules = [r for role in roles for r in role["rules"]]
+    assert len(roles) == want, (path, roles)
+    for r in rules:
+        assert r["resources"] == ["customresourcedefinitions"] or (
+            r["resources"] == ["nodes"] and r["verbs"] == ["list", "watch"]), (path, r)
 PY
 grep -q -- '- --install-crds$' "$out/defaults.yaml" || { echo "[chart] crds.install (default) must pass --install-crds" >&2; exit 1; }
 render no-crds --set crds.install=false
@@ -151,7 +159,8 @@ fi
 # Node loss: acted on (and Nodes readable) cluster-wide; off where Nodes cannot be read.
 grep -q -- '--node-loss-grace=30' "$out/defaults.yaml" && grep -q 'resources: \[nodes\]' "$out/defaults.yaml" ||
   { echo "[chart] cluster-wide mode must read Nodes and pass --node-loss-grace=30" >&2; exit 1; }
-grep -q -- '--node-loss-grace=0' "$out/namespaced.yaml" || { echo "[chart] namespaced mode must pass --node-loss-grace=0" >&2; exit 1; }
+grep -q -- '--node-loss-grace=30' "$out/namespaced.yaml" || { echo "[chart] namespaced mode reads Nodes by default and must pass --node-loss-grace=30" >&2; exit 1; }
+grep -q -- '--node-loss-grace=0' "$out/namespaced-no-nodes.yaml" || { echo "[chart] readNodes=false must pass --node-loss-grace=0" >&2; exit 1; }
 grep -q -- '--node-loss-grace=30' "$out/namespaced-nodes.yaml" && [ "$(grep -c '^kind: ClusterRole' "$out/namespaced-nodes.yaml")" = 4 ] &&
   grep -A3 '^rules:' "$out/namespaced-nodes.yaml" | grep -q 'resources: \[nodes\]' ||
   { echo "[chart] readNodes must grant list/watch of Nodes (only) and pass --node-loss-grace=30" >&2; exit 1; }
@@ -160,7 +169,13 @@ grep -A1 -- '- name: RUST_LOG$' "$out/extra-env.yaml" | grep -q 'value: debug' |
   { echo "[chart] extraEnv not passed to the operator's container" >&2; exit 1; }
 grep -q 'topologyKey: kubernetes.io/hostname' "$out/ha.yaml" || { echo "[chart] replicas > 1 are not spread over nodes" >&2; exit 1; }
 grep -q '^kind: PodDisruptionBudget' "$out/ha.yaml" || { echo "[chart] replicas > 1 renders no PodDisruptionBudget" >&2; exit 1; }
-if grep -q '^kind: PodDisruptionBudget' "$out/defaults.yaml"; then echo "[chart] one replica must not get a PodDisruptionBudget" >&2; exit 1; fi
+if grep -q '^kind: PodDisruptionBudget' "$out/single.yaml"; then echo "[chart] one replica must not get a PodDisruptionBudget" >&2; exit 1; fi
+# The defaults survive the loss of any one node: two replicas over two nodes, out of a lost
+# node in seconds.
+grep -q '^  replicas: 2$' "$out/defaults.yaml" && grep -q 'topologyKey: kubernetes.io/hostname' "$out/defaults.yaml" &&
+  grep -q '^kind: PodDisruptionBudget' "$out/defaults.yaml" &&
+  grep -A3 'key: node.kubernetes.io/unreachable' "$out/single.yaml" | grep -q 'tolerationSeconds: 10' ||
+  { echo "[chart] the defaults must run 2 replicas spread over nodes, and leave a lost node within 10 s" >&2; exit 1; }
 if "$helm" template x "$chart" --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; then
   echo "[chart] replicas > 1 without leader election must be refused" >&2; exit 1
 fi
@@ -175,8 +190,9 @@ roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == nam
 assert len(roles) == 1 and roles[0]["metadata"]["namespace"] == "team-a", roles
 assert roles[0]["rules"] == [{"apiGroups": ["etcd.database.coreos.com"],
     "resources": ["etcdbackups"], "verbs": ["create", "get", "list", "delete"]}], roles[0]["rules"]
-crd_only = lambda d: all(r["resources"] == ["customresourcedefinitions"] for r in d["rules"])
-assert not [d for d in docs if d["kind"] == "ClusterRole" and not crd_only(d)], "a schedule must not add cluster-wide rights"
+operator_own = lambda d: all(r["resources"] == ["customresourcedefinitions"] or
+    (r["resources"] == ["nodes"] and r["verbs"] == ["list", "watch"]) for r in d["rules"])
+assert not [d for d in docs if d["kind"] == "ClusterRole" and not operator_own(d)], "a schedule must not add cluster-wide rights"
 cj = [d for d in docs if d["kind"] == "CronJob"]
 assert len(cj) == 1, cj
 spec = cj[0]["spec"]

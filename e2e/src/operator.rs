@@ -77,14 +77,30 @@ pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=etcd-operator";
 
 impl<'a> Operator<'a> {
     /// `helm install` into `ns` with `extra` `--set` values; waits until a replica is ready.
+    /// One replica that reads no Nodes unless `extra` says otherwise: most tests are about
+    /// one cluster, not about the operator's own placement, and a namespaced install that
+    /// reads Nodes leaves a ClusterRole behind its namespace (see `tests/nodes.rs`).
     pub fn install(k: &'a Kubectl, ns: &str, extra: &[&str]) -> Self {
-        let image = std::env::var("E2E_IMAGE").ok();
+        let mut values = vec!["replicas=1", "readNodes=false"];
+        values.extend(extra);
         Self::install_chart(
             k,
             ns,
             &repo_root().join("charts/etcd-operator"),
-            image.as_deref(),
-            extra,
+            std::env::var("E2E_IMAGE").ok().as_deref(),
+            &values,
+        )
+    }
+
+    /// `helm install` into `ns` with the chart's defaults, as `make demo` installs it (only
+    /// the namespace, the image and the test's Lease timings set).
+    pub fn install_defaults(k: &'a Kubectl, ns: &str) -> Self {
+        Self::install_chart(
+            k,
+            ns,
+            &repo_root().join("charts/etcd-operator"),
+            std::env::var("E2E_IMAGE").ok().as_deref(),
+            &[],
         )
     }
 

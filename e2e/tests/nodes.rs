@@ -301,7 +301,7 @@ fn a_partition_shorter_than_the_grace_replaces_nothing_and_a_longer_one_ends_lik
 }
 
 #[test]
-fn the_operator_leader_s_node_dies_and_the_standby_takes_over_within_the_lease_and_heals() {
+fn on_the_chart_defaults_the_node_of_the_operator_leader_and_a_member_dies_and_the_standby_heals() {
     let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
     let k = Kubectl::from_env();
     if !enough_nodes(&k) {
@@ -310,7 +310,8 @@ fn the_operator_leader_s_node_dies_and_the_standby_takes_over_within_the_lease_a
     k.apply_crds();
     let ns = k.namespace("operator-node");
     let ns = ns.name.as_str();
-    let op = Operator::install(&k, ns, &["readNodes=true", "replicas=2"]);
+    // The chart's defaults (as `make demo` installs them): two replicas, Nodes read.
+    let op = Operator::install_defaults(&k, ns);
     op.wait_ready(2);
     let replicas: Vec<(String, String)> = op
         .pods()

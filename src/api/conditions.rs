@@ -20,6 +20,9 @@ pub enum ConditionType {
     Completed,
     /// EtcdCluster with `spec.auth`: etcd's authentication, roles and users are as declared.
     AuthApplied,
+    /// EtcdCluster, only where the operator reads no Nodes (`False`): a member on a lost node
+    /// waits for the node controller's eviction.
+    NodeLossHandled,
 }
 
 impl ConditionType {
@@ -32,6 +35,7 @@ impl ConditionType {
             ConditionType::Recovering => "Recovering",
             ConditionType::Completed => "Completed",
             ConditionType::AuthApplied => "AuthApplied",
+            ConditionType::NodeLossHandled => "NodeLossHandled",
         }
     }
 }

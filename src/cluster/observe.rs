@@ -58,6 +58,9 @@ pub struct Observed {
     /// name: where the operator reaches them (their client URL) and where a joining member's
     /// gate reads the member list (their peer URL).
     pub external: BTreeMap<String, (Endpoint, String)>,
+    /// The operator reads no Nodes, so acts on no node loss (reported, see
+    /// [`crate::api::ConditionType::NodeLossHandled`]).
+    pub nodes_unwatched: bool,
 }
 
 impl Observed {
@@ -444,6 +447,7 @@ pub async fn observe(
     let mut obs = Observed {
         addr: Some(addressing(cluster)),
         access,
+        nodes_unwatched: handles.caches.nodes.unwatched(),
         ..Observed::default()
     };
     observe_objects(handles, cached, cluster, &mut obs).await?;

@@ -90,6 +90,13 @@ pub async fn run(
     );
     // Nodes only when node loss is acted on: a namespaced install has no right to read them.
     let mut node_events = if ctx.timings.node_loss_grace.is_zero() {
+        ctx.caches.nodes.set_unwatched();
+        tracing::warn!(
+            "node loss is not acted on (--node-loss-grace=0; chart: readNodes=false in a \
+             namespaced install): a member on a lost node is replaced as any unhealthy member \
+             is, after --replace-unhealthy-after; each cluster's status says so \
+             (condition NodeLossHandled)"
+        );
         futures::stream::pending().boxed()
     } else {
         cache::node_watch(&watch_client).boxed()

@@ -40,7 +40,7 @@ pub(super) fn of(i: &Inputs<'_>) -> Vec<Condition> {
     let progressing = progressing_reason(i.obs, i.action, i.upgrading, i.voters, size);
     let old = &i.previous.conditions;
     let whole = quorate && i.roster.ready.len() >= i.voters;
-    vec![
+    let mut conditions = vec![
         Condition::computed(
             old,
             ConditionType::Available,
@@ -58,7 +58,22 @@ pub(super) fn of(i: &Inputs<'_>) -> Vec<Condition> {
             step_message(i.action, i.voters, size),
         ),
         degraded(old, generation, i.action, whole, i.roster, i.phase_reason),
-    ]
+    ];
+    // Only where it is off: a cluster whose node losses are handled carries nothing more.
+    if i.obs.nodes_unwatched {
+        conditions.push(Condition::computed(
+            old,
+            ConditionType::NodeLossHandled,
+            generation,
+            false,
+            "NodesNotRead",
+            "the operator reads no Nodes (chart: readNodes=false): a member on a lost node is \
+             replaced as any unhealthy member is, after replaceUnhealthyAfter (5 minutes by \
+             default), not after nodeLossGrace"
+                .into(),
+        ));
+    }
+    conditions
 }
 
 /// Whether the cluster is Available, with the condition's reason and message. Available means

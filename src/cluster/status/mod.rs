@@ -368,6 +368,33 @@ mod tests {
     }
 
     #[test]
+    fn an_operator_that_reads_no_nodes_says_so_and_the_scale_selector_is_written() {
+        let cluster = three();
+        let mut obs = observed([PodState::Running; 3]);
+        let status = compute(&cluster, &obs, &Action::Steady);
+        assert!(
+            !status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "NodeLossHandled"),
+            "nothing more where node loss is handled"
+        );
+        assert_eq!(status.selector, "app=etcd,etcd_cluster=example");
+        obs.nodes_unwatched = true;
+        let status = compute(&cluster, &obs, &Action::Steady);
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "NodeLossHandled")
+            .unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "NodesNotRead")
+        );
+        assert!(c.message.contains("readNodes=false"), "{}", c.message);
+    }
+
+    #[test]
     fn available_needs_a_quorum_published_by_the_client_service_and_a_read_through_it() {
         let cluster = three();
         let all = observed([PodState::Running; 3]);

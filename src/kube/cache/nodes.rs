@@ -64,6 +64,8 @@ impl NodeHealth {
 #[derive(Default)]
 pub struct Nodes {
     inner: RwLock<NodesInner>,
+    /// Never watched: the operator acts on no node loss (`--node-loss-grace=0`).
+    unwatched: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -74,6 +76,17 @@ pub(super) struct NodesInner {
 }
 
 impl Nodes {
+    /// Records that Nodes are not watched in this process.
+    pub fn set_unwatched(&self) {
+        self.unwatched
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether Nodes are not watched in this process (see [`Nodes::set_unwatched`]).
+    pub fn unwatched(&self) -> bool {
+        self.unwatched.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Applies one event of the Node watch; says whether some node's readiness or openness
     /// changed (the heartbeats that make most Node updates change nothing here).
     pub fn apply(&self, event: Event<Node>) -> bool {
