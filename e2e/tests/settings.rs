@@ -1,8 +1,9 @@
 //! Production settings on the real local cluster: `kubectl scale` through the `/scale`
 //! subresource, a PriorityClass and the user's own spread constraints on the member pods, a
 //! NodePort client Service reached from this host (outside the cluster's network: a node's
-//! address and port), etcd tuning on the members' command lines, and a change to it rolled
-//! into the members under writes through the NodePort, with every acknowledged write kept.
+//! address and port), etcd tuning on the members' command lines, and a change to it held
+//! outside the maintenance window, then rolled into the members once it opens, under writes
+//! through the NodePort, with every acknowledged write kept.
 
 // The e2e crate is test code against a real cluster: a failing unwrap fails the test or
 // the benchmark with the error in its message.
@@ -179,13 +180,50 @@ fn scale_priority_spread_node_port_and_tuning_reach_the_members() {
         write_once(&endpoint, 0).is_ok()
     });
 
-    // A tuning change rolls the members one at a time; writes through the NodePort go on.
+    // Outside the maintenance window a tuning change waits, and the status says until when.
+    let hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 3600
+        % 24;
+    let closed = format!("0 {} * * *", (hour + 12) % 24);
+    patch_spec(
+        &k,
+        ns,
+        CLUSTER,
+        json!({"maintenance": {"window": {"schedule": closed, "duration": "1h"}},
+               "tuning": {"heartbeatInterval": 200, "electionTimeout": 2000}}),
+    );
+    until("the roll held for the maintenance window", 60, || {
+        let c = get(&k, ns, &format!("etcd/{CLUSTER}"));
+        c["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["type"] == "Progressing"
+                    && c["status"] == "False"
+                    && c["reason"] == "WaitingForMaintenanceWindow"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("rolling 3 outdated member(s)"))
+            })
+        })
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        member_args(&k, ns)
+            .iter()
+            .all(|a| a.iter().any(|f| f == "--heartbeat-interval=150")),
+        "a member was rolled outside the window"
+    );
+
+    // The window open (every minute for an hour), the change rolls the members one at a time;
+    // writes through the NodePort go on.
     let writer = Writer::start_with(&endpoint, Duration::from_secs(300), Keys::Unique);
     patch_spec(
         &k,
         ns,
         CLUSTER,
-        json!({"tuning": {"heartbeatInterval": 200, "electionTimeout": 2000}}),
+        json!({"maintenance": {"window": {"schedule": "* * * * *", "duration": "1h"}}}),
     );
     let rolled = until("every member on the new tuning", 300, || {
         let args = member_args(&k, ns);

@@ -298,6 +298,26 @@ pub struct Maintenance {
     /// leadership moved away; never during a roll, a restore or a recovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defrag: Option<Defrag>,
+    /// When voluntary disruptions may happen: version upgrades, pod-policy, tuning and
+    /// certificate rolls, defragmentation (scheduled, by threshold or by annotation) and
+    /// spreading members back onto a healed node wait for the window; a dead or unhealthy
+    /// member, NOSPACE, lost quorum, scaling, restores and recoveries never wait. A step
+    /// under way when the window closes is finished. Unset: any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<MaintenanceWindow>,
+}
+
+/// A recurring maintenance window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// When the window opens: a cron expression (five fields, UTC), such as `0 2 * * 6` for
+    /// Saturdays at 02:00.
+    #[schemars(regex(pattern = r"^\S+( +\S+){4}$"), length(max = 128))]
+    pub schedule: String,
+    /// How long it stays open, as `30m`, `2h`, `1h30m`.
+    #[schemars(regex(pattern = r"^([0-9]+(s|m|h))+$"), length(max = 16))]
+    pub duration: String,
 }
 
 /// etcd's automatic compaction.

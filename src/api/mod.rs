@@ -28,9 +28,9 @@ pub use cluster::{
     AutoCompaction, AutoCompactionMode, AutoTls, CertManagerTls, ClusterNetworkPolicy,
     ClusterPhase, DEFAULT_QUOTA_BACKEND_BYTES, DEFRAG_ANNOTATION, Defrag, DefragRequest,
     DefragmentationRecord, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, IssuerRef, Maintenance,
-    MemberRole, MemberSecret, MemberStatus, MembersStatus, PodPolicy, QuorumLossPolicy,
-    RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord, RecoveryStore,
-    RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
+    MaintenanceWindow, MemberRole, MemberSecret, MemberStatus, MembersStatus, PodPolicy,
+    QuorumLossPolicy, RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord,
+    RecoveryStore, RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
 };
 pub use common::{
     AbsSource, Condition, GcsSource, OssSource, S3Encryption, S3EncryptionMode, S3Source,

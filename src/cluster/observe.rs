@@ -1035,6 +1035,7 @@ mod tests {
             max_learners: 1,
             spread: false,
             remove_external: false,
+            window_opens: None,
         };
         assert!(matches!(
             plan(&obs, &target),

@@ -88,19 +88,7 @@ pub async fn run(
             .iter()
             .map(|ns| cache::watches(&watch_client, ns.map(String::from)).boxed()),
     );
-    // Nodes only when node loss is acted on: a namespaced install has no right to read them.
-    let mut node_events = if ctx.timings.node_loss_grace.is_zero() {
-        ctx.caches.nodes.set_unwatched();
-        tracing::warn!(
-            "node loss is not acted on (--node-loss-grace=0; chart: readNodes=false in a \
-             namespaced install): a member on a lost node is replaced as any unhealthy member \
-             is, after --replace-unhealthy-after; each cluster's status says so \
-             (condition NodeLossHandled)"
-        );
-        futures::stream::pending().boxed()
-    } else {
-        cache::node_watch(&watch_client).boxed()
-    };
+    let mut node_events = node_events(&ctx, &watch_client);
     // Initial lists still to finish before the operator counts as ready: the EtcdClusters and
     // the member pods. The other caches answer once listed; until then (or when RBAC refuses
     // their watch) passes read from the API server.
@@ -534,6 +522,31 @@ fn stop(ctx: &Context, tasks: &mut BTreeMap<Key, Handle>, k: &Key) {
         // A recovery's source is served only while its cluster's task runs.
         ctx.sources.set(&k.0, &k.1, None);
     }
+}
+
+/// The Node watch, only when node loss is acted on: a namespaced install may have no right
+/// to read Nodes. Without it the operator says so, once here and in every cluster's status.
+fn node_events(
+    ctx: &Context,
+    watch_client: &kube::Client,
+) -> futures::stream::BoxStream<
+    'static,
+    Result<
+        kube::runtime::watcher::Event<k8s_openapi::api::core::v1::Node>,
+        kube::runtime::watcher::Error,
+    >,
+> {
+    if ctx.timings.node_loss_grace.is_zero() {
+        ctx.caches.nodes.set_unwatched();
+        tracing::warn!(
+            "node loss is not acted on (--node-loss-grace=0; chart: readNodes=false in a \
+             namespaced install): a member on a lost node is replaced as any unhealthy member \
+             is, after --replace-unhealthy-after; each cluster's status says so \
+             (condition NodeLossHandled)"
+        );
+        return futures::stream::pending().boxed();
+    }
+    cache::node_watch(watch_client).boxed()
 }
 
 #[cfg(test)]

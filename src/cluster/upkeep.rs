@@ -37,6 +37,30 @@ pub fn schedule(cluster: &EtcdCluster) -> Result<Option<Cron>, String> {
         .map_err(|e| format!("spec.maintenance.defrag.schedule {expr:?}: {e}"))
 }
 
+/// When `spec.maintenance.window` next opens, if it is closed at `now`: `None` without a
+/// window or while it is open. An error names the field (croner reads what the schema's shape
+/// lets through); the window then counts as open, so that a typo never holds an upgrade back
+/// for good (the status says why).
+pub fn window_opens(cluster: &EtcdCluster, now: Timestamp) -> Result<Option<Timestamp>, String> {
+    let Some(w) = (cluster.spec.maintenance.as_ref()).and_then(|m| m.window.as_ref()) else {
+        return Ok(None);
+    };
+    let field = "spec.maintenance.window";
+    let cron: Cron =
+        (w.schedule.parse()).map_err(|e| format!("{field}.schedule {:?}: {e}", w.schedule))?;
+    let duration = crate::api::cluster::parse_duration(&w.duration)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{field}.duration {:?}: not a duration", w.duration))?;
+    let span = k8s_openapi::jiff::SignedDuration::try_from(duration).map_err(|e| e.to_string())?;
+    // The first opening after `now - duration`: open now when it is not after `now`.
+    let from = now.checked_sub(span).map_err(|e| e.to_string())?;
+    let next = cron
+        .find_next_occurrence(&from.to_zoned(TimeZone::UTC), false)
+        .map_err(|e| format!("{field}.schedule {:?}: {e}", w.schedule))?
+        .timestamp();
+    Ok((next > now).then_some(next))
+}
+
 /// The schedule the task armed, and when: ticks before it are not acted on (a new schedule,
 /// or an operator that restarted, does not catch up on ticks it did not see).
 #[derive(Debug, Default)]
@@ -427,5 +451,36 @@ mod tests {
             .timestamp();
         assert_eq!(tick.to_string(), "2026-11-26T03:00:00Z");
         assert!("every day".parse::<Cron>().is_err());
+    }
+
+    #[test]
+    fn the_maintenance_window_is_open_for_its_duration_after_each_tick() {
+        let with = |schedule: &str, duration: &str| {
+            let mut c = cluster(None, None, &[]);
+            c.spec.maintenance = Some(Maintenance {
+                window: Some(crate::api::MaintenanceWindow {
+                    schedule: schedule.into(),
+                    duration: duration.into(),
+                }),
+                ..Maintenance::default()
+            });
+            c
+        };
+        let daily = with("0 2 * * *", "2h");
+        assert_eq!(window_opens(&daily, at("2026-12-02T02:00:00Z")), Ok(None));
+        assert_eq!(window_opens(&daily, at("2026-12-02T03:59:59Z")), Ok(None));
+        assert_eq!(
+            window_opens(&daily, at("2026-12-02T04:00:00Z")),
+            Ok(Some(at("2026-12-03T02:00:00Z")))
+        );
+        assert_eq!(
+            window_opens(&daily, at("2026-12-02T01:59:00Z")),
+            Ok(Some(at("2026-12-02T02:00:00Z")))
+        );
+        let none = cluster(None, None, &[]);
+        assert_eq!(window_opens(&none, at("2026-12-02T04:00:00Z")), Ok(None));
+        let bad = with("99 * * * *", "1h");
+        let why = window_opens(&bad, at("2026-12-02T04:00:00Z")).unwrap_err();
+        assert!(why.contains("spec.maintenance.window.schedule"), "{why}");
     }
 }

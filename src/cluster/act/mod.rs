@@ -346,6 +346,7 @@ async fn dispatch(
             withdraw_restore(pass, cluster, seed.as_deref(), reason).await
         }
         Action::Wait { .. }
+        | Action::WaitForWindow { .. }
         | Action::RollStalled { .. }
         | Action::Restoring { .. }
         | Action::QuorumLost { .. }

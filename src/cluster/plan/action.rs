@@ -113,6 +113,12 @@ pub enum Action {
     RollStalled { reason: String },
     /// Something is in flight; look again later.
     Wait { reason: String },
+    /// A voluntary disruption (`what`: a roll, a move, a defragmentation) waits for the
+    /// maintenance window, which opens at `opens`.
+    WaitForWindow {
+        what: String,
+        opens: k8s_openapi::jiff::Timestamp,
+    },
     /// Fewer than a majority of voters are healthy: report, change nothing.
     QuorumLost { reason: String },
     /// `spec.paused`: change nothing.
@@ -221,6 +227,7 @@ impl Action {
             Action::RotateCa => "CertificatesRotating",
             Action::RollStalled { .. }
             | Action::Wait { .. }
+            | Action::WaitForWindow { .. }
             | Action::QuorumLost { .. }
             | Action::Paused
             | Action::Restoring { .. }
@@ -244,6 +251,7 @@ impl Action {
             | Action::DeleteClaim { .. }
             | Action::RollStalled { .. }
             | Action::Wait { .. }
+            | Action::WaitForWindow { .. }
             | Action::QuorumLost { .. }
             | Action::Paused
             | Action::RestoreSeed
@@ -279,7 +287,9 @@ impl Action {
                 reason: MoveReason::Leaving,
                 ..
             } => Progress::LeaderLeaving,
-            Action::QuorumLost { .. } | Action::Paused => Progress::Halted,
+            Action::QuorumLost { .. } | Action::Paused | Action::WaitForWindow { .. } => {
+                Progress::Halted
+            }
             Action::DeleteClaim { .. } => Progress::Own(Some(Step::Recovering)),
             Action::RotateCa => Progress::Own(Some(Step::RotatingCertificates)),
             Action::Bootstrap
@@ -337,6 +347,7 @@ impl Action {
             | Action::RecoverFromMember { .. }
             | Action::RecoverFromBackup { .. }
             | Action::Defragment { .. } => Rest::InFlight,
+            Action::WaitForWindow { opens, .. } => Rest::Until(*opens),
         }
     }
 
@@ -358,6 +369,7 @@ impl Action {
             | Action::DeleteClaim { .. }
             | Action::RollStalled { .. }
             | Action::Wait { .. }
+            | Action::WaitForWindow { .. }
             | Action::QuorumLost { .. }
             | Action::Paused
             | Action::RestoreSeed
@@ -413,6 +425,8 @@ pub enum Rest {
     WaitsForUser,
     /// Something is in flight.
     InFlight,
+    /// Nothing is done before this time (the maintenance window opens).
+    Until(k8s_openapi::jiff::Timestamp),
 }
 
 /// Which metric counts a change an action made.

@@ -232,6 +232,10 @@ pub struct Target {
     /// The external members leave (`spec.bootstrap.existing.removeExternal`), one at a time,
     /// once this operator's members are `size` healthy voters.
     pub remove_external: bool,
+    /// While `spec.maintenance.window` is closed: when it next opens. Voluntary disruptions
+    /// (rolls, spreading back, defragmentation) wait for it; see
+    /// [`crate::api::Maintenance::window`].
+    pub window_opens: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// The share of the quota (percent) that the data, compacted, may use for NOSPACE to be

@@ -145,6 +145,10 @@ impl<'a> Cluster<'a> {
         if self.obs.defrag_due.is_empty() || self.healthy < self.voters.len() {
             return None;
         }
+        let what = format!("defragmenting {} member(s)", self.obs.defrag_due.len());
+        if let Some(w) = self.closed_window(&what) {
+            return Some(w);
+        }
         let leader = self.obs.leader;
         let next = self
             .voters
@@ -650,6 +654,9 @@ impl<'a> Cluster<'a> {
         if open.iter().all(|n| avoid.contains(n)) {
             return None;
         }
+        if let Some(w) = self.closed_window(&format!("moving a member off {crowded}")) {
+            return Some(w);
+        }
         if let Some(w) = self.catching_up() {
             return Some(w);
         }
@@ -674,6 +681,14 @@ impl<'a> Cluster<'a> {
             .map(|v| Action::Wait {
                 reason: format!("the pod of {} is stopping", v.name),
             })
+    }
+
+    /// A wait, saying `what` waits and until when, while the maintenance window is closed.
+    fn closed_window(&self, what: &str) -> Option<Action> {
+        self.target.window_opens.map(|opens| Action::WaitForWindow {
+            what: what.into(),
+            opens,
+        })
     }
 
     /// A wait while some voter has not caught up with the leader, or serves but is not yet
@@ -848,6 +863,10 @@ impl<'a> Cluster<'a> {
             .collect();
         if stale.is_empty() {
             return None;
+        }
+        let what = format!("rolling {} outdated member(s)", stale.len());
+        if let Some(w) = self.closed_window(&what) {
+            return Some(w);
         }
         // A pod still stopping (the last step's restart) answers for a moment: it is not
         // rolled again, and nothing else moves until it is gone.

@@ -54,7 +54,10 @@ pub(super) fn of(i: &Inputs<'_>) -> Vec<Condition> {
             ConditionType::Progressing,
             generation,
             progressing.is_some(),
-            progressing.unwrap_or(ProgressingReason::Stable).as_str(),
+            match (progressing, i.action) {
+                (None, Action::WaitForWindow { .. }) => "WaitingForMaintenanceWindow",
+                (p, _) => p.unwrap_or(ProgressingReason::Stable).as_str(),
+            },
             step_message(i.action, i.voters, size),
         ),
         degraded(old, generation, i.action, whole, i.roster, i.phase_reason),
@@ -210,6 +213,9 @@ fn step_message(action: &Action, voters: usize, size: usize) -> String {
     match action {
         Action::Wait { reason } | Action::Restoring { reason } | Action::RollStalled { reason } => {
             reason.clone()
+        }
+        Action::WaitForWindow { what, opens } => {
+            format!("{what} waits for the maintenance window, which opens at {opens}")
         }
         _ => format!("{voters} of {size} members"),
     }

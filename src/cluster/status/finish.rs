@@ -81,7 +81,8 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
     }
     // A schedule croner cannot read (the schema checks only its shape): no defragmentation,
     // everything else goes on.
-    let bad_schedule = upkeep::schedule(cluster).err();
+    let bad_schedule = (upkeep::schedule(cluster).err())
+        .or_else(|| upkeep::window_opens(cluster, k8s_openapi::jiff::Timestamp::now()).err());
     if let Some(why) = &bad_schedule {
         super::mark_degraded(&mut status, DegradedReason::InvalidSpec.as_str(), why);
     }

@@ -368,6 +368,30 @@ mod tests {
     }
 
     #[test]
+    fn a_roll_held_for_the_maintenance_window_is_not_progressing_and_says_until_when() {
+        let cluster = three();
+        let obs = observed([PodState::Running; 3]);
+        let wait = Action::WaitForWindow {
+            what: "rolling 3 outdated member(s)".into(),
+            opens: "2026-12-05T02:00:00Z".parse().unwrap(),
+        };
+        let status = compute(&cluster, &obs, &wait);
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "WaitingForMaintenanceWindow")
+        );
+        assert_eq!(
+            c.message,
+            "rolling 3 outdated member(s) waits for the maintenance window, which opens at 2026-12-05T02:00:00Z"
+        );
+    }
+
+    #[test]
     fn an_operator_that_reads_no_nodes_says_so_and_the_scale_selector_is_written() {
         let cluster = three();
         let mut obs = observed([PodState::Running; 3]);

@@ -154,6 +154,14 @@ pub(super) fn next_pass(
         // Waits for the user (a spec change) or for the stuck pod's own events, which wake the
         // task; polling it fast would only repeat the same observation.
         (Outcome::Done(None), Rest::WaitsForUser) => INVALID_RECHECK,
+        // Looked at again when the window opens, or at the resting interval before: a member
+        // lost meanwhile is not left waiting.
+        (Outcome::Done(None), Rest::Until(opens)) => {
+            let left = opens.duration_since(k8s_openapi::jiff::Timestamp::now());
+            Duration::try_from(left)
+                .unwrap_or_default()
+                .clamp(Duration::from_secs(1), RESYNC)
+        }
         // Nothing runs yet (scheduling, pulling): the pods' own events wake the task when that
         // changes; polling would only repeat the observation (2 passes a second per cluster).
         (Outcome::Done(None), Rest::InFlight)

@@ -353,6 +353,8 @@ pub(super) fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) ->
                 && !p.anti_affinity.unwrap_or(false)
         }),
         remove_external: cluster.spec.existing().is_some_and(|e| e.remove_external),
+        // A window croner cannot read counts as open; the status says why.
+        window_opens: upkeep::window_opens(cluster, Timestamp::now()).unwrap_or(None),
     }
 }
 

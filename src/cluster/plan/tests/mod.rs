@@ -24,6 +24,7 @@ fn target(size: usize) -> Target {
         max_learners: 1,
         spread: false,
         remove_external: false,
+        window_opens: None,
     }
 }
 

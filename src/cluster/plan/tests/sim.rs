@@ -1064,3 +1064,58 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn outside_the_maintenance_window_a_roll_waits_and_a_lost_member_does_not() {
+    let opens: k8s_openapi::jiff::Timestamp = "2026-12-05T02:00:00Z".parse().unwrap();
+    let closed = Target {
+        window_opens: Some(opens),
+        ..target_of(3, false)
+    };
+    let mut sim = outdated(3, false);
+    match plan(&sim.observe(), &closed) {
+        Action::WaitForWindow { what, opens: at } => {
+            assert_eq!(at, opens);
+            assert!(what.contains("rolling 3 outdated member(s)"), "{what}");
+        }
+        other => panic!("a roll outside the window: {other:?}"),
+    }
+    // A member whose pod is gone is replaced at once, window or not.
+    sim.pods.retain(|p| p.name != "m2");
+    sim.members[1].answers = false;
+    let action = plan(&sim.observe(), &closed);
+    assert!(
+        matches!(
+            action,
+            Action::RemoveMember {
+                reason: RemoveReason::PodGone,
+                ..
+            } | Action::ReplaceMember { .. }
+        ),
+        "{action:?}"
+    );
+    // The window open, the roll goes on as ever.
+    assert_eq!(
+        roll_trace(outdated(3, true)).first().map(String::as_str),
+        Some("delete m2 Outdated")
+    );
+}
+
+#[test]
+fn outside_the_maintenance_window_defragmentation_waits_and_nospace_does_not() {
+    let opens: k8s_openapi::jiff::Timestamp = "2026-12-05T02:00:00Z".parse().unwrap();
+    let closed = Target {
+        window_opens: Some(opens),
+        ..target(3)
+    };
+    let mut obs = steady(3);
+    obs.defrag_due = ["m2".to_string()].into_iter().collect();
+    assert!(
+        matches!(plan(&obs, &closed), Action::WaitForWindow { .. }),
+        "{:?}",
+        plan(&obs, &closed)
+    );
+    assert!(matches!(plan(&obs, &target(3)), Action::Defragment { .. }));
+    obs.nospace = [2].into_iter().collect();
+    assert_eq!(plan(&obs, &closed), Action::ReclaimSpace);
+}
