@@ -55,11 +55,6 @@ pub const OWNED_FLAGS: &[&str] = &[
     "feature-gates",
 ];
 
-/// etcd's heartbeat interval when `tuning.heartbeatInterval` is unset, in milliseconds.
-pub const DEFAULT_HEARTBEAT_MS: i64 = 100;
-/// etcd's election timeout when `tuning.electionTimeout` is unset, in milliseconds.
-pub const DEFAULT_ELECTION_MS: i64 = 1000;
-
 /// etcd's own settings that users tune. Each is etcd's flag of the same name; unset, etcd's
 /// default. A change is rolled into the members one at a time, like a pod-policy change.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -220,10 +215,10 @@ impl Tuning {
             if minor < 5 {
                 args.push("--logger=zap".into());
             }
-            args.push(format!("--log-level={}", enum_text(&level)));
+            args.push(format!("--log-level={}", wire_name(&level)));
         }
         if let Some(format) = self.log_format.filter(|_| minor >= 6) {
-            args.push(format!("--log-format={}", enum_text(&format)));
+            args.push(format!("--log-format={}", wire_name(&format)));
         }
         if self.initial_corrupt_check == Some(true) {
             args.push(if minor >= 6 {
@@ -237,7 +232,8 @@ impl Tuning {
     }
 }
 
-fn enum_text<T: Serialize>(v: &T) -> String {
+/// A unit enum's name as the API writes it (its serde name): `warn`, `NodePort`.
+pub fn wire_name<T: Serialize>(v: &T) -> String {
     serde_json::to_value(v)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -298,7 +294,7 @@ pub enum ServiceType {
 /// A Service's `trafficDistribution`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum TrafficDistribution {
-    /// Endpoints in the client's zone first.
+    /// Endpoints in the client's zone first (the older name of `PreferSameZone`).
     PreferClose,
     /// Endpoints in the client's zone first.
     PreferSameZone,

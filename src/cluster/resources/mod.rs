@@ -11,10 +11,7 @@ pub use gate::{
     Gate, JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION, SeedRestore,
 };
 pub use pod::{TEMPLATE_HASH_ANNOTATION, keep_off, member_pod, template_hash};
-pub use services::{
-    CLIENT_SERVICE_HASH_ANNOTATION, client_service, client_service_hash, disruption_budget,
-    headless_service,
-};
+pub use services::{client_service, client_service_hash, disruption_budget, headless_service};
 
 /// Secrets the spec names, with the field that names each: the Secrets behind
 /// `spec.pod.etcdEnv[].valueFrom.secretKeyRef` (the TLS Secrets are checked, contents and all,

@@ -6,7 +6,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use crate::api::{ClientService, EtcdCluster, ServiceType, TrafficDistribution};
+use crate::api::settings::wire_name;
+use crate::api::{ClientService, EtcdCluster};
 use crate::kube::names::{CLIENT_PORT, PEER_PORT, meta, selector};
 
 pub(super) fn port(name: &str, port: i32) -> ServicePort {
@@ -55,25 +56,11 @@ pub fn client_service(cluster: &EtcdCluster) -> Service {
         let mut annotations = t.annotations.clone();
         annotations.insert(CLIENT_SERVICE_HASH_ANNOTATION.into(), template_hash(t));
         metadata.annotations = Some(annotations);
-        spec.type_ = Some(
-            match t.service_type() {
-                ServiceType::ClusterIP => "ClusterIP",
-                ServiceType::NodePort => "NodePort",
-                ServiceType::LoadBalancer => "LoadBalancer",
-            }
-            .into(),
-        );
+        spec.type_ = Some(wire_name(&t.service_type()));
         client_port.node_port = t.node_port;
         spec.load_balancer_source_ranges = (!t.load_balancer_source_ranges.is_empty())
             .then(|| t.load_balancer_source_ranges.clone());
-        spec.traffic_distribution = t.traffic_distribution.map(|d| {
-            match d {
-                TrafficDistribution::PreferClose => "PreferClose",
-                TrafficDistribution::PreferSameZone => "PreferSameZone",
-                TrafficDistribution::PreferSameNode => "PreferSameNode",
-            }
-            .into()
-        });
+        spec.traffic_distribution = t.traffic_distribution.as_ref().map(wire_name);
     }
     spec.ports = Some(vec![client_port]);
     Service {
@@ -89,11 +76,7 @@ pub const CLIENT_SERVICE_HASH_ANNOTATION: &str = "etcd.database.coreos.com/clien
 
 fn template_hash(t: &ClientService) -> String {
     let text = serde_json::to_string(t).unwrap_or_default();
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text.as_bytes());
-    digest.as_ref()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::api::common::sha256_hex(text.as_bytes())[..16].to_string()
 }
 
 /// The client Service's template hash as `svc` carries it, if any.
