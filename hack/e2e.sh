@@ -28,7 +28,7 @@ threads=${E2E_TEST_THREADS:-2}
 # tests/operator.rs a 13.03 s handover (13 s allowed).
 beside=(
   "scheduled alerts continuous lifecycle tls external cert_manager"
-  "crd_validation network_policy backup restore settings"
+  "crd_validation network_policy backup restore settings hibernation"
 )
 last=(nodes upgrade)
 

@@ -512,3 +512,24 @@ pub fn compact(endpoint: &str) -> i64 {
     });
     revision
 }
+
+/// Puts `n` keys `<prefix>-<i>`, eight writers at once.
+pub fn put_keys(endpoint: &str, prefix: &str, n: usize) {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let client = etcd_client::Client::connect([endpoint], None)
+            .await
+            .expect("connecting");
+        let writers = (0..8).map(|w| {
+            let mut kv = client.kv_client();
+            async move {
+                for i in (w..n).step_by(8) {
+                    kv.put(format!("{prefix}-{i:05}"), format!("v{i}"), None)
+                        .await
+                        .expect("a write");
+                }
+            }
+        });
+        futures::future::join_all(writers).await;
+    });
+}

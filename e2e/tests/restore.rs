@@ -15,7 +15,7 @@ use e2e::backups::{
     until_failed, until_status,
 };
 use e2e::stores::{Azurite, Moto};
-use e2e::{Kubectl, get, healthy_at_size, until};
+use e2e::{Kubectl, get, healthy_at_size, put_keys, until};
 use serde_json::{Value, json};
 
 const BUCKET: &str = "etcd-restores";
@@ -23,27 +23,6 @@ const BUCKET: &str = "etcd-restores";
 /// The client URL of one of `cluster`'s members, by pod IP.
 fn endpoint(k: &Kubectl, ns: &str, cluster: &str) -> String {
     format!("http://{}:2379", e2e::member_ip(k, ns, cluster))
-}
-
-/// Puts `n` keys `<prefix>-<i>`, eight writers at once.
-fn put(endpoint: &str, prefix: &str, n: usize) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let client = etcd_client::Client::connect([endpoint], None)
-            .await
-            .unwrap();
-        let writers = (0..8).map(|w| {
-            let mut kv = client.kv_client();
-            async move {
-                for i in (w..n).step_by(8) {
-                    kv.put(format!("{prefix}-{i:05}"), format!("v{i}"), None)
-                        .await
-                        .unwrap();
-                }
-            }
-        });
-        futures::future::join_all(writers).await;
-    });
 }
 
 /// The number of keys under `prefix`, and the revision they were read at.
@@ -100,7 +79,7 @@ fn a_restore_replaces_the_data_keeps_what_was_there_and_survives_an_operator_res
     let spec_before = get(&k, ns, "etcdcluster/example")["spec"].clone();
 
     // 10,000 keys, a backup of them, then 500 more.
-    put(&endpoint(&k, ns, "example"), "key", 10_000);
+    put_keys(&endpoint(&k, ns, "example"), "key", 10_000);
     apply(
         &k,
         ns,
@@ -112,7 +91,7 @@ fn a_restore_replaces_the_data_keeps_what_was_there_and_survives_an_operator_res
         ),
     );
     until_status(&k, ns, "etcdbackup/before", 120, |s| s["succeeded"] == true);
-    put(&endpoint(&k, ns, "example"), "later", 500);
+    put_keys(&endpoint(&k, ns, "example"), "later", 500);
     let (_, revision_before) = count(&endpoint(&k, ns, "example"), "key");
     let pods_before = e2e::pod_names(&k, ns, "example");
 
@@ -272,7 +251,7 @@ fn a_restore_from_azure_blob() {
     azurite.create_container("etcd-restores");
     abs_secret(&k, ns, &azurite);
     let abs = json!({"path": "etcd-restores/etcd/abs.db", "absSecret": "abs"});
-    put(&endpoint(&k, ns, "example"), "key", 300);
+    put_keys(&endpoint(&k, ns, "example"), "key", 300);
     apply(
         &k,
         ns,
@@ -290,7 +269,7 @@ fn a_restore_from_azure_blob() {
         stored["size"].as_i64().unwrap() < stored["snapshotSize"].as_i64().unwrap(),
         "{stored}"
     );
-    put(&endpoint(&k, ns, "example"), "later", 50);
+    put_keys(&endpoint(&k, ns, "example"), "later", 50);
 
     // Bad input first, each answered by name, the cluster untouched: a snapshot that does not
     // exist, a Secret that does not exist, a cluster that does not exist (waited for).
@@ -383,7 +362,7 @@ fn a_restore_from_azure_blob() {
 
     // The same backup again through `kubectl etcd restore` (the plugin, found by kubectl on the
     // PATH; --yes as a script would): keys written since are gone, the backup's are there.
-    put(&ep, "since", 20);
+    put_keys(&ep, "since", 20);
     let dir = e2e::repo_root().join("target/debug");
     let out = k.plugin_ok(
         &dir,

@@ -11,7 +11,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::Condition;
+use super::common::{Condition, RecoveryStore};
 use super::validation;
 
 /// Image repository used when `spec.repository` is empty (the coreos default).
@@ -72,6 +72,9 @@ pub const MAX_SIZE: i32 = 7;
 }, {
     "rule": "!(has(self.tuning) && has(self.tuning.logFormat)) || !has(self.version) || !self.version.matches('^v?3[.][45][.]')",
     "message": "spec.tuning.logFormat needs etcd 3.6 or later: 3.4 and 3.5 have no --log-format"
+}, {
+    "rule": "!has(self.hibernation) || !self.hibernation.enabled || has(self.hibernation.store) || (has(self.pod) && has(self.pod.persistentVolumeClaimSpec))",
+    "message": "spec.hibernation: a cluster without spec.pod.persistentVolumeClaimSpec keeps its data only in its pods; hibernating it needs spec.hibernation.store for the final snapshot, or its data would be lost"
 }, {
     "rule": "!has(self.bootstrap) || has(oldSelf.bootstrap)",
     "message": "spec.bootstrap is given when the cluster is created: this cluster already has its data"
@@ -154,6 +157,13 @@ pub struct EtcdClusterSpec {
     /// ranges and traffic distribution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_service: Option<super::settings::ClientService>,
+
+    /// Stop the cluster without losing it (an extension of this operator): a final snapshot
+    /// to `store` when one is given, then the member pods are deleted; the volume claims are
+    /// kept unless `keepVolumes` is false. `enabled: false` (or removing the section) wakes
+    /// it: the same members on their claims, or the cluster restored from the final snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hibernation: Option<super::settings::Hibernation>,
 }
 
 /// A cluster's NetworkPolicy.
@@ -198,27 +208,6 @@ pub struct Recovery {
     /// deleted (a schedule's `keep`, a namespace recreated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backups: Option<RecoveryStore>,
-}
-
-/// A store of a cluster's backups, searched by name for the newest.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(transform = validation::recovery_store_rules)]
-pub struct RecoveryStore {
-    /// S3, ABS or GCS; the section of the same name must be set, and no other.
-    pub backup_storage_type: super::common::StorageType,
-    /// Amazon S3 or an S3-compatible server; `path` is the prefix.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub s3: Option<super::common::S3Source>,
-    /// Azure Blob Storage; `path` is the prefix.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub abs: Option<super::common::AbsSource>,
-    /// Google Cloud Storage; `path` is the prefix.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gcs: Option<super::common::GcsSource>,
-    /// Alibaba Cloud OSS (not implemented by this operator: reported, never searched).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oss: Option<super::common::OssSource>,
 }
 
 /// What is done about lost quorum.
@@ -372,6 +361,11 @@ pub struct Defrag {
 pub const DEFAULT_QUOTA_BACKEND_BYTES: i64 = 2 * 1024 * 1024 * 1024;
 
 impl EtcdClusterSpec {
+    /// `spec.hibernation` when it asks the cluster to sleep.
+    pub fn hibernating(&self) -> Option<&super::settings::Hibernation> {
+        self.hibernation.as_ref().filter(|h| h.enabled)
+    }
+
     /// The image repository, defaulted.
     pub fn repository(&self) -> &str {
         self.repository
@@ -649,6 +643,8 @@ pub enum ClusterPhase {
     Running,
     /// The operator cannot go on without the user (for example quorum is lost); see `reason`.
     Failed,
+    /// `spec.hibernation.enabled`: no member pod runs; see `status.hibernation`.
+    Hibernated,
 }
 
 /// Observed state of an etcd cluster.
@@ -726,6 +722,9 @@ pub struct EtcdClusterStatus {
     /// A migration from an external cluster (`spec.bootstrap.existing`), as far as it went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<super::bootstrap::MigrationStatus>,
+    /// Hibernation and waking, while either is under way or the cluster sleeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hibernation: Option<super::settings::HibernationStatus>,
 }
 
 /// A defragmentation of every voter asked for by annotation ([`DEFRAG_ANNOTATION`]).

@@ -3,6 +3,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::validation;
+
 /// API group of all three kinds, kept from the coreos etcd-operator so old manifests still apply.
 pub const GROUP: &str = "etcd.database.coreos.com";
 /// API version of all three kinds.
@@ -184,4 +186,25 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// A store of a cluster's backups, searched by name for the newest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = validation::recovery_store_rules)]
+pub struct RecoveryStore {
+    /// S3, ABS or GCS; the section of the same name must be set, and no other.
+    pub backup_storage_type: StorageType,
+    /// Amazon S3 or an S3-compatible server; `path` is the prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
+    /// Azure Blob Storage; `path` is the prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abs: Option<AbsSource>,
+    /// Google Cloud Storage; `path` is the prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcs: Option<GcsSource>,
+    /// Alibaba Cloud OSS (not implemented by this operator: reported, never searched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oss: Option<OssSource>,
 }

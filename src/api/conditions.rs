@@ -55,16 +55,19 @@ pub enum AvailableReason {
     UnhealthyEndpoints,
     /// A read through the Service failed (or none was made).
     ServiceUnreachable,
+    /// `spec.hibernation.enabled`: no member runs, by request.
+    Hibernated,
 }
 
 impl AvailableReason {
-    const ALL: [AvailableReason; 6] = [
+    const ALL: [AvailableReason; 7] = [
         AvailableReason::QuorumHealthy,
         AvailableReason::QuorumUnavailable,
         AvailableReason::NoSpace,
         AvailableReason::EndpointsNotReady,
         AvailableReason::UnhealthyEndpoints,
         AvailableReason::ServiceUnreachable,
+        AvailableReason::Hibernated,
     ];
 
     /// The reason as it is written.
@@ -76,6 +79,7 @@ impl AvailableReason {
             AvailableReason::EndpointsNotReady => "EndpointsNotReady",
             AvailableReason::UnhealthyEndpoints => "UnhealthyEndpoints",
             AvailableReason::ServiceUnreachable => "ServiceUnreachable",
+            AvailableReason::Hibernated => "Hibernated",
         }
     }
 
@@ -95,7 +99,8 @@ impl AvailableReason {
             | AvailableReason::ServiceUnreachable => true,
             AvailableReason::QuorumHealthy
             | AvailableReason::QuorumUnavailable
-            | AvailableReason::NoSpace => false,
+            | AvailableReason::NoSpace
+            | AvailableReason::Hibernated => false,
         }
     }
 }
@@ -140,6 +145,8 @@ pub enum ProgressingReason {
     RollingUpdate,
     /// The automatic CA is being rotated.
     CertificatesRotating,
+    /// The cluster is being put to sleep (`spec.hibernation`).
+    Hibernating,
     /// Nothing is changing.
     Stable,
 }
@@ -155,6 +162,7 @@ impl ProgressingReason {
             ProgressingReason::Upgrading => "Upgrading",
             ProgressingReason::RollingUpdate => "RollingUpdate",
             ProgressingReason::CertificatesRotating => "CertificatesRotating",
+            ProgressingReason::Hibernating => "Hibernating",
             ProgressingReason::Stable => "Stable",
         }
     }
@@ -175,6 +183,8 @@ pub enum DegradedReason {
     MembersUnhealthy,
     /// Every member is healthy.
     AllMembersHealthy,
+    /// No member runs, by request (`spec.hibernation`): not degraded.
+    Hibernated,
     /// The version asked for is not a step etcd allows from what the members run.
     UpgradeBlocked,
     /// A field etcd's schema check could not judge is wrong (a defragmentation schedule).
@@ -192,6 +202,7 @@ impl DegradedReason {
             DegradedReason::NoSpace => "NoSpace",
             DegradedReason::MembersUnhealthy => "MembersUnhealthy",
             DegradedReason::AllMembersHealthy => "AllMembersHealthy",
+            DegradedReason::Hibernated => "Hibernated",
             DegradedReason::UpgradeBlocked => "UpgradeBlocked",
             DegradedReason::InvalidSpec => "InvalidSpec",
             DegradedReason::QuotaExceeded => "QuotaExceeded",

@@ -30,11 +30,11 @@ pub use cluster::{
     DefragmentationRecord, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, IssuerRef, Maintenance,
     MaintenanceWindow, MemberRole, MemberSecret, MemberStatus, MembersStatus, PodPolicy,
     QuorumLossPolicy, RECOVER_ANNOTATION, RESTORE_ANNOTATION, Recovery, RecoveryRecord,
-    RecoveryStore, RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
+    RestoreHandoff, RestoreRecord, StaticTls, TlsPolicy,
 };
 pub use common::{
-    AbsSource, Condition, GcsSource, OssSource, S3Encryption, S3EncryptionMode, S3Source,
-    StorageType,
+    AbsSource, Condition, GcsSource, OssSource, RecoveryStore, S3Encryption, S3EncryptionMode,
+    S3Source, StorageType,
 };
 pub use conditions::{
     AuthReason, AvailableReason, ConditionType, DegradedReason, ProgressingReason, find_condition,
@@ -44,7 +44,8 @@ pub use restore::{
     StorageSection, VerifiedObject,
 };
 pub use settings::{
-    ClientService, GrpcKeepalive, LogFormat, LogLevel, ServiceType, TrafficDistribution, Tuning,
+    ClientService, GrpcKeepalive, Hibernation, HibernationPhase, HibernationStatus, LogFormat,
+    LogLevel, ServiceType, TrafficDistribution, Tuning,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -337,6 +337,62 @@ impl ClientService {
     }
 }
 
+/// `spec.hibernation`: the cluster stopped, its data kept.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.keepVolumes) || self.keepVolumes || has(self.store)",
+    "message": "spec.hibernation.keepVolumes: false deletes the volume claims, which then hold the only copy of the data: it needs spec.hibernation.store for the final snapshot"
+}]))]
+pub struct Hibernation {
+    /// true: sleep (the final snapshot, then no member pod); false: wake.
+    pub enabled: bool,
+    /// Where the final snapshot is written before the pods go, as `spec.recovery.backups`
+    /// names a store (`path` is the prefix; the object is `<name>-hibernation-r<revision>`).
+    /// Needed when the members have no volume claims, or `keepVolumes` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<super::common::RecoveryStore>,
+    /// Keep the members' volume claims while the cluster sleeps (the default), so that it
+    /// wakes on them; false deletes them once the final snapshot is safe (it wakes from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_volumes: Option<bool>,
+}
+
+impl Hibernation {
+    /// `keepVolumes`, defaulted.
+    pub fn keep_volumes(&self) -> bool {
+        self.keep_volumes.unwrap_or(true)
+    }
+}
+
+/// Where hibernation stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum HibernationPhase {
+    /// The final snapshot is taken, then the member pods are deleted.
+    Hibernating,
+    /// No member pod runs.
+    Hibernated,
+    /// `spec.hibernation.enabled` is false again: the members come back.
+    Waking,
+}
+
+/// `status.hibernation`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HibernationStatus {
+    /// Hibernating, Hibernated or Waking.
+    pub phase: HibernationPhase,
+    /// The EtcdBackup holding the final snapshot (none without a store).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub backup: String,
+    /// The revision the final snapshot holds: the cluster wakes at it or later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// When the last member pod was gone (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

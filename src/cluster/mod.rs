@@ -28,6 +28,7 @@ pub mod act;
 pub mod auth;
 pub mod external;
 pub mod handles;
+pub mod hibernation;
 pub mod members;
 pub mod network_policy;
 pub mod observe;

@@ -1036,6 +1036,7 @@ mod tests {
             spread: false,
             remove_external: false,
             window_opens: None,
+            hibernate: None,
         };
         assert!(matches!(
             plan(&obs, &target),

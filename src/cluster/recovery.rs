@@ -64,6 +64,22 @@ pub async fn consider(
         return Ok(action);
     };
     let uid = uuid::Uuid::new_v4().to_string();
+    // Woken with its data only in the final snapshot: restored from it, as the user asked
+    // by waking it (no approval is waited for).
+    if let Some((backup, revision)) = super::hibernation::wakes_from(cluster, obs) {
+        return Ok(match restoring(handles, cluster).await? {
+            Some(why) => Action::QuorumLost {
+                reason: format!("waking from the final snapshot (EtcdBackup {backup}); {why}"),
+            },
+            None => Action::RecoverFromBackup {
+                backup,
+                stored: false,
+                revision,
+                approved: true,
+                uid,
+            },
+        });
+    }
     Ok(match plan::recover(&obs.plan, target, &policy) {
         Recover::FromMember {
             name,

@@ -13,6 +13,7 @@ use crate::kube::cache::{Expect, Object, Write};
 use crate::kube::invalid::Invalid;
 
 mod certificates;
+mod hibernation;
 mod membership;
 mod pods;
 mod recover;
@@ -21,6 +22,7 @@ mod services;
 mod space;
 
 use certificates::rotate_ca;
+use hibernation::{hibernate, take_final_snapshot};
 use membership::{
     add_members, bootstrap, join_all, move_leader, promote, remove_member, replace_member,
 };
@@ -345,8 +347,11 @@ async fn dispatch(
         Action::WithdrawRestore { seed, reason } => {
             withdraw_restore(pass, cluster, seed.as_deref(), reason).await
         }
+        Action::TakeFinalSnapshot => take_final_snapshot(pass, cluster, obs).await,
+        Action::Hibernate { pods } => hibernate(pass, pods).await,
         Action::Wait { .. }
         | Action::WaitForWindow { .. }
+        | Action::Hibernated
         | Action::RollStalled { .. }
         | Action::Restoring { .. }
         | Action::QuorumLost { .. }

@@ -170,6 +170,13 @@ pub enum Action {
     },
     /// Defragment voter `name` (scheduled): leadership is moved away first if it leads.
     Defragment { name: String, id: u64 },
+    /// Hibernation: take the final snapshot (an EtcdBackup to `spec.hibernation.store` at the
+    /// members' newest revision) before any pod goes.
+    TakeFinalSnapshot,
+    /// Hibernation: delete every member pod at once (the members stay in the member list).
+    Hibernate { pods: Vec<String> },
+    /// Hibernation: no member pod runs; nothing to do until the cluster is woken.
+    Hibernated,
     /// The cluster is as asked.
     Steady,
 }
@@ -225,7 +232,10 @@ impl Action {
             Action::RecoverFromMember { .. } => "ForceNewCluster",
             Action::RecoverFromBackup { .. } => "RestoringFromBackup",
             Action::RotateCa => "CertificatesRotating",
+            Action::TakeFinalSnapshot => "FinalSnapshotStarted",
+            Action::Hibernate { .. } => "Hibernating",
             Action::RollStalled { .. }
+            | Action::Hibernated
             | Action::Wait { .. }
             | Action::WaitForWindow { .. }
             | Action::QuorumLost { .. }
@@ -263,6 +273,9 @@ impl Action {
             | Action::RecoverFromMember { .. }
             | Action::RecoverFromBackup { .. }
             | Action::Defragment { .. }
+            | Action::TakeFinalSnapshot
+            | Action::Hibernate { .. }
+            | Action::Hibernated
             | Action::Steady => None,
         }
     }
@@ -287,8 +300,12 @@ impl Action {
                 reason: MoveReason::Leaving,
                 ..
             } => Progress::LeaderLeaving,
-            Action::QuorumLost { .. } | Action::Paused | Action::WaitForWindow { .. } => {
-                Progress::Halted
+            Action::QuorumLost { .. }
+            | Action::Paused
+            | Action::WaitForWindow { .. }
+            | Action::Hibernated => Progress::Halted,
+            Action::TakeFinalSnapshot | Action::Hibernate { .. } => {
+                Progress::Own(Some(Step::Hibernating))
             }
             Action::DeleteClaim { .. } => Progress::Own(Some(Step::Recovering)),
             Action::RotateCa => Progress::Own(Some(Step::RotatingCertificates)),
@@ -323,7 +340,7 @@ impl Action {
     pub fn rest(&self) -> Rest {
         match self {
             Action::Steady => Rest::Steady,
-            Action::Paused => Rest::Paused,
+            Action::Paused | Action::Hibernated => Rest::Paused,
             Action::RollStalled { .. } => Rest::WaitsForUser,
             Action::Bootstrap
             | Action::AddMembers { .. }
@@ -346,6 +363,8 @@ impl Action {
             | Action::ReclaimSpace
             | Action::RecoverFromMember { .. }
             | Action::RecoverFromBackup { .. }
+            | Action::TakeFinalSnapshot
+            | Action::Hibernate { .. }
             | Action::Defragment { .. } => Rest::InFlight,
             Action::WaitForWindow { opens, .. } => Rest::Until(*opens),
         }
@@ -378,6 +397,9 @@ impl Action {
             | Action::WithdrawRestore { .. }
             | Action::RecoverFromMember { .. }
             | Action::RecoverFromBackup { .. }
+            | Action::TakeFinalSnapshot
+            | Action::Hibernate { .. }
+            | Action::Hibernated
             | Action::Steady => Counted::Membership,
         }
     }
@@ -412,6 +434,8 @@ pub enum Step {
     Recovering,
     /// Rotating the automatic CA.
     RotatingCertificates,
+    /// Putting the cluster to sleep (`spec.hibernation`).
+    Hibernating,
 }
 
 /// How soon a pass that changed nothing is followed by the next.

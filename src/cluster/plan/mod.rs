@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 mod action;
+mod hibernate;
 mod recovery;
 mod restore;
 mod steps;
@@ -23,6 +24,7 @@ mod tests;
 pub mod version;
 
 pub use action::{Action, Counted, DeleteReason, MoveReason, Progress, RemoveReason, Rest, Step};
+pub use hibernate::{FinalSnapshot, Hibernate};
 pub use recovery::{Approval, Recover, RecoveryPolicy, recover};
 pub use restore::{RestoreTarget, restore};
 use steps::{rescue_persistent, without_member_list};
@@ -158,6 +160,9 @@ pub struct Observation {
     /// The cluster joins one running elsewhere: it is never bootstrapped, even when no member
     /// answers (the external cluster is down, or not reached yet).
     pub existing: bool,
+    /// While hibernating with a store: the final snapshot, judged against the members' newest
+    /// revision.
+    pub final_snapshot: FinalSnapshot,
 }
 
 impl Observation {
@@ -236,6 +241,8 @@ pub struct Target {
     /// (rolls, spreading back, defragmentation) wait for it; see
     /// [`crate::api::Maintenance::window`].
     pub window_opens: Option<k8s_openapi::jiff::Timestamp>,
+    /// `spec.hibernation.enabled`: the cluster is put to sleep.
+    pub hibernate: Option<Hibernate>,
 }
 
 /// The share of the quota (percent) that the data, compacted, may use for NOSPACE to be
@@ -253,6 +260,9 @@ pub fn quorum(voters: usize) -> usize {
 pub fn plan(obs: &Observation, target: &Target) -> Action {
     if target.paused {
         return Action::Paused;
+    }
+    if let Some(h) = &target.hibernate {
+        return hibernate::plan(obs, h);
     }
     // Getting a persistent member's pod back never costs anything (its data waits on its
     // claim), and after a node reboot it is the only way quorum comes back: before the

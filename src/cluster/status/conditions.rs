@@ -104,6 +104,13 @@ fn availability(
     let enough = |n: usize| n >= quorum(voters) && n >= quorum(size);
     let was_available = find_condition(&previous.conditions, ConditionType::Available)
         .is_some_and(Condition::is_true);
+    if cluster.spec.hibernating().is_some() && obs.plan.members.is_none() {
+        return (
+            false,
+            AvailableReason::Hibernated,
+            "spec.hibernation.enabled: no member runs".into(),
+        );
+    }
     if obs.plan.members.is_none() || matches!(action, Action::QuorumLost { .. }) || !enough(healthy)
     {
         return (
@@ -202,6 +209,7 @@ fn progressing_reason(
             Step::Spreading => ProgressingReason::Spreading,
             Step::Recovering => ProgressingReason::Recovering,
             Step::RotatingCertificates => ProgressingReason::CertificatesRotating,
+            Step::Hibernating => ProgressingReason::Hibernating,
         }),
         Progress::Wait if voters != size => Some(ProgressingReason::Scaling),
         Progress::Wait => Some(ProgressingReason::Recovering),
@@ -234,7 +242,8 @@ fn degraded(
     let stalled = matches!(action, Action::RollStalled { .. });
     let space = matches!(action, Action::ReclaimSpace);
     let unready = &roster.members.unready;
-    let degraded = !whole || !unready.is_empty() || stalled || space;
+    let asleep = matches!(action, Action::Hibernated);
+    let degraded = !asleep && (!whole || !unready.is_empty() || stalled || space);
     Condition::computed(
         old,
         ConditionType::Degraded,
@@ -244,6 +253,7 @@ fn degraded(
             Action::QuorumLost { .. } => DegradedReason::QuorumLost,
             Action::RollStalled { .. } => DegradedReason::RollStalled,
             Action::ReclaimSpace => DegradedReason::NoSpace,
+            Action::Hibernated => DegradedReason::Hibernated,
             _ if degraded => DegradedReason::MembersUnhealthy,
             _ => DegradedReason::AllMembersHealthy,
         }
@@ -254,6 +264,7 @@ fn degraded(
                 refused, reads are served; the history is compacted, the members defragmented \
                 and the alarm disarmed"
                 .into(),
+            Action::Hibernated => "hibernated by spec.hibernation: no member runs".into(),
             _ if unready.is_empty() => reason.to_string(),
             _ => format!("not ready: {}", unready.join(", ")),
         },

@@ -7,11 +7,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::observe::Observed;
-use super::plan::{Action, DeleteReason};
+use super::plan::{Action, DeleteReason, FinalSnapshot};
 use super::version::Version;
 use crate::api::{
     AvailableReason, ClusterPhase, Condition, ConditionType, EtcdCluster, EtcdClusterStatus,
-    MemberRole, MemberStatus, MembersStatus, find_condition,
+    HibernationPhase, HibernationStatus, MemberRole, MemberStatus, MembersStatus, find_condition,
 };
 use crate::kube::names::CLIENT_PORT;
 
@@ -96,6 +96,10 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
         phase_reason: &reason,
     });
 
+    let available = conditions
+        .iter()
+        .any(|c| c.type_ == ConditionType::Available.as_str() && c.is_true());
+    let hibernation = hibernation_of(cluster, obs, action, &previous, available);
     EtcdClusterStatus {
         phase: Some(phase),
         reason,
@@ -135,7 +139,51 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             obs.members.as_deref(),
             &previous,
         ),
+        hibernation,
     }
+}
+
+/// `status.hibernation`: while the cluster is put to sleep, sleeps, or wakes (until it is
+/// Available again).
+fn hibernation_of(
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    action: &Action,
+    previous: &EtcdClusterStatus,
+    available: bool,
+) -> Option<HibernationStatus> {
+    let before = previous.hibernation.clone();
+    if cluster.spec.hibernating().is_none() {
+        return before.filter(|_| !available).map(|h| HibernationStatus {
+            phase: HibernationPhase::Waking,
+            since: None,
+            ..h
+        });
+    }
+    // A status left by an earlier hibernation that woke says nothing of this one.
+    let before = before.filter(|h| h.phase != HibernationPhase::Waking);
+    let (backup, revision) = match &obs.plan.final_snapshot {
+        FinalSnapshot::Taken { backup, revision } => (backup.clone(), Some(*revision)),
+        _ => before
+            .as_ref()
+            .map(|h| (h.backup.clone(), h.revision))
+            .unwrap_or_default(),
+    };
+    let asleep = matches!(action, Action::Hibernated);
+    Some(HibernationStatus {
+        phase: if asleep {
+            HibernationPhase::Hibernated
+        } else {
+            HibernationPhase::Hibernating
+        },
+        backup,
+        revision,
+        since: asleep.then(|| {
+            before
+                .and_then(|h| h.since)
+                .unwrap_or_else(|| Timestamp::now().to_string())
+        }),
+    })
 }
 
 /// Each member's status, and which are ready.
@@ -273,6 +321,10 @@ fn phase_of(
     let ever_ran = !previous.cluster_id.is_empty() || !obs.statuses.is_empty();
     match action {
         Action::QuorumLost { reason } => (ClusterPhase::Failed, reason.clone()),
+        Action::Hibernated => (
+            ClusterPhase::Hibernated,
+            "spec.hibernation.enabled: no member pod runs".into(),
+        ),
         // Silent for a moment (a restarting member): the phase stays what it was; only lost
         // quorum past its grace makes it Failed.
         Action::RestoreSeed | Action::Restoring { .. } => {
@@ -300,6 +352,7 @@ mod tests {
 
     use super::*;
     use crate::api::{Condition, ConditionType, EtcdClusterSpec, find_condition};
+    use crate::cluster::plan::FinalSnapshot;
     use crate::cluster::plan::{MemberView, Observation, PodState, PodView};
     use crate::cluster::serving::READ_GRACE;
     use crate::cluster::serving::Serving;
@@ -365,6 +418,66 @@ mod tests {
                 ..Default::default()
             },
         )
+    }
+
+    #[test]
+    fn a_sleeping_cluster_is_hibernated_not_degraded_and_waking_lasts_until_available() {
+        let mut cluster = three();
+        cluster.spec.hibernation = Some(crate::api::Hibernation {
+            enabled: true,
+            ..Default::default()
+        });
+        // The final snapshot found, the pods going.
+        let mut obs = observed([PodState::Running; 3]);
+        obs.plan.final_snapshot = FinalSnapshot::Taken {
+            backup: "example-hibernation-r7".into(),
+            revision: 7,
+        };
+        let going = compute(&cluster, &obs, &Action::Hibernate { pods: vec![] });
+        let h = going.hibernation.clone().unwrap();
+        assert_eq!(h.phase, HibernationPhase::Hibernating);
+        assert_eq!(
+            (h.backup.as_str(), h.revision),
+            ("example-hibernation-r7", Some(7))
+        );
+        let reason = |s: &EtcdClusterStatus, t: &str| {
+            let c = s.conditions.iter().find(|c| c.type_ == t).unwrap();
+            (c.status.clone(), c.reason.clone())
+        };
+        assert_eq!(
+            reason(&going, "Progressing"),
+            ("True".into(), "Hibernating".into())
+        );
+        // Asleep: nothing answers, the snapshot is remembered, nothing is degraded.
+        cluster.status = Some(going);
+        let asleep = compute(&cluster, &Observed::default(), &Action::Hibernated);
+        assert_eq!(asleep.phase, Some(ClusterPhase::Hibernated));
+        let h = asleep.hibernation.clone().unwrap();
+        assert_eq!(h.phase, HibernationPhase::Hibernated);
+        assert_eq!(h.backup, "example-hibernation-r7");
+        assert!(h.since.is_some());
+        assert_eq!(available(&asleep), ("False".into(), "Hibernated".into()));
+        assert_eq!(
+            reason(&asleep, "Degraded"),
+            ("False".into(), "Hibernated".into())
+        );
+        // Woken: Waking until Available, then gone.
+        cluster.status = Some(asleep);
+        cluster.spec.hibernation = None;
+        let waking = compute(
+            &cluster,
+            &Observed::default(),
+            &Action::Wait {
+                reason: "starting".into(),
+            },
+        );
+        let h = waking.hibernation.clone().unwrap();
+        assert_eq!(h.phase, HibernationPhase::Waking);
+        assert_eq!(h.revision, Some(7));
+        cluster.status = Some(waking);
+        let awake = compute(&cluster, &observed([PodState::Running; 3]), &Action::Steady);
+        assert_eq!(available(&awake).0, "True");
+        assert!(awake.hibernation.is_none());
     }
 
     #[test]

@@ -115,6 +115,9 @@ pub enum Error {
     /// Reading the EtcdRestore a restore hand-off names, to verify it, failed.
     #[error("reading the EtcdRestore of the restore hand-off: {0}")]
     ReadRestore(#[source] kube::Error),
+    /// Listing the EtcdBackups of a hibernation's final snapshot failed.
+    #[error("listing the final snapshot's EtcdBackups: {0}")]
+    ReadBackups(#[source] kube::Error),
     /// Reading or keeping root's password failed.
     #[error(transparent)]
     Access(crate::access::Error),
@@ -133,6 +136,7 @@ impl Error {
             Error::Act(e) => e.metric_label(),
             Error::WriteStatus(_) => "write_status",
             Error::ReadRestore(_) => "read_restore",
+            Error::ReadBackups(_) => "read_backups",
             Error::Access(_) => "root_secret",
         }
     }

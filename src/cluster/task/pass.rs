@@ -16,6 +16,7 @@ use crate::api::{EtcdCluster, RestoreHandoff};
 use crate::cluster::act::{self, Outcome};
 use crate::cluster::external;
 use crate::cluster::handles::{Handles, Pass};
+use crate::cluster::hibernation;
 use crate::cluster::observe::{self, Observed};
 use crate::cluster::plan::{self, Action, Target};
 use crate::cluster::recovery;
@@ -160,6 +161,9 @@ pub(super) async fn observe_stage(
         defrag_due,
     };
     observe::complete(&mut obs, known);
+    obs.plan.final_snapshot = hibernation::final_snapshot(handles, cluster, &obs)
+        .await
+        .map_err(Error::ReadBackups)?;
     Ok(Seen {
         obs,
         effective,
@@ -355,6 +359,10 @@ pub(super) fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) ->
         remove_external: cluster.spec.existing().is_some_and(|e| e.remove_external),
         // A window croner cannot read counts as open; the status says why.
         window_opens: upkeep::window_opens(cluster, Timestamp::now()).unwrap_or(None),
+        hibernate: cluster.spec.hibernating().map(|h| plan::Hibernate {
+            store: h.store.is_some(),
+            keep_volumes: h.keep_volumes(),
+        }),
     }
 }
 

@@ -5,6 +5,7 @@
 use super::*;
 
 mod examples;
+mod hibernation;
 mod recovery;
 mod sim;
 
@@ -25,6 +26,7 @@ fn target(size: usize) -> Target {
         spread: false,
         remove_external: false,
         window_opens: None,
+        hibernate: None,
     }
 }
 
@@ -87,6 +89,7 @@ fn cluster() -> Fixture {
             external: BTreeSet::new(),
             existing: false,
             released: BTreeSet::new(),
+            final_snapshot: FinalSnapshot::NotLooked,
         },
     }
 }

@@ -110,6 +110,7 @@ impl Sim {
             external: self.external.clone(),
             existing: !self.external.is_empty(),
             released: BTreeSet::new(),
+            final_snapshot: FinalSnapshot::NotLooked,
         }
     }
 
