@@ -1019,7 +1019,6 @@ mod tests {
                 running("m3"),
             ],
             bootstrapped: true,
-            silent_for: Duration::ZERO,
             ..Observation::default()
         };
         let target = Target {

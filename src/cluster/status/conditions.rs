@@ -104,12 +104,8 @@ fn availability(
     let enough = |n: usize| n >= quorum(voters) && n >= quorum(size);
     let was_available = find_condition(&previous.conditions, ConditionType::Available)
         .is_some_and(Condition::is_true);
-    if cluster.spec.hibernating().is_some() && obs.plan.members.is_none() {
-        return (
-            false,
-            AvailableReason::Hibernated,
-            "spec.hibernation.enabled: no member runs".into(),
-        );
+    if let Some(asleep) = hibernated(cluster, obs) {
+        return asleep;
     }
     if obs.plan.members.is_none() || matches!(action, Action::QuorumLost { .. }) || !enough(healthy)
     {
@@ -175,6 +171,17 @@ fn availability(
             ),
         ),
     }
+}
+
+/// Not Available, by request: the cluster sleeps (`spec.hibernation`) and no member answers.
+fn hibernated(cluster: &EtcdCluster, obs: &Observed) -> Option<(bool, AvailableReason, String)> {
+    (cluster.spec.hibernating().is_some() && obs.plan.members.is_none()).then(|| {
+        (
+            false,
+            AvailableReason::Hibernated,
+            "spec.hibernation.enabled: no member runs".into(),
+        )
+    })
 }
 
 /// Why the cluster is progressing, if it is.
