@@ -135,22 +135,16 @@ fn availability(
         );
     }
     if !roster.stray.is_empty() {
+        let (does, they) = match roster.stray.len() {
+            1 => ("does", "it is"),
+            _ => ("do", "they are"),
+        };
         return (
             false,
             AvailableReason::UnhealthyEndpoints,
             format!(
-                "Service {service} still sends clients to {}, which {} not serve; clients sent there fail until {} withdrawn",
+                "Service {service} still sends clients to {}, which {does} not serve; clients sent there fail until {they} withdrawn",
                 roster.stray.join(", "),
-                if roster.stray.len() == 1 {
-                    "does"
-                } else {
-                    "do"
-                },
-                if roster.stray.len() == 1 {
-                    "it is"
-                } else {
-                    "they are"
-                },
             ),
         );
     }
