@@ -90,6 +90,33 @@ pub async fn final_snapshot(
     ))
 }
 
+/// The final snapshot `found` this pass, remembered in `kept` once taken; once no pod stays
+/// (every one is being deleted, or gone), the one remembered: nothing is left to compare
+/// revisions with, the planner no longer asks, and the status must still record it.
+pub fn remembered(
+    found: FinalSnapshot,
+    kept: &mut Option<FinalSnapshot>,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+) -> FinalSnapshot {
+    if cluster.spec.hibernating().is_none() {
+        *kept = None;
+        return found;
+    }
+    if matches!(found, FinalSnapshot::Taken { .. }) {
+        *kept = Some(found.clone());
+        return found;
+    }
+    let staying = obs
+        .pods
+        .values()
+        .any(|p| p.metadata.deletion_timestamp.is_none());
+    match kept {
+        Some(taken) if !staying => taken.clone(),
+        _ => found,
+    }
+}
+
 /// Of a cluster's final-snapshot EtcdBackups, the one that holds revision `now` (or later),
 /// else the state of the one named `current` (this revision's).
 fn judge(backups: &[EtcdBackup], current: &str, now: i64) -> FinalSnapshot {
@@ -191,6 +218,38 @@ mod tests {
             judge(&[old, failed], "c-hibernation-r12", 12),
             FinalSnapshot::Failed { reason, .. } if reason == "store refused"
         ));
+    }
+
+    #[test]
+    fn the_final_snapshot_is_remembered_once_no_pod_is_left_to_compare_with() {
+        let mut cluster = EtcdCluster::new("c", crate::api::EtcdClusterSpec::default());
+        cluster.spec.hibernation = Some(crate::api::Hibernation {
+            enabled: true,
+            ..Default::default()
+        });
+        let taken = FinalSnapshot::Taken {
+            backup: "c-hibernation-r5".into(),
+            revision: 5,
+        };
+        let mut kept = None;
+        let mut obs = Observed::default();
+        obs.pods.insert("m1".into(), Default::default());
+        assert_eq!(remembered(taken.clone(), &mut kept, &cluster, &obs), taken);
+        // A pod still stays: what this pass found counts (the planner compares revisions).
+        assert_eq!(
+            remembered(FinalSnapshot::Missing, &mut kept, &cluster, &obs),
+            FinalSnapshot::Missing
+        );
+        // Every pod gone: the one found before.
+        obs.pods.clear();
+        assert_eq!(
+            remembered(FinalSnapshot::NotLooked, &mut kept, &cluster, &obs),
+            taken
+        );
+        // Awake: forgotten.
+        cluster.spec.hibernation = None;
+        remembered(FinalSnapshot::NotLooked, &mut kept, &cluster, &obs);
+        assert!(kept.is_none());
     }
 
     #[test]

@@ -42,6 +42,8 @@ The rights the controllers use, and nothing else. Where each comes from:
   etcdbackups           list, watch   src/backup/controller.rs (the Controller's watcher)
   etcdbackups           get           cluster/act/recover.rs (the backup a recovery restores;
                                       cluster/recovery.rs lists them for the newest)
+  etcdbackups           create        cluster/act/hibernation.rs (a hibernation's final
+                                      snapshot)
   etcdrestores          create        cluster/act/recover.rs (a recovery from lost quorum
                                       restores the newest backup through an EtcdRestore)
   etcdrestores          patch         restore/controller.rs (its finalizer, held while the
@@ -87,7 +89,8 @@ The rights the controllers use, and nothing else. Where each comes from:
   verbs: [patch]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdbackups]
-  verbs: [get, list, watch]
+  # create: a hibernation's final snapshot is an EtcdBackup.
+  verbs: [get, list, watch, create]
 - apiGroups: [etcd.database.coreos.com]
   resources: [etcdbackups/status]
   verbs: [patch]

@@ -32,10 +32,7 @@ pub(super) async fn take_final_snapshot(
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Outcome::Done(None)),
         Err(source) => {
-            return Err(Error::Recover {
-                what: format!("EtcdBackup {name}"),
-                source,
-            });
+            return Err(Error::FinalSnapshot { name, source });
         }
     }
     Ok(Outcome::Done(Some(format!(

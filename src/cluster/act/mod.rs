@@ -101,6 +101,13 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Creating a hibernation's final snapshot (its EtcdBackup) failed.
+    #[error("hibernating: creating EtcdBackup {name} for the final snapshot: {source}")]
+    FinalSnapshot {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     /// A step of the automatic CA's rotation failed.
     #[error(transparent)]
     Tls(#[from] crate::tls::Error),
@@ -120,6 +127,7 @@ impl Error {
             Error::Etcd(e) => e.metric_label(),
             Error::NoEndpoint => "no_endpoint",
             Error::Recover { .. } => "recover",
+            Error::FinalSnapshot { .. } => "final_snapshot",
             Error::Tls(crate::tls::Error::Invalid(Invalid { .. })) => "invalid_spec",
             Error::Tls(crate::tls::Error::Api { .. }) => "tls_secret",
             Error::Tls(crate::tls::Error::Pki { .. }) => "tls_certificate",

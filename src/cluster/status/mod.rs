@@ -28,7 +28,7 @@ pub use recovery::{record as recovery_record, summary as recovery_summary};
 /// linearizably and fails for the moment of a leader election (a roll's leader move), a status
 /// answer lost to a busy node counts its member unhealthy, and endpoints and the proxies
 /// follow a roll's removal a moment late. A cluster that stays unavailable is reported so
-/// after this; lost quorum and NOSPACE at once.
+/// after this; lost quorum, NOSPACE and a cluster put to sleep (`spec.hibernation`) at once.
 pub const AVAILABLE_GRACE: Duration = Duration::from_secs(3);
 
 /// Keeps the previous Available condition in `status` when this pass's verdict is a drop that
@@ -48,7 +48,8 @@ pub fn hold_available(
         return true;
     }
     let definite = matches!(action, Action::QuorumLost { .. })
-        || now.reason == AvailableReason::NoSpace.as_str();
+        || now.reason == AvailableReason::NoSpace.as_str()
+        || now.reason == AvailableReason::Hibernated.as_str();
     let recent = available_ago.is_some_and(|ago| ago < AVAILABLE_GRACE);
     if let Some(before) = find(previous).filter(|c| c.is_true())
         && recent
@@ -457,6 +458,17 @@ mod tests {
         assert_eq!(h.backup, "example-hibernation-r7");
         assert!(h.since.is_some());
         assert_eq!(available(&asleep), ("False".into(), "Hibernated".into()));
+        // Asleep by request is no moment's drop that the grace would hide.
+        let mut held = asleep.clone();
+        let before = cluster.status.as_ref().unwrap();
+        assert_eq!(available(before).0, "True");
+        hold_available(
+            &mut held,
+            before,
+            &Action::Hibernated,
+            Some(Duration::from_secs(1)),
+        );
+        assert_eq!(available(&held), ("False".into(), "Hibernated".into()));
         assert_eq!(
             reason(&asleep, "Degraded"),
             ("False".into(), "Hibernated".into())

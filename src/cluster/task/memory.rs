@@ -56,6 +56,9 @@ pub(super) struct Carried {
     pub(super) root: Option<std::sync::Arc<crate::etcd::Root>>,
     /// When a pass last found the cluster Available (see [`crate::cluster::status::AVAILABLE_GRACE`]).
     pub(super) available_at: Option<std::time::Instant>,
+    /// The final snapshot of the hibernation under way, once found: the status records it
+    /// after the pods are gone, when the cluster object seen may not show it yet.
+    pub(super) final_snapshot: Option<crate::cluster::plan::FinalSnapshot>,
 }
 
 impl Carried {

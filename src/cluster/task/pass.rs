@@ -161,9 +161,11 @@ pub(super) async fn observe_stage(
         defrag_due,
     };
     observe::complete(&mut obs, known);
-    obs.plan.final_snapshot = hibernation::final_snapshot(handles, cluster, &obs)
+    let found = hibernation::final_snapshot(handles, cluster, &obs)
         .await
         .map_err(Error::ReadBackups)?;
+    obs.plan.final_snapshot =
+        hibernation::remembered(found, &mut carried.final_snapshot, cluster, &obs);
     Ok(Seen {
         obs,
         effective,
