@@ -6,7 +6,7 @@ use kube::api::PostParams;
 use super::pods::delete_pod;
 use super::{Acting, Error, Outcome};
 use crate::api::EtcdCluster;
-use crate::cluster::hibernation::{backup_name, backup_of, revision};
+use crate::cluster::hibernation::{backup_of, revision};
 use crate::cluster::observe::Observed;
 
 /// Makes the EtcdBackup of the final snapshot at the members' newest revision.
@@ -22,7 +22,7 @@ pub(super) async fn take_final_snapshot(
         ));
     };
     let backup = backup_of(cluster, store, at);
-    let name = backup_name(&cluster.metadata.name.clone().unwrap_or_default(), at);
+    let name = backup.metadata.name.clone().unwrap_or_default();
     match pass
         .handles
         .backups
