@@ -422,6 +422,10 @@ impl EtcdClusterSpec {
 /// Policy for the etcd member pods.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.onResize) || has(self.persistentVolumeClaimSpec)",
+    "message": "spec.pod.onResize says what a larger persistentVolumeClaimSpec does to the members' claims: it needs spec.pod.persistentVolumeClaimSpec"
+}]))]
 pub struct PodPolicy {
     /// Extra labels for member pods. `app` and keys starting with `etcd_` are reserved: the
     /// operator selects its pods with `app=etcd` and `etcd_cluster=<name>`.
@@ -474,6 +478,14 @@ pub struct PodPolicy {
     /// member whose pod dies is restarted on the same volume instead of being replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume_claim_spec: Option<PersistentVolumeClaimSpec>,
+
+    /// What a larger storage request in `persistentVolumeClaimSpec` does to the members'
+    /// claims: `Expand` (the default) grows them in place where the StorageClass allows it,
+    /// and says so in the status where it does not; `Replace` moves members to new claims
+    /// where it does not. A smaller request only shapes new members' claims: a claim never
+    /// shrinks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_resize: Option<super::settings::OnResize>,
 
     /// Extra annotations for member pods. Keys under `etcd.database.coreos.com/` are reserved:
     /// the operator reads some of them back.

@@ -147,6 +147,8 @@ pub enum ProgressingReason {
     CertificatesRotating,
     /// The cluster is being put to sleep (`spec.hibernation`).
     Hibernating,
+    /// The members' volume claims are being expanded to the spec's storage request.
+    ExpandingVolumes,
     /// Nothing is changing.
     Stable,
 }
@@ -163,6 +165,7 @@ impl ProgressingReason {
             ProgressingReason::RollingUpdate => "RollingUpdate",
             ProgressingReason::CertificatesRotating => "CertificatesRotating",
             ProgressingReason::Hibernating => "Hibernating",
+            ProgressingReason::ExpandingVolumes => "ExpandingVolumes",
             ProgressingReason::Stable => "Stable",
         }
     }
@@ -191,6 +194,10 @@ pub enum DegradedReason {
     InvalidSpec,
     /// The data itself, compacted, leaves too little of the quota.
     QuotaExceeded,
+    /// The spec asks for more storage than the members' claims have, and the API server
+    /// refused to expand them (the StorageClass does not allow it): nothing is changed
+    /// unless `spec.pod.onResize` is `Replace`.
+    VolumeExpansionRefused,
 }
 
 impl DegradedReason {
@@ -206,6 +213,7 @@ impl DegradedReason {
             DegradedReason::UpgradeBlocked => "UpgradeBlocked",
             DegradedReason::InvalidSpec => "InvalidSpec",
             DegradedReason::QuotaExceeded => "QuotaExceeded",
+            DegradedReason::VolumeExpansionRefused => "VolumeExpansionRefused",
         }
     }
 }

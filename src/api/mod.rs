@@ -45,7 +45,7 @@ pub use restore::{
 };
 pub use settings::{
     ClientService, GrpcKeepalive, Hibernation, HibernationPhase, HibernationStatus, LogFormat,
-    LogLevel, ServiceType, TrafficDistribution, Tuning,
+    LogLevel, OnResize, ServiceType, TrafficDistribution, Tuning,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

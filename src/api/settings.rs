@@ -279,6 +279,21 @@ pub struct ClientService {
     pub traffic_distribution: Option<TrafficDistribution>,
 }
 
+/// What a larger storage request in `spec.pod.persistentVolumeClaimSpec` does to the claims
+/// members already have.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum OnResize {
+    /// Each member's claim is expanded in place, one member at a time, waiting for its file
+    /// system to grow; where the StorageClass does not allow expansion, nothing is done and
+    /// the status says so (Degraded, `VolumeExpansionRefused`).
+    #[default]
+    Expand,
+    /// As `Expand` where the StorageClass allows it; where it does not, members move to
+    /// claims of the new size one at a time, each new member added before the old one is
+    /// removed (a roll, which waits for the maintenance window).
+    Replace,
+}
+
 /// A client Service's type.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum ServiceType {

@@ -40,5 +40,6 @@ pub mod status;
 pub mod supervisor;
 pub mod task;
 pub mod upkeep;
+pub mod volumes;
 
 pub use plan::version;

@@ -1,7 +1,7 @@
 //! Plumbing that every controller and every stage of the cluster controller reads: the names
 //! and addresses of a cluster's objects ([`names`]), the shared watch caches with their
-//! expectations and the Secret reader ([`cache`]), and the one error of a spec that cannot be
-//! acted on ([`invalid`]).
+//! expectations and the Secret reader ([`cache`]), sizes as bytes ([`quantity`]), and the one
+//! error of a spec that cannot be acted on ([`invalid`]).
 //!
 //! Anyone may import this module; it imports only `api`, `etcd` and `pki` of this crate, so
 //! it can never close an import circle. What needs a stage's decisions belongs with that stage.
@@ -15,6 +15,7 @@ pub mod crds;
 pub mod handoff;
 pub mod invalid;
 pub mod names;
+pub mod quantity;
 pub mod restore_token;
 
 use std::time::Duration;

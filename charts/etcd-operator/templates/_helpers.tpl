@@ -65,10 +65,11 @@ The rights the controllers use, and nothing else. Where each comes from:
   networkpolicies       list, watch,  kube/cache.rs (watcher); cluster/act/services.rs (the
                         patch, create, cluster's NetworkPolicy applied, or deleted when its spec
                         delete        opts out)
-  persistentvolumeclaims create, list, delete
+  persistentvolumeclaims create, list, patch, delete
                                       act.rs (a member's volume when the pod policy asks for one;
-                                      the claim of a removed member is deleted); observe.rs (which
-                                      members still have their data)
+                                      the claim of a removed member is deleted; a larger storage
+                                      request expands it); observe.rs (which members still have
+                                      their data); volumes.rs (the size each holds, annotated)
   secrets               get           task.rs (checks that the Secrets the spec names exist);
                                       cluster/tls.rs (checks TLS Secrets, reads the client
                                       certificate); backup/controller.rs (storage credentials)
@@ -123,7 +124,7 @@ The rights the controllers use, and nothing else. Where each comes from:
   verbs: [list, watch, patch, create, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [create, list, watch, delete]
+  verbs: [create, list, watch, patch, delete]
 - apiGroups: [""]
   resources: [secrets]
   # list, watch: of the operator's own Secrets' metadata only (label-selected: a cache of

@@ -26,7 +26,7 @@ use hibernation::{hibernate, take_final_snapshot};
 use membership::{
     add_members, bootstrap, join_all, move_leader, promote, remove_member, replace_member,
 };
-use pods::{delete_claim, delete_member_pod, recreate_pod};
+use pods::{delete_claim, delete_member_pod, expand_claim, recreate_pod};
 
 pub use recover::{RECOVERY_LABEL, withdraw_approval};
 use recover::{recover_from_backup, recover_from_member, recover_from_store};
@@ -80,6 +80,14 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Asking for more storage on a claim failed (other than by the API server's refusal,
+    /// which the status reports).
+    #[error("expanding volume claim {name}: {source}")]
+    ExpandClaim {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     /// Reading the pod or the EndpointSlices that show whether a new member's address is
     /// published failed.
     #[error("looking up the address of member {member}: {source}")]
@@ -123,6 +131,7 @@ impl Error {
             Error::CreatePod { .. } => "create_pod",
             Error::DeletePod { .. } => "delete_pod",
             Error::DeleteClaim { .. } => "delete_claim",
+            Error::ExpandClaim { .. } => "expand_claim",
             Error::Lookup { .. } => "lookup_address",
             Error::Etcd(e) => e.metric_label(),
             Error::NoEndpoint => "no_endpoint",
@@ -225,6 +234,8 @@ pub struct Effects {
     pub writes: Vec<Expect>,
     /// The defragmentation made.
     pub defragmented: Option<DefragmentationRecord>,
+    /// The API server refused to expand a claim to this many bytes, and why.
+    pub expansion_refused: Option<(u64, String)>,
 }
 
 /// A pass while it acts: what it knows ([`Pass`], which it derefs to), the nodes the pods it
@@ -266,6 +277,11 @@ impl Acting<'_> {
     /// Records the defragmentation this action made.
     fn defragmented(&self, record: DefragmentationRecord) {
         self.effects().defragmented = Some(record);
+    }
+
+    /// Records that the API server refused to expand a claim to `bytes`.
+    fn expansion_refused(&self, bytes: u64, why: String) {
+        self.effects().expansion_refused = Some((bytes, why));
     }
 }
 
@@ -328,6 +344,7 @@ async fn dispatch(
             reason,
         } => move_leader(obs, from, to, *id, *reason).await,
         Action::DeleteClaim { name } => delete_claim(pass, name).await,
+        Action::ExpandClaim { name } => expand_claim(pass, cluster, name).await,
         Action::DeletePod { name, reason } => delete_member_pod(pass, cluster, name, *reason).await,
         Action::RestoreSeed => restore_seed(pass, cluster).await,
         Action::RotateCa => rotate_ca(pass, cluster).await,

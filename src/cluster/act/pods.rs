@@ -15,7 +15,7 @@ use crate::cluster::members::ClusterState;
 use crate::cluster::observe::Observed;
 use crate::cluster::plan::DeleteReason;
 use crate::cluster::resources::Gate;
-use crate::cluster::{members, resources};
+use crate::cluster::{members, resources, volumes};
 use crate::kube::cache::{Object, Write};
 use crate::kube::names::{addressing, labels};
 
@@ -54,6 +54,10 @@ pub(super) async fn create_pod(
                 name: Some(member.into()),
                 namespace: cluster.namespace(),
                 labels: Some(labels(&cluster.name_any(), "member")),
+                // Made at the size the spec asks for: no later pass reads it for its growth.
+                annotations: volumes::wanted(cluster).map(|(_, bytes)| {
+                    [(volumes::STORAGE_ANNOTATION.to_string(), bytes.to_string())].into()
+                }),
                 owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
                 ..ObjectMeta::default()
             },
@@ -221,6 +225,38 @@ pub(super) async fn recreate_pod(
         "recreated the pod of member {name} on its volume ({})",
         cluster.spec.image()
     ))))
+}
+
+/// Asks for the spec's storage on member `name`'s claim. The API server refuses when the
+/// StorageClass does not allow expansion (403) or the claim cannot take it (422): that answer
+/// goes to the status, not to the error path, so that it is reported once and not retried.
+pub(super) async fn expand_claim(
+    pass: &Acting<'_>,
+    cluster: &EtcdCluster,
+    name: &str,
+) -> Result<Outcome, Error> {
+    let Some((written, bytes)) = volumes::wanted(cluster) else {
+        return Ok(Outcome::Done(None));
+    };
+    let patch = serde_json::json!({"spec": {"resources": {"requests": {"storage": written}}}});
+    let params = kube::api::PatchParams::default();
+    match (pass.handles.pvcs)
+        .patch(name, &params, &kube::api::Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(Outcome::Done(Some(format!(
+            "asked for {written} on the volume claim of member {name}: it grows in place, \
+             the next member's once its file system has"
+        )))),
+        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => {
+            pass.expansion_refused(bytes, format!("the volume claim of {name}: {}", e.message));
+            Ok(Outcome::Done(None))
+        }
+        Err(source) => Err(Error::ExpandClaim {
+            name: name.to_string(),
+            source,
+        }),
+    }
 }
 
 pub(super) async fn delete_claim(pass: &Acting<'_>, name: &str) -> Result<Outcome, Error> {

@@ -108,6 +108,9 @@ pub enum Action {
     },
     /// Delete the volume claim of a member that is no longer in the cluster.
     DeleteClaim { name: String },
+    /// Ask for the spec's storage on member `name`'s claim: the StorageClass's driver grows
+    /// the volume, then the kubelet its file system, while the member runs.
+    ExpandClaim { name: String },
     /// A roll (upgrade or pod-policy change) reached a member that does not come up with the
     /// new template: nothing else is touched until it does, or the spec changes.
     RollStalled { reason: String },
@@ -223,6 +226,7 @@ impl Action {
             },
             Action::MoveLeader { .. } => "LeaderMoved",
             Action::DeleteClaim { .. } => "ClaimDeleted",
+            Action::ExpandClaim { .. } => "VolumeExpanding",
             Action::RecreatePod { .. } => "PodRecreated",
             Action::RestoreSeed => "RestoreSeedCreated",
             Action::ReclaimSpace => "SpaceReclaimed",
@@ -253,6 +257,7 @@ impl Action {
             | Action::RemoveMember { name, .. }
             | Action::ReplaceMember { name, .. }
             | Action::RecreatePod { name }
+            | Action::ExpandClaim { name }
             | Action::DeletePod { name, .. }
             | Action::MoveLeader { from: name, .. } => Some(name),
             Action::Bootstrap
@@ -308,6 +313,7 @@ impl Action {
                 Progress::Own(Some(Step::Hibernating))
             }
             Action::DeleteClaim { .. } => Progress::Own(Some(Step::Recovering)),
+            Action::ExpandClaim { .. } => Progress::Own(Some(Step::ExpandingVolumes)),
             Action::RotateCa => Progress::Own(Some(Step::RotatingCertificates)),
             Action::Bootstrap
             | Action::AddMembers { .. }
@@ -353,6 +359,7 @@ impl Action {
             | Action::DeletePod { .. }
             | Action::MoveLeader { .. }
             | Action::DeleteClaim { .. }
+            | Action::ExpandClaim { .. }
             | Action::Wait { .. }
             | Action::QuorumLost { .. }
             | Action::RestoreSeed
@@ -374,7 +381,9 @@ impl Action {
     pub fn counted_as(&self) -> Counted {
         match self {
             Action::RotateCa => Counted::Not,
-            Action::ReclaimSpace | Action::Defragment { .. } => Counted::Maintenance,
+            Action::ReclaimSpace | Action::Defragment { .. } | Action::ExpandClaim { .. } => {
+                Counted::Maintenance
+            }
             Action::Bootstrap
             | Action::AddMembers { .. }
             | Action::JoinMembers { .. }
@@ -436,6 +445,8 @@ pub enum Step {
     RotatingCertificates,
     /// Putting the cluster to sleep (`spec.hibernation`).
     Hibernating,
+    /// Growing the members' claims to the spec's storage request.
+    ExpandingVolumes,
 }
 
 /// How soon a pass that changed nothing is followed by the next.

@@ -22,12 +22,14 @@ mod steps;
 #[cfg(test)]
 mod tests;
 pub mod version;
+mod volumes;
 
 pub use action::{Action, Counted, DeleteReason, MoveReason, Progress, RemoveReason, Rest, Step};
 pub use hibernate::{FinalSnapshot, Hibernate};
 pub use recovery::{Approval, Recover, RecoveryPolicy, recover};
 pub use restore::{RestoreTarget, restore};
 use steps::{rescue_persistent, without_member_list};
+pub use volumes::Volumes;
 
 /// A pod's lifecycle as far as the planner cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,6 +165,8 @@ pub struct Observation {
     /// While hibernating with a store: the final snapshot, judged against the members' newest
     /// revision.
     pub final_snapshot: FinalSnapshot,
+    /// The members' claims against the spec's storage request ([`Volumes`]).
+    pub volumes: Volumes,
 }
 
 impl Observation {
@@ -192,9 +196,11 @@ impl Observation {
             .is_some_and(|d| d >= grace)
     }
 
-    /// Whether member `name` has a pod made from an older pod template.
+    /// Whether member `name` has a pod made from an older pod template, or must move to a
+    /// larger claim ([`Volumes::must_move`]).
     fn stale(&self, name: &str) -> bool {
-        self.pod(name).is_some_and(|p| !p.current)
+        self.pod(name)
+            .is_some_and(|p| !p.current || self.volumes.must_move(name))
     }
 }
 

@@ -25,6 +25,7 @@ pub(super) fn next(obs: &Observation, target: &Target, members: &[MemberView]) -
         Cluster::sick_voter,
         Cluster::grow,
         Cluster::external_leave,
+        Cluster::grow_volumes,
         Cluster::roll,
         Cluster::spread,
         Cluster::defragment,
@@ -129,6 +130,7 @@ impl<'a> Cluster<'a> {
     fn restartable(&self, v: &MemberView) -> bool {
         self.target.persistent
             && self.obs.claims.contains(&v.name)
+            && !self.obs.volumes.must_move(&v.name)
             && !self.obs.pod(&v.name).is_some_and(|p| p.foreign)
             && self.healthy - usize::from(self.counts(v)) >= quorum(self.voters.len())
     }
@@ -848,6 +850,13 @@ impl<'a> Cluster<'a> {
             id: next.id,
             reason: RemoveReason::External,
         })
+    }
+
+    /// Claims smaller than the spec asks for are expanded in place, one at a time
+    /// ([`super::Volumes`]), once membership is as asked: an expansion never disrupts a
+    /// member, so it does not wait for the maintenance window.
+    fn grow_volumes(&self) -> Option<Action> {
+        self.obs.volumes.next(|n| self.obs.pod_alive(n))
     }
 
     /// Every voter healthy, none missing: the next outdated member is rolled, followers

@@ -31,14 +31,18 @@ pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-templat
 
 /// The hash of what a member pod is made from and can be changed by a roll: the image and the
 /// pod policy, whether members keep their data on volumes, the backend quota, etcd's compaction
-/// and `spec.tuning`. Left out: the claim's own spec (an existing claim cannot take a new one; new members get it), and `ClusterDomain`, which
-/// names the members' peer URLs in etcd's member list and so is not a pod property. Hashed
+/// and `spec.tuning`. Left out: the claim's own spec (an existing claim is expanded in place
+/// or replaced, see [`crate::api::OnResize`]; new members get it), `onResize`, and
+/// `ClusterDomain`, which names the members' peer URLs in etcd's member list and so is not a
+/// pod property. Hashed
 /// from the spec rather than from the built pod, so that an operator upgrade that changes
 /// how pods are built does not roll every cluster it runs.
 pub fn template_hash(cluster: &EtcdCluster, tls_revision: &str) -> String {
     let mut policy = cluster.spec.pod.clone().unwrap_or_default();
     let persistent = policy.persistent_volume_claim_spec.take().is_some();
     policy.cluster_domain = None;
+    // What a resize does to claims is no property of the pod: setting it rolls nothing.
+    policy.on_resize = None;
     let mut inputs = serde_json::json!({
         "image": cluster.spec.image(),
         "pod": policy,

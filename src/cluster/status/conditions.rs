@@ -192,7 +192,7 @@ fn progressing_reason(
         .plan
         .pods
         .iter()
-        .any(|p| !p.current && !p.state.is_gone())
+        .any(|p| (!p.current || obs.plan.volumes.must_move(&p.name)) && !p.state.is_gone())
         || matches!(action, Action::RollStalled { .. });
     let roll_reason = if upgrading {
         ProgressingReason::Upgrading
@@ -211,8 +211,12 @@ fn progressing_reason(
             Step::Recovering => ProgressingReason::Recovering,
             Step::RotatingCertificates => ProgressingReason::CertificatesRotating,
             Step::Hibernating => ProgressingReason::Hibernating,
+            Step::ExpandingVolumes => ProgressingReason::ExpandingVolumes,
         }),
         Progress::Wait if voters != size => Some(ProgressingReason::Scaling),
+        Progress::Wait if !obs.plan.volumes.expanding.is_empty() => {
+            Some(ProgressingReason::ExpandingVolumes)
+        }
         Progress::Wait => Some(ProgressingReason::Recovering),
     }
 }

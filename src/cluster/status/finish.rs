@@ -94,6 +94,11 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
     if let Some(why) = &found.exceeded {
         super::mark_degraded(&mut status, DegradedReason::QuotaExceeded.as_str(), why);
     }
+    let refused = expansion_refused(obs);
+    if let Some(why) = &refused {
+        let reason = DegradedReason::VolumeExpansionRefused.as_str();
+        super::mark_degraded(&mut status, reason, why);
+    }
     let auth = found.auth.as_ref();
     super::mark_auth(
         &mut status,
@@ -113,6 +118,7 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
             .exceeded
             .map(|why| (DegradedReason::QuotaExceeded, why)),
         (_, Some(message)) => Some((DegradedReason::UpgradeBlocked, message.clone())),
+        _ if refused.is_some() => refused.map(|why| (DegradedReason::VolumeExpansionRefused, why)),
         _ => bad_schedule.map(|why| (DegradedReason::InvalidSpec, why)),
     }
     .map(|(reason, message)| (reason.as_str(), message))
@@ -123,6 +129,23 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
         warning,
         available,
     }
+}
+
+/// Why the claims do not grow, when the API server refused to expand them and no member
+/// moves to a new claim instead: nothing changes until the class allows it, `onResize:
+/// Replace` is set, or the request goes back.
+fn expansion_refused(obs: &Observed) -> Option<String> {
+    let volumes = &obs.plan.volumes;
+    let why = volumes.refused.as_ref()?;
+    (volumes.moving.is_empty() && !volumes.small.is_empty()).then(|| {
+        format!(
+            "spec.pod.persistentVolumeClaimSpec.resources.requests.storage is more than {} of \
+             the members' claims hold, and {why}; allow expansion in the claims' StorageClass \
+             (allowVolumeExpansion), or set spec.pod.onResize: Replace to move the members to \
+             new claims",
+            volumes.small.len()
+        )
+    })
 }
 
 /// The status written before an act that takes long or hands the cluster over (a NOSPACE

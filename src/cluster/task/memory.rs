@@ -59,6 +59,8 @@ pub(super) struct Carried {
     /// The final snapshot of the hibernation under way, once found: the status records it
     /// after the pods are gone, when the cluster object seen may not show it yet.
     pub(super) final_snapshot: Option<crate::cluster::plan::FinalSnapshot>,
+    /// The API server's last refusal to expand a claim to the spec's storage request.
+    pub(super) expansion_refused: crate::cluster::volumes::Refusal,
 }
 
 impl Carried {

@@ -118,6 +118,9 @@ pub enum Error {
     /// Listing the EtcdBackups of a hibernation's final snapshot failed.
     #[error("listing the final snapshot's EtcdBackups: {0}")]
     ReadBackups(#[source] kube::Error),
+    /// Reading or annotating the members' claims for their growth failed.
+    #[error("reading the members' volume claims for their storage: {0}")]
+    ReadClaims(#[source] kube::Error),
     /// Reading or keeping root's password failed.
     #[error(transparent)]
     Access(crate::access::Error),
@@ -137,6 +140,7 @@ impl Error {
             Error::WriteStatus(_) => "write_status",
             Error::ReadRestore(_) => "read_restore",
             Error::ReadBackups(_) => "read_backups",
+            Error::ReadClaims(_) => "read_claims",
             Error::Access(_) => "root_secret",
         }
     }

@@ -24,6 +24,7 @@ use crate::cluster::resources;
 use crate::cluster::status;
 use crate::cluster::upkeep;
 use crate::cluster::version;
+use crate::cluster::volumes;
 use crate::etcd::Access;
 use crate::kube::invalid::Invalid;
 use crate::tls;
@@ -166,6 +167,10 @@ pub(super) async fn observe_stage(
         .map_err(Error::ReadBackups)?;
     obs.plan.final_snapshot =
         hibernation::remembered(found, &mut carried.final_snapshot, cluster, &obs);
+    let refused = &mut carried.expansion_refused;
+    obs.plan.volumes = volumes::observe(handles, cluster, &obs, cached, refused)
+        .await
+        .map_err(Error::ReadClaims)?;
     Ok(Seen {
         obs,
         effective,
@@ -215,6 +220,9 @@ pub(super) async fn reconcile(
     early_status(ctx, cluster, &obs, &action, memory).await?;
     let (outcome, effects) = act::act(&pass, &effective, &obs, &action).await;
     after_act(&action, &outcome, effects.writes, space, memory);
+    if let Some((bytes, why)) = effects.expansion_refused {
+        memory.carried.expansion_refused.record(bytes, why);
+    }
     let defragmented = counted(ctx, cluster, effects.defragmented);
     let restore = restore.as_ref();
     let auth = auth_stage(handles, cluster, &obs, restore, memory).await;

@@ -8,6 +8,7 @@ mod examples;
 mod hibernation;
 mod recovery;
 mod sim;
+mod volumes;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -90,6 +91,7 @@ fn cluster() -> Fixture {
             existing: false,
             released: BTreeSet::new(),
             final_snapshot: FinalSnapshot::NotLooked,
+            volumes: Volumes::default(),
         },
     }
 }

@@ -111,6 +111,7 @@ impl Sim {
             existing: !self.external.is_empty(),
             released: BTreeSet::new(),
             final_snapshot: FinalSnapshot::NotLooked,
+            volumes: Volumes::default(),
         }
     }
 
