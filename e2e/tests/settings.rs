@@ -9,7 +9,7 @@
 // the benchmark with the error in its message.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::{
@@ -267,4 +267,134 @@ fn scale_priority_spread_node_port_and_tuning_reach_the_members() {
                 .get("example.com/exposed")
                 .is_none()
     });
+}
+
+/// The member claims of `cluster`: name → (requested storage, capacity), as the API server
+/// holds them.
+fn claim_sizes(k: &Kubectl, ns: &str, cluster: &str) -> BTreeMap<String, (String, String)> {
+    let list: Value = serde_json::from_str(&k.ok(
+        &[
+            "get",
+            "pvc",
+            "-n",
+            ns,
+            "-l",
+            &format!("app=etcd,etcd_cluster={cluster}"),
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
+        .map(|c| {
+            (
+                text(&c["metadata"]["name"]),
+                (
+                    text(&c["spec"]["resources"]["requests"]["storage"]),
+                    text(&c["status"]["capacity"]["storage"]),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The UID of each member pod, by name.
+fn pod_uids(k: &Kubectl, ns: &str, cluster: &str) -> BTreeMap<String, String> {
+    member_pods(k, ns, cluster)
+        .iter()
+        .map(|p| {
+            let m = &p["metadata"];
+            (
+                m["name"].as_str().unwrap().into(),
+                m["uid"].as_str().unwrap().into(),
+            )
+        })
+        .collect()
+}
+
+/// A larger storage request on a class that cannot expand (the default, local-path): refused
+/// by the API server, reported naming the field, nothing touched; with `onResize: Replace`
+/// the members move to new claims of the new size one at a time, under writes, every key kept.
+#[test]
+fn volume_growth_refused_by_the_class_is_reported_then_replaced_onto_larger_claims() {
+    const GROWN: &str = "grown";
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    let namespace = k.namespace("resize");
+    let ns = namespace.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+    let claim =
+        json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}});
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": GROWN}, "spec": {"size": 3, "version": "3.6.16",
+            "pod": {"persistentVolumeClaimSpec": claim}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+    until("3 healthy members", 300, || {
+        healthy_at_size(&k, ns, GROWN, 3)
+    });
+    let endpoint = e2e::client_endpoint(&k, ns, GROWN);
+    until("a write through the Service", 60, || {
+        write_once(&endpoint, 0).is_ok()
+    });
+    e2e::put_keys(&endpoint, "kept", 500);
+    let before = pod_uids(&k, ns, GROWN);
+
+    let bigger = json!({"pod": {"persistentVolumeClaimSpec": {"resources": {"requests": {"storage": "2Gi"}}}}});
+    patch_spec(&k, ns, GROWN, bigger);
+    let field = "spec.pod.persistentVolumeClaimSpec.resources.requests.storage";
+    until("the refusal reported, naming the field", 60, || {
+        let c = get(&k, ns, &format!("etcd/{GROWN}"));
+        e2e::degraded_with(&c, "VolumeExpansionRefused", &[field, "onResize: Replace"])
+    });
+    assert!(
+        e2e::events(&k, ns, GROWN, "VolumeExpansionRefused")
+            .iter()
+            .any(|m| m.contains(field)),
+        "a Warning Event naming the field"
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(pod_uids(&k, ns, GROWN), before, "no member touched");
+    assert!(
+        claim_sizes(&k, ns, GROWN)
+            .values()
+            .all(|(req, _)| req == "1Gi"),
+        "no claim changed: {:?}",
+        claim_sizes(&k, ns, GROWN)
+    );
+
+    // Replace: members move to new claims of 2Gi, one at a time, each new one added first.
+    let writer = Writer::start_with(&endpoint, Duration::from_secs(300), Keys::Unique);
+    patch_spec(&k, ns, GROWN, json!({"pod": {"onResize": "Replace"}}));
+    let moved = until("every member on a 2Gi claim", 420, || {
+        let sizes = claim_sizes(&k, ns, GROWN);
+        let uids = pod_uids(&k, ns, GROWN);
+        sizes.len() == 3
+            && sizes
+                .values()
+                .all(|(req, cap)| req == "2Gi" && cap == "2Gi")
+            && uids.keys().all(|n| !before.contains_key(n))
+            && healthy_at_size(&k, ns, GROWN, 3)
+    });
+    let tally = writer.report();
+    assert!(
+        tally.writes > 50,
+        "the writer barely wrote: {}",
+        tally.writes
+    );
+    assert_acked_present(&endpoint, &tally.acked);
+    let kept = e2e::keys_under(&endpoint, "kept-").unwrap();
+    assert_eq!(kept.len(), 500, "every key written before");
+    until("no longer Degraded", 60, || {
+        e2e::condition(&get(&k, ns, &format!("etcd/{GROWN}")), "Degraded") == "False"
+    });
+    println!(
+        "| 3 members moved to larger claims (onResize: Replace, a class that cannot expand) under writes: writes lost / failed / longest stall / time | 0 of {} / {} / {:.2?} / {:.1?} | 0 / - / - / - |",
+        tally.writes, tally.errors, tally.longest_stall, moved
+    );
 }
