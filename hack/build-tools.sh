@@ -25,6 +25,14 @@
 #   cert-manager        cert-manager-controller  (github.com/cert-manager/cert-manager/cmd/controller:
 #                                                 the controller the e2e tests run as a host
 #                                                 process; its CRDs go to ../crds, next to bin)
+#   csi-hostdir         csi-hostdir, csi-provisioner, csi-resizer (hack/csi-hostdir: the local
+#                                                 cluster's own CSI driver, whose volumes are
+#                                                 directories of the host and can grow; with
+#                                                 github.com/kubernetes-csi/external-provisioner
+#                                                 and external-resizer, host processes too, pinned
+#                                                 in its go.mod; the driver is keyed by a hash of
+#                                                 its source, the other two by release, linked
+#                                                 into the driver's bin)
 # Usage: hack/build-tools.sh TOOL   prints the directory holding the tool's binaries.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -43,7 +51,7 @@ gobuild() {
   mv "$out/$name.tmp" "$out/$name"
 }
 
-tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|cert-manager|coredns|helm|krew|kube-network-policies|local-path|pause|promtool|prometheus|versitygw}
+tool=${1:?usage: hack/build-tools.sh etcd-3.5|etcd-3.6|cert-manager|coredns|csi-hostdir|helm|krew|kube-network-policies|local-path|pause|promtool|prometheus|versitygw}
 case "$tool" in
   etcd-3.5|etcd-3.6)
     dir=$here/etcd/v${tool#etcd-}
@@ -127,6 +135,19 @@ case "$tool" in
       GOFLAGS="$GOFLAGS -modfile=$tmp/go.mod" \
         gobuild "$dir" "$out" kube-network-policies sigs.k8s.io/kube-network-policies/cmd
     fi ;;
+  csi-hostdir)
+    # The driver is this project's source, not a release: its key is a hash of the module (code
+    # and pins), so an edited driver is never served from a stale build.
+    dir=$here/csi-hostdir
+    out=$cache/csi-hostdir/$(cd "$dir" && sha256sum go.mod go.sum ./*.go | sha256sum | cut -c1-12)/bin
+    gobuild "$dir" "$out" csi-hostdir .
+    # The sidecars by release (a driver edit does not rebuild them), linked in beside it.
+    for s in external-provisioner/v6:csi-provisioner external-resizer/v2:csi-resizer; do
+      m=github.com/kubernetes-csi/${s%%:*} name=${s#*:}
+      v=$(modver "$dir" "$m")
+      gobuild "$dir" "$cache/$name/$v/bin" "$name" "$m/cmd/$name" "-X main.version=$v"
+      ln -sfn "$cache/$name/$v/bin/$name" "$out/$name"
+    done ;;
   *) echo "unknown tool $tool" >&2; exit 2 ;;
 esac
 echo "$out"

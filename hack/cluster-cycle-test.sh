@@ -7,7 +7,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 snapshot() {
   {
-    echo "## processes"; ps -eo comm= | grep -E '^(etcd|kube-|kubelet|containerd|coredns|pause|local-path)' | sort || true
+    echo "## processes"; ps -eo comm= | grep -E '^(etcd|kube-|kubelet|containerd|coredns|pause|local-path|csi-)' | sort || true
     echo "## mounts"; awk '{print $2}' /proc/mounts | grep -E 'etcd-operator|kubelet|containerd|netns' | sort || true
     echo "## netns"; ip netns list | sort
     echo "## links"; ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | sort

@@ -215,6 +215,10 @@ ready() { # ready COMPONENT [NODE]: whether it answers
     kube-scheduler) curl -fksS https://127.0.0.1:10259/healthz ;;
     kube-proxy) curl -sS -o /dev/null http://127.0.0.1:10256/healthz ;;
     # No health endpoint: alive, and its client identity accepted.
+    # Every kubelet has registered the driver (its CSINode lists it), and the sidecars run.
+    csi-hostdir) running csi-hostdir && running csi-provisioner && running csi-resizer &&
+      [ "$(kubectl get csinode -o jsonpath='{range .items[*]}{.spec.drivers[*].name}{"\n"}{end}' |
+        grep -c hostdir.csi.etcd-operator.dev)" = "$(node_names | wc -l)" ] ;;
     local-path-provisioner) running local-path-provisioner &&
       "$(k8s_bin)/kubectl" --kubeconfig "$state/local-path.kubeconfig" auth can-i create persistentvolumes | grep -qx yes ;;
   esac
@@ -576,6 +580,24 @@ HELPER
   wait_for local-path-provisioner 30 ready local-path-provisioner
 }
 
+# The StorageClass whose claims grow (csi-hostdir, hack/manifests/csi-hostdir.yaml): the driver
+# serves every kubelet of this host and registers itself with each (no node-driver-registrar);
+# the sidecars use the admin identity, as test infrastructure of the host.
+deploy_csi_hostdir() {
+  local bin n nodes=(); bin=$("$here/build-tools.sh" csi-hostdir)
+  for n in $(node_names); do nodes+=(--node "$n=$(node_dir "$n")/kubelet/root"); done
+  mkdir -p "$state/csi-hostdir"
+  local sock=$state/csi-hostdir/controller.sock
+  start csi-hostdir "$bin/csi-hostdir" --state "$state/csi-hostdir" \
+    --controller-endpoint "unix://$sock" "${nodes[@]}"
+  kubectl apply -f "$here/manifests/csi-hostdir.yaml" >/dev/null
+  start csi-provisioner "$bin/csi-provisioner" --csi-address="$sock" --kubeconfig="$kubeconfig" \
+    --leader-election=false --timeout=30s
+  start csi-resizer "$bin/csi-resizer" --csi-address="$sock" --kubeconfig="$kubeconfig" \
+    --leader-election=false --timeout=30s
+  wait_for csi-hostdir 60 ready csi-hostdir
+}
+
 start_containerd() { # start_containerd NODE
   local n=$1 N; N=$(node_dir "$1")
   node_start_daemon "$n" "$n-containerd" containerd --config "$N/containerd/config.toml"
@@ -739,6 +761,7 @@ PROXY
   wait_all "${jobs_[@]}" || { log "a node failed to start: see $logs"; return 1; }
   deploy_coredns
   deploy_local_path
+  deploy_csi_hostdir
   for i in $(seq 1 "$count"); do wait_node_ready "eo-node-$i"; done
   wait_for "the host's kube-proxy" 60 ready kube-proxy
   allow_bridged
@@ -909,7 +932,8 @@ down() {
   if [ "${1:-}" != --control-plane-only ]; then
     for n in $(node_names); do node_stop "$n" >/dev/null 2>&1 || true; done
   fi
-  for n in local-path-provisioner kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$n"; done
+  for n in csi-resizer csi-provisioner csi-hostdir local-path-provisioner kube-proxy kube-scheduler \
+    kube-controller-manager kube-apiserver etcd; do stop_pid "$n"; done
   [ "${1:-}" = --control-plane-only ] || clean_nodes
   rm -rf "$state"
 }

@@ -398,3 +398,117 @@ fn volume_growth_refused_by_the_class_is_reported_then_replaced_onto_larger_clai
         tally.writes, tally.errors, tally.longest_stall, moved
     );
 }
+
+/// A larger storage request on a class that can expand (the local cluster's `csi-hostdir`: a
+/// CSI driver whose volumes grow, with the official external-resizer and the kubelets' own
+/// file-system step): each member's claim grows in place, never two at once, no member
+/// restarted, writes going on, every key kept.
+#[test]
+fn volume_growth_expands_each_claim_in_place_one_at_a_time_under_writes() {
+    const GROWN: &str = "expanded";
+    let k = Kubectl::from_env();
+    k.apply_crds();
+    assert!(
+        k.run(&["get", "storageclass", "csi-hostdir"], None)
+            .status
+            .success(),
+        "the local cluster's expandable StorageClass (hack/cluster.sh deploy_csi_hostdir)"
+    );
+    let namespace = k.namespace("expand");
+    let ns = namespace.name.as_str();
+    let _operator = Operator::install(&k, ns, &[]);
+    let claim = json!({"storageClassName": "csi-hostdir", "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}}});
+    let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": GROWN}, "spec": {"size": 3, "version": "3.6.16",
+            "pod": {"persistentVolumeClaimSpec": claim}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&cluster.to_string()));
+    until("3 healthy members", 300, || {
+        healthy_at_size(&k, ns, GROWN, 3)
+    });
+    let endpoint = e2e::client_endpoint(&k, ns, GROWN);
+    until("a write through the Service", 60, || {
+        write_once(&endpoint, 0).is_ok()
+    });
+    e2e::put_keys(&endpoint, "kept", 500);
+    let before = pod_uids(&k, ns, GROWN);
+
+    // How many claims are growing at once, sampled while the growth runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (stop, ns) = (stop.clone(), ns.to_string());
+        std::thread::spawn(move || {
+            let k = Kubectl::from_env();
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let growing = claim_sizes(&k, &ns, GROWN)
+                    .values()
+                    .filter(|(req, cap)| req == "2Gi" && cap != "2Gi")
+                    .count();
+                most = most.max(growing);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            most
+        })
+    };
+    let writer = Writer::start_with(&endpoint, Duration::from_secs(300), Keys::Unique);
+    let bigger = json!({"pod": {"persistentVolumeClaimSpec": {"resources": {"requests": {"storage": "2Gi"}}}}});
+    patch_spec(&k, ns, GROWN, bigger);
+    let grown = until("every claim grown to 2Gi", 300, || {
+        let sizes = claim_sizes(&k, ns, GROWN);
+        sizes.len() == 3
+            && sizes
+                .values()
+                .all(|(req, cap)| req == "2Gi" && cap == "2Gi")
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = sampler.join().unwrap();
+    let tally = writer.report();
+    assert!(most <= 1, "{most} claims grew at once");
+    assert_eq!(
+        pod_uids(&k, ns, GROWN),
+        before,
+        "no member restarted or replaced"
+    );
+    for p in member_pods(&k, ns, GROWN) {
+        assert_eq!(
+            p["status"]["containerStatuses"][0]["restartCount"], 0,
+            "{}",
+            p["metadata"]["name"]
+        );
+    }
+    assert!(
+        tally.writes > 50,
+        "the writer barely wrote: {}",
+        tally.writes
+    );
+    assert_acked_present(&endpoint, &tally.acked);
+    assert_eq!(e2e::keys_under(&endpoint, "kept-").unwrap().len(), 500);
+    assert_eq!(e2e::event_count(&k, ns, GROWN, "VolumeExpanding"), 3);
+    // Each claim annotated with its new size: at rest, no claim is read again.
+    until("every claim annotated with its size", 60, || {
+        let list: Value = serde_json::from_str(&k.ok(
+            &[
+                "get",
+                "pvc",
+                "-n",
+                ns,
+                "-l",
+                &format!("etcd_cluster={GROWN}"),
+                "-o",
+                "json",
+            ],
+            None,
+        ))
+        .unwrap();
+        list["items"].as_array().unwrap().iter().all(|c| {
+            c["metadata"]["annotations"]["etcd.database.coreos.com/storage"] == "2147483648"
+        })
+    });
+    let c = get(&k, ns, &format!("etcd/{GROWN}"));
+    assert_eq!(e2e::condition(&c, "Degraded"), "False", "{}", c["status"]);
+    println!(
+        "| 3 claims grown in place 1Gi → 2Gi (a CSI class that expands) under writes: writes lost / failed / longest stall / claims at once / time | 0 of {} / {} / {:.2?} / {most} / {:.1?} | 0 / - / - / 1 / - |",
+        tally.writes, tally.errors, tally.longest_stall, grown
+    );
+}

@@ -137,6 +137,9 @@ pub async fn observe(
         if c.requested < want || infeasible.is_some() {
             volumes.small.insert(member);
         } else if c.capacity < c.requested || c.resize.is_some() {
+            if c.resize.as_deref() == Some(NODE_RESIZE_PENDING) {
+                nudge(handles, obs, &member, c.requested).await?;
+            }
             let state = c.resize.unwrap_or_else(|| "waiting for the volume".into());
             volumes.expanding.insert(member, state);
         } else if !settled(&member) {
@@ -151,6 +154,45 @@ pub async fn observe(
         volumes.moving = volumes.small.clone();
     }
     Ok(volumes)
+}
+
+/// The resize state of a claim whose volume has grown and whose file system the kubelet is
+/// to grow next.
+const NODE_RESIZE_PENDING: &str = "NodeResizePending";
+
+/// Annotation of a member pod whose claim's file system is to grow: the size, in bytes.
+pub const RESIZE_ANNOTATION: &str = "etcd.database.coreos.com/storage-resize";
+
+/// Has the kubelet look at member `name`'s volumes now. A kubelet grows a mounted volume's
+/// file system when it next syncs the pod, which without a change to the pod is its periodic
+/// sync (every minute by default: 70 s on the local cluster); any update of the pod syncs it at
+/// once (0.2 s). One annotation write per member and size.
+async fn nudge(
+    handles: &Handles,
+    obs: &Observed,
+    name: &str,
+    bytes: u64,
+) -> Result<(), kube::Error> {
+    let Some(pod) = obs.pods.get(name) else {
+        return Ok(());
+    };
+    let size = bytes.to_string();
+    if pod.annotations().get(RESIZE_ANNOTATION) == Some(&size)
+        || pod.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": {RESIZE_ANNOTATION: size}}});
+    match handles
+        .pods
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone since it was observed: its next pod mounts the grown volume.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 async fn annotate(

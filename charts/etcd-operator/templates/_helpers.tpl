@@ -55,6 +55,8 @@ The rights the controllers use, and nothing else. Where each comes from:
   pods                  list, watch   kube/cache.rs (watcher over member pods), observe.rs (list)
   pods                  create        act.rs (a member's pod)
   pods                  delete        act.rs (a removed member's pod)
+  pods                  patch         volumes.rs (an annotation that has the kubelet grow a
+                                      member's file system now, not at its next periodic sync)
   pods                  get           act.rs (a new member's pod IP, before its member is added);
                                       backup/controller.rs (the IP of the member to snapshot)
   endpointslices        list, watch   act.rs (whether cluster DNS answers for a new member yet);
@@ -105,7 +107,7 @@ The rights the controllers use, and nothing else. Where each comes from:
   verbs: [patch]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [list, watch]
