@@ -231,6 +231,64 @@ fn defrag_rows(k: &Kubectl) -> Vec<Row> {
     )]
 }
 
+/// Hibernation of a 3-member etcd 3.6 cluster on claims whose members hold 1 GiB files (1,024
+/// keys of 1 MiB; issue 52's row): `spec.hibernation` with a store (versitygw) until
+/// `Hibernated` (the final snapshot taken and verified, every pod gone), then awake until
+/// Available again as the same members on their claims. The floor: twice apply to Available
+/// of an empty 3-member cluster, measured here (waking on claims restores nothing).
+fn hibernation_rows(k: &Kubectl) -> Vec<Row> {
+    let namespace = k.namespace("bench-hibernation");
+    let ns = namespace.name.as_str();
+    let _operator = e2e::Operator::install(k, ns, &[]);
+    let start = Instant::now();
+    apply_cluster(k, ns, "empty", 3);
+    until("empty Available", 600, || healthy_at_size(k, ns, "empty", 3));
+    let empty = start.elapsed();
+    k.ok(&["delete", "etcdcluster", "-n", ns, "empty", "--wait=false"], None);
+    let store = e2e::stores::Versitygw::start(&e2e::backups::store_host());
+    store.create_bucket("sleep");
+    e2e::backups::aws_secret(k, ns);
+    let c = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "sleepy"}, "spec": {"size": 3, "version": "3.6.16",
+            "pod": {"persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "4Gi"}}}}}});
+    k.ok(&["apply", "-n", ns, "-f", "-"], Some(&c.to_string()));
+    until("sleepy healthy", 600, || healthy_at_size(k, ns, "sleepy", 3));
+    fill(&client_endpoint(k, ns, "sleepy"), 1024);
+    let hibernation = json!({"enabled": true, "store": {"backupStorageType": "S3",
+        "s3": {"path": "sleep/bench", "awsSecret": "aws", "endpoint": store.url,
+            "forcePathStyle": true}}});
+    let start = Instant::now();
+    e2e::patch_spec(k, ns, "sleepy", json!({"hibernation": hibernation}));
+    until("sleepy Hibernated", 900, || {
+        get(k, ns, "etcdcluster/sleepy")["status"]["phase"] == "Hibernated"
+            && pod_names(k, ns, "sleepy").is_empty()
+    });
+    let asleep = start.elapsed();
+    let start = Instant::now();
+    e2e::patch_spec(k, ns, "sleepy", json!({"hibernation": {"enabled": false}}));
+    until("sleepy Available again", 900, || {
+        healthy_at_size(k, ns, "sleepy", 3)
+    });
+    let awake = start.elapsed();
+    vec![
+        (
+            "hibernate 3 members on claims holding 1 GiB each (final snapshot to S3 verified, \
+             pods gone)"
+                .into(),
+            secs(asleep),
+            "-".into(),
+            "printed".into(),
+        ),
+        (
+            "wake them to Available (the same members on their claims)".into(),
+            secs(awake),
+            format!("{} (2 × apply to Available of an empty 3-member cluster, {})", secs(2 * empty), secs(empty)),
+            "≤ the floor".into(),
+        ),
+    ]
+}
+
 /// Apply to Available for 3 and 5 members on etcd 3.6, and a member pod deleted to healthy at
 /// full size: three runs each, the median with every run beside it.
 fn speed_rows(k: &Kubectl, ns: &str) -> Vec<(String, String, &'static str)> {
@@ -949,6 +1007,11 @@ fn main() {
     // `BENCH_ONLY=defrag`: scheduled defragmentation of 1 GiB members (issue 27's row).
     if std::env::var("BENCH_ONLY").as_deref() == Ok("defrag") {
         print_table(vec![], floor, defrag_rows(&k));
+        return;
+    }
+    // `BENCH_ONLY=hibernation`: a 1 GiB cluster put to sleep and woken (issue 52's row).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("hibernation") {
+        print_table(vec![], floor, hibernation_rows(&k));
         return;
     }
     // `BENCH_ONLY=tls`: apply to Available with automatic TLS beside plain.
