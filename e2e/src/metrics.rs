@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// GET `path` from `addr` (`host:port`) over HTTP/1.0 (the server closes the connection after
 /// the response); the body of a 200 response.
-pub(crate) fn http_get(addr: &str, path: &str) -> Result<String, String> {
+pub fn http_get(addr: &str, path: &str) -> Result<String, String> {
     let target = resolve(addr)?;
     let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(2))
         .map_err(|e| format!("connecting to {addr}: {e}"))?;
