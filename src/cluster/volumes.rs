@@ -24,9 +24,9 @@ use crate::kube::quantity;
 /// to hold after growing.
 pub const STORAGE_ANNOTATION: &str = "etcd.database.coreos.com/storage";
 
-/// How long a refused expansion is taken as the answer before it is asked again: a
-/// StorageClass's `allowVolumeExpansion` may be turned on at any time, and nothing announces
-/// it to the claims.
+/// How long a refused expansion is taken as the answer before it is asked again (unless
+/// members move to new claims instead): a StorageClass's `allowVolumeExpansion` may be turned
+/// on at any time, and nothing announces it to the claims.
 pub const REFUSAL_RECHECK: Duration = Duration::from_secs(300);
 
 /// The spec's storage request, as written and in bytes, when members keep their data on
@@ -52,9 +52,14 @@ impl Refusal {
         self.0 = Some((bytes, why, Instant::now()));
     }
 
-    fn holds(&self, bytes: u64) -> Option<&str> {
+    /// The refusal, while it answers for `bytes`: for [`REFUSAL_RECHECK`], or for good once
+    /// members move to new claims instead (`moving`: asking again midway would stop the move
+    /// for a pass, and the roll's surplus member could then be the one removed).
+    fn holds(&self, bytes: u64, moving: bool) -> Option<&str> {
         match &self.0 {
-            Some((b, why, at)) if *b == bytes && at.elapsed() < REFUSAL_RECHECK => Some(why),
+            Some((b, why, at)) if *b == bytes && (moving || at.elapsed() < REFUSAL_RECHECK) => {
+                Some(why)
+            }
             _ => None,
         }
     }
@@ -146,10 +151,10 @@ pub async fn observe(
             annotate(&handles.pvcs, &member, c.requested).await?;
         }
     }
-    if let Some(why) = refusal.holds(want) {
+    let replace = cluster.spec.pod.as_ref().and_then(|p| p.on_resize) == Some(OnResize::Replace);
+    if let Some(why) = refusal.holds(want, replace) {
         volumes.refused.get_or_insert_with(|| why.to_string());
     }
-    let replace = cluster.spec.pod.as_ref().and_then(|p| p.on_resize) == Some(OnResize::Replace);
     if replace && volumes.refused.is_some() {
         volumes.moving = volumes.small.clone();
     }
@@ -206,4 +211,35 @@ async fn annotate(
     pvcs.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_answers_for_its_size_for_a_while_or_for_good_while_members_move() {
+        let mut refusal = Refusal::default();
+        assert_eq!(refusal.holds(2 << 30, false), None);
+        refusal.record(2 << 30, "the class does not allow it".into());
+        assert!(refusal.holds(2 << 30, false).is_some());
+        assert_eq!(
+            refusal.holds(3 << 30, false),
+            None,
+            "another size is asked again"
+        );
+        let long_ago = Instant::now().checked_sub(REFUSAL_RECHECK + Duration::from_secs(1));
+        if let (Some(at), Some((_, _, when))) = (long_ago, refusal.0.as_mut()) {
+            *when = at;
+            assert_eq!(
+                refusal.holds(2 << 30, false),
+                None,
+                "asked again after a while"
+            );
+            assert!(
+                refusal.holds(2 << 30, true).is_some(),
+                "not while members move"
+            );
+        }
+    }
 }
