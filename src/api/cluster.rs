@@ -76,6 +76,12 @@ pub const MAX_SIZE: i32 = 7;
     "rule": "!has(self.hibernation) || !self.hibernation.enabled || has(self.hibernation.store) || (has(self.pod) && has(self.pod.persistentVolumeClaimSpec))",
     "message": "spec.hibernation: a cluster without spec.pod.persistentVolumeClaimSpec keeps its data only in its pods; hibernating it needs spec.hibernation.store for the final snapshot, or its data would be lost"
 }, {
+    "rule": "!has(self.standby) || (has(self.auth) && self.auth.enabled)",
+    "message": "spec.standby needs spec.auth.enabled: etcd itself refuses clients' writes on a standby, by giving every role read permissions only"
+}, {
+    "rule": "!has(self.standby) || !has(oldSelf.standby) || self.standby == oldSelf.standby",
+    "message": "spec.standby.source cannot be changed on a standby: remove spec.standby to promote it, then set it again to follow another cluster"
+}, {
     "rule": "!has(self.bootstrap) || has(oldSelf.bootstrap)",
     "message": "spec.bootstrap is given when the cluster is created: this cluster already has its data"
 }]))]
@@ -164,6 +170,11 @@ pub struct EtcdClusterSpec {
     /// it: the same members on their claims, or the cluster restored from the final snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hibernation: Option<super::settings::Hibernation>,
+    /// A standby (an extension of this operator): a read-only copy of another cluster,
+    /// possibly in another Kubernetes cluster, bootstrapped from its continuous archive and
+    /// fed from it; removing it promotes the cluster. Needs `spec.auth.enabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<super::standby::Standby>,
 }
 
 /// A cluster's NetworkPolicy.
@@ -737,6 +748,9 @@ pub struct EtcdClusterStatus {
     /// Hibernation and waking, while either is under way or the cluster sleeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hibernation: Option<super::settings::HibernationStatus>,
+    /// As a standby, promoted, or a demoted primary (ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<super::standby::StandbyStatus>,
 }
 
 /// A defragmentation of every voter asked for by annotation ([`DEFRAG_ANNOTATION`]).

@@ -15,6 +15,7 @@ pub mod handoff;
 #[allow(clippy::duplicated_attributes)]
 pub mod restore;
 pub mod settings;
+pub mod standby;
 pub mod validation;
 
 pub use auth::{Auth, AuthRole, AuthStatus, AuthUser, PasswordSecret, Permission, PermissionType};
@@ -47,6 +48,7 @@ pub use settings::{
     ClientService, GrpcKeepalive, Hibernation, HibernationPhase, HibernationStatus, LogFormat,
     LogLevel, OnResize, ServiceType, TrafficDistribution, Tuning,
 };
+pub use standby::{DEMOTE_ANNOTATION, Handover, MARKER_KEY, Standby, StandbyPhase, StandbyStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

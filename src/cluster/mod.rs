@@ -36,6 +36,7 @@ pub mod plan;
 pub mod recovery;
 pub mod resources;
 pub mod serving;
+pub mod standby;
 pub mod status;
 pub mod supervisor;
 pub mod task;

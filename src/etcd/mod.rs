@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod auth;
+mod follow;
 mod token;
+
+pub use follow::Guarded;
 
 pub use token::Root;
 
@@ -107,6 +110,13 @@ pub enum Error {
         #[source]
         source: etcd_client::Error,
     },
+    /// A standby's replay could not read or write its data.
+    #[error("{what}: {source}")]
+    Follow {
+        what: String,
+        #[source]
+        source: etcd_client::Error,
+    },
     /// A watch could not be opened, or its stream broke.
     #[error("watching from revision {revision}: {source}")]
     Watch {
@@ -141,6 +151,7 @@ impl Error {
             Error::Malformed(..) => "etcd_malformed",
             Error::Watch { .. } => "etcd_watch",
             Error::Auth { .. } => "etcd_auth",
+            Error::Follow { .. } => "etcd_follow",
         }
     }
 

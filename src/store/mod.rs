@@ -14,12 +14,15 @@
 //!   their replay to a revision or a time;
 //! - [`pitr`]: a restore to a revision or a time, planned from the store, and the changes
 //!   its seed replays;
+//! - [`follow`]: a standby following an archive: the chunks after what it replayed, the
+//!   transactions that apply them, and a demoted primary's handover record;
 //! - [`slots`]: how many snapshots stream at once, process-wide.
 
 pub mod chunk;
 pub mod compress;
 pub mod endpoint;
 pub mod error;
+pub mod follow;
 pub mod location;
 pub mod naming;
 pub mod pitr;

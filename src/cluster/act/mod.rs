@@ -164,7 +164,7 @@ pub async fn connect(obs: &Observed) -> Result<Etcd, Error> {
 }
 
 /// The healthy voters' endpoints as last observed, the leader's first.
-fn voter_endpoints(obs: &Observed) -> Vec<etcd::Endpoint> {
+pub fn voter_endpoints(obs: &Observed) -> Vec<etcd::Endpoint> {
     let members = obs.plan.members.as_deref().unwrap_or_default();
     let healthy = members.iter().filter(|m| m.healthy && !m.is_learner);
     let leader = healthy.clone().find(|m| Some(m.id) == obs.plan.leader);

@@ -34,6 +34,8 @@ pub struct Finding {
     pub error: Option<String>,
     /// How many changes this pass made.
     pub changed: usize,
+    /// Clients may only read, as etcd now holds it (a standby, a demoted primary).
+    pub read_only: bool,
 }
 
 /// What the stage remembers between passes: the inputs of the last pass that left everything
@@ -50,7 +52,12 @@ struct Inputs {
     key: String,
 }
 
-async fn inputs(handles: &Handles, cluster: &EtcdCluster, obs: &Observed) -> Option<Inputs> {
+async fn inputs(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    read_only: bool,
+) -> Option<Inputs> {
     let api = &handles.secrets;
     let ns = api.namespace().to_string();
     let auth = cluster.spec.auth.as_ref();
@@ -62,7 +69,7 @@ async fn inputs(handles: &Handles, cluster: &EtcdCluster, obs: &Observed) -> Opt
             secrets.insert(ps.name.clone(), api.get_opt(&ps.name).await);
         }
     }
-    let declared = plan::declare(auth, |i| {
+    let mut declared = plan::declare(auth, |i| {
         let ps = auth?.users[i].password_secret.as_ref()?;
         Some(match &secrets[&ps.name] {
             Err(e) => Err(format!("reading Secret {ns}/{}: {e}", ps.name)),
@@ -79,6 +86,9 @@ async fn inputs(handles: &Handles, cluster: &EtcdCluster, obs: &Observed) -> Opt
                 }),
         })
     });
+    if read_only {
+        plan::read_only(&mut declared);
+    }
     let root_name = root_secret(&cluster.name_any());
     let root_secret = api.get_opt(&root_name).await.ok().flatten()?;
     let root = password_in(&root_secret, ROOT_PASSWORD_KEY)?;
@@ -93,7 +103,7 @@ async fn inputs(handles: &Handles, cluster: &EtcdCluster, obs: &Observed) -> Opt
         .collect();
     let cluster_id = obs.statuses.values().next().map(|s| s.cluster_id);
     let key = format!(
-        "{:?} {root_version} {versions:?} {cluster_id:?} {:?}",
+        "{:?} {root_version} {versions:?} {cluster_id:?} {:?} {read_only}",
         cluster.metadata.generation, declared.problems
     );
     Some(Inputs {
@@ -103,11 +113,13 @@ async fn inputs(handles: &Handles, cluster: &EtcdCluster, obs: &Observed) -> Opt
     })
 }
 
-/// Brings etcd's access control to the spec; `None` when the cluster has none and never had.
+/// Brings etcd's access control to the spec (every role read-only when `read_only`: a
+/// standby, a demoted primary); `None` when the cluster has none and never had.
 pub async fn reconcile(
     handles: &Handles,
     cluster: &EtcdCluster,
     obs: &Observed,
+    read_only: bool,
     memory: &mut Memory,
 ) -> Option<Finding> {
     if !access::wanted(cluster) {
@@ -124,7 +136,7 @@ pub async fn reconcile(
         error: Some(error),
         ..Finding::default()
     };
-    let Some(inputs) = inputs(handles, cluster, obs).await else {
+    let Some(inputs) = inputs(handles, cluster, obs, read_only).await else {
         return Some(failed(format!(
             "Secret {}/{} holds no root password yet",
             handles.secrets.namespace(),
@@ -170,5 +182,6 @@ async fn apply(obs: &Observed, inputs: &Inputs, managed: &AuthStatus) -> Result<
         problems: inputs.declared.problems.clone(),
         error: None,
         changed,
+        read_only: inputs.declared.read_only,
     })
 }

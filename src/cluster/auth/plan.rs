@@ -31,6 +31,27 @@ pub struct Declared {
     pub held: BTreeSet<String>,
     /// What could not be applied, each naming its field.
     pub problems: Vec<String>,
+    /// Clients may only read ([`read_only`]).
+    pub read_only: bool,
+}
+
+/// A standby's or a demoted primary's access control: every declared role keeps its read
+/// permissions only, and roles etcd holds that are not declared (made by hand, or brought by
+/// the source's data) lose their write permissions too; only root writes. Promotion gives the
+/// declared roles their permissions back; undeclared ones stay read-only.
+pub fn read_only(declared: &mut Declared) {
+    declared.read_only = true;
+    for perms in declared.roles.values_mut() {
+        *perms = perms.iter().filter_map(reading).collect();
+    }
+}
+
+/// The read part of `p`, if it has one.
+fn reading(p: &Perm) -> Option<Perm> {
+    (p.kind != Kind::Write).then(|| Perm {
+        kind: Kind::Read,
+        ..p.clone()
+    })
 }
 
 /// A permission of the spec as etcd stores it.
@@ -139,11 +160,19 @@ pub fn changes(
             want.difference(have)
                 .map(|p| Op::Grant(name.clone(), p.clone())),
         );
+        // A grant on the same key or range replaces the permission's type: revoking it too
+        // (etcd revokes by range, whatever the type) would race with the grant.
+        let regranted = |p: &Perm| {
+            want.iter()
+                .any(|w| w.key == p.key && w.range_end == p.range_end)
+        };
         ops.extend(
             have.difference(want)
+                .filter(|p| !regranted(p))
                 .map(|p| Op::Revoke(name.clone(), p.clone())),
         );
     }
+    undeclared_read_only(declared, current, &mut ops);
     for name in &managed.roles {
         if !declared.roles.contains_key(name) && current.roles.contains_key(name) {
             ops.push(Op::DeleteRole(name.clone()));
@@ -179,6 +208,24 @@ pub fn changes(
             roles: declared.roles.keys().cloned().collect(),
             password_versions: versions,
         },
+    }
+}
+
+/// While read-only, the write permissions of roles etcd holds that are not declared.
+fn undeclared_read_only(declared: &Declared, current: &State, ops: &mut Vec<Op>) {
+    if !declared.read_only {
+        return;
+    }
+    for (name, have) in &current.roles {
+        if declared.roles.contains_key(name) || name == ROOT {
+            continue;
+        }
+        for p in have.iter().filter(|p| p.kind != Kind::Read) {
+            ops.push(match reading(p) {
+                Some(read) => Op::Grant(name.clone(), read),
+                None => Op::Revoke(name.clone(), p.clone()),
+            });
+        }
     }
 }
 

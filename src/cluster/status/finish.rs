@@ -37,6 +37,8 @@ pub struct Findings {
     pub auth: Option<crate::cluster::auth::Finding>,
     /// How long ago a pass last found the cluster Available, if one did.
     pub available_ago: Option<std::time::Duration>,
+    /// `status.standby` as the standby stage left it; `None`: as it was.
+    pub standby: Option<Option<crate::api::StandbyStatus>>,
 }
 
 /// The status of a pass, and what it says that deserves an Event.
@@ -59,6 +61,9 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
     let previous = cluster.status.clone().unwrap_or_default();
     let available = super::hold_available(&mut status, &previous, action, found.available_ago);
     status.restore = found.restore.or(status.restore);
+    if let Some(standby) = found.standby {
+        status.standby = standby;
+    }
     if let Some(message) = &found.held_back {
         super::mark_degraded(
             &mut status,

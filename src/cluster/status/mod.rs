@@ -141,6 +141,7 @@ pub fn compute(cluster: &EtcdCluster, obs: &Observed, action: &Action) -> EtcdCl
             &previous,
         ),
         hibernation,
+        standby: previous.standby.clone(),
     }
 }
 

@@ -61,6 +61,8 @@ pub(super) struct Carried {
     pub(super) final_snapshot: Option<crate::cluster::plan::FinalSnapshot>,
     /// The API server's last refusal to expand a claim to the spec's storage request.
     pub(super) expansion_refused: crate::cluster::volumes::Refusal,
+    /// A standby's replayer.
+    pub(super) standby: crate::cluster::standby::Memory,
 }
 
 impl Carried {

@@ -21,6 +21,7 @@ use crate::cluster::observe::{self, Observed};
 use crate::cluster::plan::{self, Action, Target};
 use crate::cluster::recovery;
 use crate::cluster::resources;
+use crate::cluster::standby;
 use crate::cluster::status;
 use crate::cluster::upkeep;
 use crate::cluster::version;
@@ -226,6 +227,12 @@ pub(super) async fn reconcile(
     let defragmented = counted(ctx, cluster, effects.defragmented);
     let restore = restore.as_ref();
     let auth = auth_stage(handles, cluster, &obs, restore, memory).await;
+    let standby = if cluster.spec.is_paused() {
+        None
+    } else {
+        let kept = &mut memory.carried.standby;
+        standby::stage(handles, cluster, &obs, auth.as_ref(), kept).await
+    };
     let mut found = findings(
         &obs,
         &action,
@@ -236,11 +243,17 @@ pub(super) async fn reconcile(
         memory,
     );
     found.auth = auth;
+    found.standby = standby;
     let new_status = report(ctx, cluster, &obs, &action, found, memory).await?;
     if matches!(action, Action::QuorumLost { .. }) {
         return Ok(Duration::from_secs(5));
     }
-    next_look(ctx, cluster, &obs, &action, outcome, &new_status, memory).await
+    let look = next_look(ctx, cluster, &obs, &action, outcome, &new_status, memory).await?;
+    Ok(if standby::busy(cluster) {
+        look.min(standby::LOOK_AGAIN)
+    } else {
+        look
+    })
 }
 
 /// The access-control stage ([`crate::cluster::auth`]): run when a leader serves and nothing
@@ -255,7 +268,9 @@ pub(super) async fn auth_stage(
     if restore.is_some() || cluster.spec.is_paused() || obs.plan.leader.is_none() {
         return None;
     }
-    crate::cluster::auth::reconcile(handles, cluster, obs, &mut memory.carried.auth).await
+    let read_only = standby::read_only(cluster);
+    crate::cluster::auth::reconcile(handles, cluster, obs, read_only, &mut memory.carried.auth)
+        .await
 }
 
 /// The restore handed over, if any, once its source vouches for it

@@ -146,6 +146,7 @@ pub(super) fn findings(
             .filter(|_| !obs.plan.nospace.is_empty())
             .map(|(_, _, why)| why.clone()),
         auth: None,
+        standby: None,
     }
 }
 

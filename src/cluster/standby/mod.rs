@@ -1,0 +1,422 @@
+//! The task's side of standby clusters (issue 53): `spec.standby` (bootstrapped from the
+//! source's archive by an EtcdRestore, then fed by a [`replayer::Replayer`]), its promotion
+//! when the section is removed, and a primary's demotion by annotation for a switchover.
+//!
+//! Clients' writes are refused by etcd itself: while the cluster is a copy, or is being
+//! demoted, the access-control stage gives every role its read permissions only
+//! ([`read_only`]); root, the operator's, replays.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::{Resource, ResourceExt};
+
+use super::auth::Finding;
+use super::handles::Handles;
+use super::observe::Observed;
+use crate::api::{
+    DEMOTE_ANNOTATION, EtcdCluster, EtcdRestore, EtcdRestoreSpec, Handover, RecoveryStore,
+    RestorePhase, RestoreTo, StandbyPhase, StandbyStatus, StorageSection,
+};
+use crate::store::location::{Storage, target};
+
+pub mod replayer;
+
+use replayer::{Feed, Replayer};
+
+/// Labels the EtcdRestores that bootstrap a standby, with the cluster's name.
+pub const STANDBY_LABEL: &str = "etcd.database.coreos.com/standby-of";
+
+/// How soon a task looks again while a standby follows, promotes or a primary is demoted:
+/// the status reports the replay's progress.
+pub const LOOK_AGAIN: Duration = Duration::from_secs(2);
+
+/// etcd's default `--max-txn-ops`.
+const DEFAULT_MAX_TXN_OPS: usize = 128;
+
+/// What the stage keeps between passes.
+#[derive(Default)]
+pub struct Memory {
+    replayer: Option<Replayer>,
+}
+
+/// Whether etcd must refuse clients' writes: a standby, one promoting, a demoted primary.
+pub fn read_only(cluster: &EtcdCluster) -> bool {
+    cluster.spec.standby.is_some()
+        || cluster.annotations().contains_key(DEMOTE_ANNOTATION)
+        || previous(cluster).is_some_and(|s| s.read_only())
+}
+
+/// Whether the stage has work under way (the task then looks again soon).
+pub fn busy(cluster: &EtcdCluster) -> bool {
+    read_only(cluster)
+}
+
+fn previous(cluster: &EtcdCluster) -> Option<&StandbyStatus> {
+    cluster.status.as_ref()?.standby.as_ref()
+}
+
+/// The stage: returns `status.standby` as it must now be, or `None` to leave it.
+pub async fn stage(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    auth: Option<&Finding>,
+    memory: &mut Memory,
+) -> Option<Option<StandbyStatus>> {
+    let before = previous(cluster).cloned();
+    let phase = before.as_ref().and_then(|s| s.phase);
+    let demote = cluster.annotations().contains_key(DEMOTE_ANNOTATION);
+    let now = match (&cluster.spec.standby, phase) {
+        (Some(s), Some(StandbyPhase::Bootstrapping | StandbyPhase::Standby))
+            if before.as_ref().and_then(|b| b.source.as_ref()) == Some(&s.source) =>
+        {
+            let before = before.clone().unwrap_or_default();
+            if phase == Some(StandbyPhase::Bootstrapping) {
+                bootstrapped(handles, before).await
+            } else {
+                follow(handles, cluster, obs, before, false, memory)
+            }
+        }
+        (Some(s), _) => {
+            memory.replayer = None;
+            bootstrap(handles, cluster, &s.source).await
+        }
+        (None, Some(StandbyPhase::Standby | StandbyPhase::Promoting)) => {
+            let before = before.clone().unwrap_or_default();
+            follow(handles, cluster, obs, before, true, memory)
+        }
+        (None, Some(StandbyPhase::Bootstrapping)) => StandbyStatus {
+            message: "spec.standby was removed before the standby was bootstrapped: the \
+                      cluster keeps what its restore brought, writable"
+                .into(),
+            ..StandbyStatus::default()
+        },
+        (None, Some(StandbyPhase::Demoting | StandbyPhase::Demoted)) if !demote => {
+            undemote(handles, cluster).await;
+            return Some(None);
+        }
+        (None, Some(StandbyPhase::Demoting)) => {
+            demoting(
+                handles,
+                cluster,
+                obs,
+                auth,
+                before.clone().unwrap_or_default(),
+            )
+            .await
+        }
+        (None, Some(StandbyPhase::Demoted)) => return None,
+        (None, _) if demote => StandbyStatus {
+            phase: Some(StandbyPhase::Demoting),
+            message: "making every role read-only".into(),
+            ..StandbyStatus::default()
+        },
+        (None, _) => return None,
+    };
+    (Some(&now) != before.as_ref()).then_some(Some(now))
+}
+
+/// Starts a standby: an EtcdRestore of the source's newest snapshot and archived changes
+/// (to now), owned by the cluster.
+async fn bootstrap(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    source: &RecoveryStore,
+) -> StandbyStatus {
+    let uid = uuid::Uuid::new_v4().simple().to_string();
+    let name = format!("{}-standby-{}", cluster.name_any(), &uid[..8]);
+    let section = StorageSection::from(source);
+    let path = section.path().unwrap_or_default().to_string();
+    let mut spec = EtcdRestoreSpec::of(section, &path, &cluster.name_any());
+    spec.restore_to = Some(RestoreTo {
+        revision: None,
+        time: Some(Timestamp::now().to_string()),
+    });
+    let mut restore = EtcdRestore::new(&name, spec);
+    restore.metadata = ObjectMeta {
+        name: Some(name.clone()),
+        labels: Some([(STANDBY_LABEL.to_string(), cluster.name_any())].into()),
+        owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    };
+    let mut status = StandbyStatus {
+        phase: Some(StandbyPhase::Bootstrapping),
+        source: Some(source.clone()),
+        restore: name.clone(),
+        message: format!("EtcdRestore {name} restores the source's newest snapshot and archive"),
+        ..StandbyStatus::default()
+    };
+    if let Err(e) = handles
+        .restores
+        .create(&PostParams::default(), &restore)
+        .await
+    {
+        status.restore = String::new();
+        status.message = format!("creating EtcdRestore {name}: {e}");
+    }
+    status
+}
+
+/// A bootstrap's EtcdRestore looked at: once it completed, the standby follows from the
+/// revision it reached.
+async fn bootstrapped(handles: &Handles, mut before: StandbyStatus) -> StandbyStatus {
+    let restore = match handles.restores.get_opt(&before.restore).await {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            // Deleted, or never made: made again.
+            before.phase = None;
+            before.message = format!("EtcdRestore {} is gone", before.restore);
+            return before;
+        }
+        Err(e) => {
+            before.message = format!("reading EtcdRestore {}: {e}", before.restore);
+            return before;
+        }
+    };
+    let status = restore.status.unwrap_or_default();
+    match (status.phase, status.target_revision) {
+        (Some(RestorePhase::Completed), Some(revision)) => {
+            before.phase = Some(StandbyPhase::Standby);
+            before.replayed_revision = Some(revision);
+            before.message = String::new();
+        }
+        (Some(RestorePhase::Failed), _) => {
+            before.message = format!(
+                "EtcdRestore {} failed: {}; delete it to try again",
+                before.restore, status.reason
+            );
+        }
+        (phase, _) => {
+            before.message = format!(
+                "EtcdRestore {} restores the source's newest snapshot and archive ({})",
+                before.restore,
+                phase.map_or("Pending".to_string(), |p| format!("{p:?}"))
+            );
+        }
+    }
+    before
+}
+
+/// Feeds the replayer (started if it is not running) and reports its progress; with
+/// `promote`, until the promotion is done.
+fn follow(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    mut before: StandbyStatus,
+    promote: bool,
+    memory: &mut Memory,
+) -> StandbyStatus {
+    let Some(source) = before.source.clone() else {
+        before.message = "status.standby names no source to follow".into();
+        return before;
+    };
+    let feed = Feed {
+        endpoints: super::act::voter_endpoints(obs),
+        restore: before.restore.clone(),
+        start: before.replayed_revision.unwrap_or_default(),
+        max_ops: max_txn_ops(cluster),
+        promote,
+    };
+    if memory
+        .replayer
+        .as_ref()
+        .is_none_or(|r| r.source != source || (r.finished() && r.progress().promoted.is_none()))
+    {
+        let client = handles.clusters.clone().into_client();
+        let ns = cluster.namespace().unwrap_or_default();
+        memory.replayer = Some(Replayer::start(client, ns, source, feed.clone()));
+    }
+    let Some(replayer) = &memory.replayer else {
+        return before;
+    };
+    replayer.feed(feed);
+    let progress = replayer.progress();
+    before.replayed_revision = progress.replayed.or(before.replayed_revision);
+    before.archived_revision = progress.archived.or(before.archived_revision);
+    before.lag_milliseconds = Some(
+        progress
+            .waiting_since_ms
+            .map_or(0, |ms| (Timestamp::now().as_millisecond() - ms).max(0)),
+    );
+    before.message = progress.error.clone().unwrap_or_default();
+    before.phase = Some(if promote {
+        StandbyPhase::Promoting
+    } else {
+        StandbyPhase::Standby
+    });
+    if let Some(done) = progress.promoted {
+        memory.replayer = None;
+        before.phase = Some(StandbyPhase::Promoted);
+        before.promoted_revision = Some(done.revision);
+        before.promoted_at = Some(Timestamp::now().to_string());
+        before.promotion = if done.switchover {
+            "Switchover"
+        } else {
+            "Failover"
+        }
+        .into();
+        before.lag_milliseconds = None;
+        before.message = done.short.unwrap_or_default();
+    }
+    before
+}
+
+fn max_txn_ops(cluster: &EtcdCluster) -> usize {
+    cluster
+        .spec
+        .tuning
+        .as_ref()
+        .and_then(|t| t.max_txn_ops)
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(DEFAULT_MAX_TXN_OPS)
+}
+
+/// The EtcdBackups that archive `cluster` continuously, with where their archives are.
+async fn archives(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+) -> Result<Vec<(String, crate::store::storage::Target)>, String> {
+    let list = handles
+        .backups
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("listing EtcdBackups: {e}"))?;
+    let client = handles.clusters.clone().into_client();
+    let ns = cluster.namespace().unwrap_or_default();
+    let mut out = Vec::new();
+    for b in list.items {
+        let policy = b.spec.backup_policy.as_ref();
+        let archiving = policy.is_some_and(|p| {
+            p.backup_interval_in_second.unwrap_or(0) > 0 && p.continuous.is_some()
+        });
+        if b.spec.cluster_name.as_deref() != Some(cluster.name_any().as_str()) || !archiving {
+            continue;
+        }
+        let (t, _) = target(&client, &ns, Storage::from(&b.spec))
+            .await
+            .map_err(|e| format!("EtcdBackup {}: {e}", b.name_any()))?;
+        out.push((b.name_any(), t));
+    }
+    Ok(out)
+}
+
+/// A primary being demoted: once etcd holds every role read-only, its last revision is read,
+/// and once every continuous archive of it holds that revision, the handover is recorded next
+/// to each.
+async fn demoting(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    auth: Option<&Finding>,
+    mut before: StandbyStatus,
+) -> StandbyStatus {
+    if !auth.is_some_and(|a| a.read_only && a.error.is_none()) {
+        before.message = "making every role read-only".into();
+        return before;
+    }
+    let Some(revision) = before.demoted_revision else {
+        // Read after the roles changed: no client write can come after it.
+        match last_revision(obs).await {
+            Ok(r) => {
+                before.demoted_revision = Some(r);
+                before.message = format!("waiting for the continuous archive to hold revision {r}");
+            }
+            Err(e) => before.message = e,
+        }
+        return before;
+    };
+    let archives = match archives(handles, cluster).await {
+        Ok(a) if a.is_empty() => {
+            before.message = "no EtcdBackup archives this cluster continuously \
+                              (backupPolicy.continuous): a standby cannot promote at its last \
+                              revision"
+                .into();
+            return before;
+        }
+        Ok(a) => a,
+        Err(e) => {
+            before.message = e;
+            return before;
+        }
+    };
+    let cluster_id = cluster
+        .status
+        .as_ref()
+        .map(|s| s.cluster_id.clone())
+        .unwrap_or_default();
+    for (name, t) in &archives {
+        let key = t.location.to_string();
+        let covered = match archived_through(t.store.as_ref(), &key).await {
+            Ok(c) => c,
+            Err(e) => {
+                before.message = format!("EtcdBackup {name}: {e}");
+                return before;
+            }
+        };
+        if covered < revision {
+            before.message = format!(
+                "waiting for EtcdBackup {name}'s archive to hold revision {revision} (it holds {covered})"
+            );
+            return before;
+        }
+        let handover = Handover {
+            revision,
+            cluster_id: cluster_id.clone(),
+            at: Timestamp::now().to_string(),
+        };
+        if let Err(e) =
+            crate::store::follow::write_handover(t.store.as_ref(), &key, &handover).await
+        {
+            before.message = format!("EtcdBackup {name}: {e}");
+            return before;
+        }
+    }
+    before.phase = Some(StandbyPhase::Demoted);
+    before.message =
+        format!("the archive holds revision {revision}, the last: a standby of it may promote");
+    before
+}
+
+/// The last revision the archive at `key` holds without a gap after its newest snapshot.
+async fn archived_through(store: &dyn object_store::ObjectStore, key: &str) -> Result<i64, String> {
+    let snaps = crate::store::pitr::snapshots(store, key)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ranges = crate::store::pitr::chunk_ranges(store, key)
+        .await
+        .map_err(|e| e.to_string())?;
+    let newest = snaps.last().map(|s| s.0);
+    Ok(match crate::store::chunk::resume(&ranges, newest, 0) {
+        crate::store::chunk::Resume::After(r) => r,
+        _ => 0,
+    })
+}
+
+/// The members' revision now, from the leader.
+async fn last_revision(obs: &Observed) -> Result<i64, String> {
+    let endpoint = super::act::voter_endpoints(obs)
+        .into_iter()
+        .next()
+        .ok_or("no healthy member to read the last revision from")?;
+    crate::etcd::status(&endpoint, Duration::from_secs(5))
+        .await
+        .map(|s| s.revision)
+        .map_err(|e| e.to_string())
+}
+
+/// The demotion withdrawn: the handover records are deleted (no standby may promote at them
+/// any more); the roles get their permissions back on this pass.
+async fn undemote(handles: &Handles, cluster: &EtcdCluster) {
+    let Ok(archives) = archives(handles, cluster).await else {
+        return;
+    };
+    for (name, t) in archives {
+        let key = t.location.to_string();
+        if let Err(e) = crate::store::follow::delete_handover(t.store.as_ref(), &key).await {
+            tracing::warn!(backup = name, error = %e, "deleting the handover record");
+        }
+    }
+}
