@@ -41,10 +41,31 @@
 #
 # NODES (1 to 9) is read by `up`. KUBELET_MAX_PODS (default 110) is each node's pod limit; the pod
 # range is a /24, so at most 253 pods per node get an address.
+#
+# A second cluster, independent of the first, runs beside it with ETCD_OPERATOR_CLUSTER_INDEX=2
+# (default 1, the cluster above) on every command: its state in /tmp/etcd-operator-cluster-2
+# (ETCD_OPERATOR_CLUSTER_DIR still overrides), nodes eo2-node-i (network namespaces, cgroups
+# /eo2/eo2-node-i, veths eo2-vethi) at 10.245.0.(10+i) with pods in 10.245.i.0/24 on the bridge
+# eo-br2 (10.245.0.1), Services in 10.97.0.0/16 (DNS 10.97.0.10), the API server on
+# 10.245.0.1:6444, its etcd on 127.0.0.1:2489/2490, kube-controller-manager on :10267 and
+# kube-scheduler on :10269. It has no kube-proxy on the host (two would fight over the host's
+# chains): its Service addresses work from its nodes and pods only; the host reaches its pods by
+# pod address, and its API server reaches webhooks by endpoint (--enable-aggregator-routing). Its
+# pods reach the first cluster's bridge address (10.244.0.1) and pods, and the first's pods its
+# own, through the host (IP forwarding on while it is up; FORWARD rules `eo-nodes`). Each
+# cluster's `up`, `down` and `node` touch only their own namespaces, bridge, routes, rules,
+# cgroups and processes; the host-wide sysctls are put back by the last one's `down`.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-state=${ETCD_OPERATOR_CLUSTER_DIR:-/tmp/etcd-operator-cluster}
+# Which of the two local clusters: every name, address and port of the host that one of them
+# uses is its own.
+index=${ETCD_OPERATOR_CLUSTER_INDEX:-1}
+case $index in
+  1) eo=eo; bridge="eo-br0"; state=${ETCD_OPERATOR_CLUSTER_DIR:-/tmp/etcd-operator-cluster} ;;
+  2) eo=eo2; bridge="eo-br2"; state=${ETCD_OPERATOR_CLUSTER_DIR:-/tmp/etcd-operator-cluster-2} ;;
+  *) echo "[cluster] ETCD_OPERATOR_CLUSTER_INDEX=$index: 1 or 2" >&2; exit 2 ;;
+esac
 pki=$state/pki
 logs=$state/logs
 pids=$state/pids
@@ -52,17 +73,29 @@ cmds=$state/cmd
 kubeconfig=$state/kubeconfig
 api_host=127.0.0.1
 [ -f "$state/api-host" ] && api_host=$(cat "$state/api-host")
-bridge=eo-br0
-bridge_ip=10.244.0.1
-cluster_cidr=10.244.0.0/16
-dns_ip=10.96.0.10
-api_port=${ETCD_OPERATOR_API_PORT:-6443}
-etcd_client_port=${ETCD_OPERATOR_API_ETCD_PORT:-2479}
+# A state directory is one cluster's: the other's index on it would mix their names and addresses.
+if [ -f "$state/cluster-index" ] && [ "$(cat "$state/cluster-index")" != "$index" ]; then
+  echo "[cluster] $state is cluster $(cat "$state/cluster-index")'s, not ETCD_OPERATOR_CLUSTER_INDEX=$index's" >&2
+  exit 2
+fi
+net=10.$((243 + index))  # node i at $net.0.(10+i), its pods in $net.i.0/24
+svc=10.$((95 + index))   # Service addresses
+node_prefix=$eo-node-    # network namespaces, cgroups /$eo/NODE, node directories, node names
+veth_prefix=$eo-veth
+bridge_ip=$net.0.1
+cluster_cidr=$net.0.0/16
+dns_ip=$svc.0.10
+port_offset=$(((index - 1) * 10))
+api_port=${ETCD_OPERATOR_API_PORT:-$((6442 + index))}
+etcd_client_port=${ETCD_OPERATOR_API_ETCD_PORT:-$((2479 + port_offset))}
 etcd_peer_port=$((etcd_client_port + 1))
-controller_manager_port=${ETCD_OPERATOR_CONTROLLER_MANAGER_PORT:-10257}
+controller_manager_port=${ETCD_OPERATOR_CONTROLLER_MANAGER_PORT:-$((10257 + port_offset))}
+scheduler_port=$((10259 + port_offset))
 max_pods=${KUBELET_MAX_PODS:-110}
-service_cidr=10.96.0.0/16
-service_ip=10.96.0.1
+service_cidr=$svc.0.0/16
+service_ip=$svc.0.1
+# Host-wide bookkeeping shared by both clusters (what the host's sysctls were before either).
+shared=/run/etcd-operator-clusters
 # Node failure is noticed in 20 s (the default is 50 s); the operator's own grace comes on top.
 node_monitor_grace=${NODE_MONITOR_GRACE:-20s}
 v2=/sys/fs/cgroup/unified
@@ -212,7 +245,7 @@ ready() { # ready COMPONENT [NODE]: whether it answers
     etcd) curl -fsS "http://127.0.0.1:$etcd_client_port/health" ;;
     kube-apiserver) kubectl get --raw /readyz ;;
     kube-controller-manager) curl -fksS "https://127.0.0.1:$controller_manager_port/healthz" ;;
-    kube-scheduler) curl -fksS https://127.0.0.1:10259/healthz ;;
+    kube-scheduler) curl -fksS "https://127.0.0.1:$scheduler_port/healthz" ;;
     kube-proxy) curl -sS -o /dev/null http://127.0.0.1:10256/healthz ;;
     # No health endpoint: alive, and its client identity accepted.
     # Every kubelet has registered the driver (its CSINode lists it), and the sidecars run.
@@ -237,6 +270,10 @@ start_etcd() {
 
 start_apiserver() {
   local bin; bin=$(k8s_bin)
+  # Without a kube-proxy on the host (the second cluster), a Service address means nothing here:
+  # webhooks and aggregated APIs are dialled at their endpoints (pod addresses, routed).
+  local aggregator_routing=()
+  [ "$index" = 1 ] || aggregator_routing=(--enable-aggregator-routing=true)
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_client_port" \
     --bind-address="$api_host" --advertise-address="$api_host" --secure-port="$api_port" \
@@ -248,7 +285,8 @@ start_apiserver() {
     --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
-    --allow-privileged=true --profiling=false --kubelet-preferred-address-types=InternalIP,Hostname
+    --allow-privileged=true --profiling=false --kubelet-preferred-address-types=InternalIP,Hostname \
+    "${aggregator_routing[@]}"
   wait_for "kube-apiserver /readyz" 90 ready kube-apiserver
 }
 
@@ -257,6 +295,7 @@ up_control_plane() {
   local bin; bin=$("$here/build-k8s.sh" kube-apiserver kube-controller-manager kubectl)
   mkdir -p "$logs" "$pids" "$state/etcd"
   echo "$api_host" > "$state/api-host"
+  echo "$index" > "$state/cluster-index"
   make_pki
   write_kubeconfig "$kubeconfig" admin
   write_kubeconfig "$state/controller-manager.kubeconfig" controller-manager
@@ -282,13 +321,13 @@ up_control_plane() {
 
 node_names() { # the nodes this cluster was made with
   [ -d "$state/nodes" ] || return 0
-  local d; for d in "$state"/nodes/eo-node-*; do [ -d "$d" ] && basename "$d"; done
+  local d; for d in "$state/nodes/$node_prefix"*; do [ -d "$d" ] && basename "$d"; done
 }
 node_dir() { echo "$state/nodes/$1"; }
-node_index() { # eo-node-3 -> 3
-  case $1 in eo-node-[1-9]) echo "${1#eo-node-}" ;; *) log "no node $1 (nodes: $(node_names | xargs))"; return 1 ;; esac
+node_index() { # eo-node-3 -> 3 (eo2-node-3 -> 3 in the second cluster)
+  case $1 in "$node_prefix"[1-9]) echo "${1#"$node_prefix"}" ;; *) log "no node $1 (nodes: $(node_names | xargs))"; return 1 ;; esac
 }
-node_ip() { echo "10.244.0.$((10 + $1))"; }
+node_ip() { echo "$net.0.$((10 + $1))"; }
 in_node() { local n=$1; shift; nsenter --net="/run/netns/$n" -- "$@"; }
 zone_of() { local z=(a b c); echo "zone-${z[$((($1 - 1) % 3))]}"; }
 
@@ -299,7 +338,7 @@ node_start_daemon() {
   local n=$1 name=$2; shift 2
   # shellcheck disable=SC2016
   start "$name" nsenter --net="/run/netns/$n" -- sh -c 'echo $$ > "$1"; echo $$ > "$2"; shift 2; exec "$@"' sh \
-    "$v2/eo/$n/daemons/cgroup.procs" "/sys/fs/cgroup/freezer/eo/$n/daemons/cgroup.procs" "$@"
+    "$v2/$eo/$n/daemons/cgroup.procs" "/sys/fs/cgroup/freezer/$eo/$n/daemons/cgroup.procs" "$@"
 }
 
 make_bridge() {
@@ -310,16 +349,39 @@ make_bridge() {
   ip link set "$bridge" up
 }
 
-# The host's kernel is shared by every node: what all the daemons together need, set once and
-# put back by `down`.
+# The host's kernel is shared by every node of both clusters: what all the daemons together need,
+# set once, and put back by the `down` of the last cluster (the values from before the first).
+# The second cluster's pods and the first's reach each other through the host: it forwards, for
+# as long as the second cluster is up (its own `down` puts that back).
 raise_limits() {
-  local k v
+  local kv
+  mkdir -p "$shared"
   for kv in fs.inotify.max_user_instances=1024 fs.inotify.max_user_watches=524288; do
-    k=${kv%%=*}; v=${kv#*=}
-    local f=/proc/sys/${k//.//}
-    [ -f "$state/sysctl.$k.orig" ] || cat "$f" > "$state/sysctl.$k.orig"
-    [ "$(cat "$f")" -ge "$v" ] || echo "$v" > "$f"
+    raise_sysctl "$shared" "$kv"
   done
+  [ "$index" = 1 ] || raise_sysctl "$state" net.ipv4.ip_forward=1
+}
+
+raise_sysctl() { # raise_sysctl DIR KEY=VALUE: at least VALUE; what it was kept in DIR
+  local dir=$1 k=${2%%=*} v=${2#*=}
+  local f=/proc/sys/${k//.//}
+  [ -f "$dir/sysctl.$k.orig" ] || cat "$f" > "$dir/sysctl.$k.orig"
+  [ "$(cat "$f")" -ge "$v" ] || echo "$v" > "$f"
+}
+
+restore_sysctls() { # restore_sysctls DIR: as they were before raise_sysctl DIR
+  local f k
+  for f in "$1"/sysctl.*.orig; do
+    [ -f "$f" ] || continue
+    k=${f#"$1"/sysctl.}; k=${k%.orig}
+    cat "$f" > "/proc/sys/${k//.//}"
+    rm -f "$f"
+  done
+}
+
+# other_cluster_up: whether the other local cluster has its nodes' bridge on this host.
+other_cluster_up() {
+  ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^eo-br[0-9]+$' | grep -qvx "$bridge"
 }
 
 make_cgroups() { # make_cgroups NODE
@@ -327,39 +389,41 @@ make_cgroups() { # make_cgroups NODE
   for c in $v1_controllers; do
     local root=/sys/fs/cgroup/$c
     [ -d "$root" ] || continue
-    mkdir -p "$root/eo/$n"
+    mkdir -p "$root/$eo/$n"
     if [ "$c" = cpuset ]; then
-      local d; for d in "$root/eo" "$root/eo/$n"; do
+      local d; for d in "$root/$eo" "$root/$eo/$n"; do
         [ -s "$d/cpuset.cpus" ] || cat "$root/cpuset.cpus" > "$d/cpuset.cpus"
         [ -s "$d/cpuset.mems" ] || cat "$root/cpuset.mems" > "$d/cpuset.mems"
       done
     fi
   done
-  mkdir -p "/sys/fs/cgroup/freezer/eo/$n/daemons" "$v2/eo/$n/daemons"
+  mkdir -p "/sys/fs/cgroup/freezer/$eo/$n/daemons" "$v2/$eo/$n/daemons"
 }
 
 make_node_network() { # make_node_network INDEX
-  local i=$1 n=eo-node-$1 ip; ip=$(node_ip "$1")
+  local i=$1 n=$node_prefix$1 ip; ip=$(node_ip "$1")
   # A stopped node's namespace is torn down asynchronously: wait for its link to go.
-  for _ in $(seq 1 50); do ip link show "eo-veth$i" >/dev/null 2>&1 || break; sleep 0.1; done
-  # The first `ip netns add` on a machine mounts /run/netns onto itself; `down` undoes that.
-  mountpoint -q /run/netns 2>/dev/null || touch "$state/netns-mount"
+  for _ in $(seq 1 50); do ip link show "$veth_prefix$i" >/dev/null 2>&1 || break; sleep 0.1; done
+  # The first `ip netns add` on a machine mounts /run/netns onto itself; the last `down` (of
+  # either cluster) undoes that.
+  mkdir -p "$shared"
+  mountpoint -q /run/netns 2>/dev/null || touch "$shared/netns-mount"
   ip netns add "$n"
-  ip link add "eo-veth$i" type veth peer name eth0 netns "$n"
-  ip link set "eo-veth$i" master "$bridge" up
+  ip link add "$veth_prefix$i" type veth peer name eth0 netns "$n"
+  ip link set "$veth_prefix$i" master "$bridge" up
   in_node "$n" ip link set lo up
   # A stable MAC: the others' neighbour entries stay right across a stop and start.
-  in_node "$n" ip link set eth0 address "02:e0:00:00:00:0$i"
+  in_node "$n" ip link set eth0 address "02:e0:00:00:0$((index - 1)):0$i"
   in_node "$n" ip addr add "$ip/24" dev eth0
   in_node "$n" ip link set eth0 up
   in_node "$n" ip route add default via "$bridge_ip"
   local j
   for j in $(seq 1 "$(node_names | wc -l)"); do
-    [ "$j" = "$i" ] || in_node "$n" ip route add "10.244.$j.0/24" via "$(node_ip "$j")"
+    [ "$j" = "$i" ] || in_node "$n" ip route add "$net.$j.0/24" via "$(node_ip "$j")"
   done
   in_node "$n" sysctl -qw net.ipv4.ip_forward=1
   in_node "$n" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
-  ip route replace "10.244.$i.0/24" via "$ip" dev "$bridge"
+  ip route replace "$net.$i.0/24" via "$ip" dev "$bridge"
 }
 
 write_if_changed() { # write_if_changed FILE < content
@@ -369,7 +433,7 @@ write_if_changed() { # write_if_changed FILE < content
 }
 
 write_node_config() { # write_node_config INDEX
-  local i=$1 n=eo-node-$1 N ip; N=$(node_dir "$n"); ip=$(node_ip "$i")
+  local i=$1 n=$node_prefix$1 N ip; N=$(node_dir "$n"); ip=$(node_ip "$i")
   case $max_pods in ''|*[!0-9]*) log "KUBELET_MAX_PODS=$max_pods: not a number"; return 1 ;; esac
   mkdir -p "$N"/{cni/net.d,cni/ipam,containerd,kubelet,pod-logs,runc,local-path}
   cert "$n" "system:node:$n" system:nodes
@@ -381,7 +445,7 @@ write_node_config() { # write_node_config INDEX
 {"cniVersion": "0.4.0", "name": "eo-pods", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "dataDir": "$N/cni/ipam",
-            "ranges": [[{"subnet": "10.244.$i.0/24", "gateway": "10.244.$i.1"}]],
+            "ranges": [[{"subnet": "$net.$i.0/24", "gateway": "$net.$i.1"}]],
             "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}
 ]}
@@ -432,7 +496,7 @@ tlsCertFile: $pki/$n-serving.crt
 tlsPrivateKeyFile: $pki/$n-serving.key
 cgroupDriver: cgroupfs
 # Each node's pods under its own cgroup, which its stop kills as a whole.
-cgroupRoot: /eo/$n
+cgroupRoot: /$eo/$n
 containerRuntimeEndpoint: unix://$N/containerd/containerd.sock
 # Every kubelet deletes the pod log directories it does not know: one directory per node.
 podLogsDir: $N/pod-logs
@@ -605,7 +669,7 @@ start_containerd() { # start_containerd NODE
 }
 
 start_node_daemons() { # start_node_daemons INDEX: kubelet, kube-proxy, kube-network-policies
-  local i=$1 n=eo-node-$1 N bin knp; N=$(node_dir "$n"); bin=$(k8s_bin)
+  local i=$1 n=$node_prefix$1 N bin knp; N=$(node_dir "$n"); bin=$(k8s_bin)
   knp=$("$here/build-tools.sh" kube-network-policies)
   node_start_daemon "$n" "$n-kubelet" "$bin/kubelet" --config="$N/kubelet/config.yaml" \
     --kubeconfig="$N/kubelet.kubeconfig" --root-dir="$N/kubelet/root" \
@@ -655,13 +719,23 @@ network_policy_identity() {
 
 # Bridged traffic between nodes crosses the host's netfilter (br_netfilter), where the host
 # kube-proxy drops what its conntrack thinks invalid: node-to-node frames are not its business.
+# The second cluster's traffic to and from the first's (routed by the host, bridge to bridge) is
+# accepted too; its `down` removes these rules, the first's only its own bridge's.
+forward_rules() { # forward_rules: "IN OUT" per rule of this cluster
+  echo "$bridge $bridge"
+  [ "$index" = 1 ] || { echo "$bridge eo-br0"; echo "eo-br0 $bridge"; }
+}
+
 allow_bridged() {
-  iptables -w -C FORWARD -i "$bridge" -o "$bridge" -m comment --comment eo-nodes -j ACCEPT 2>/dev/null ||
-    iptables -w -I FORWARD 1 -i "$bridge" -o "$bridge" -m comment --comment eo-nodes -j ACCEPT
+  local in out
+  forward_rules | while read -r in out; do
+    iptables -w -C FORWARD -i "$in" -o "$out" -m comment --comment eo-nodes -j ACCEPT 2>/dev/null ||
+      iptables -w -I FORWARD 1 -i "$in" -o "$out" -m comment --comment eo-nodes -j ACCEPT
+  done
 }
 
 node_up() { # node_up INDEX: network, cgroups, containerd, images, kubelet, kube-proxy
-  local i=$1 n=eo-node-$1
+  local i=$1 n=$node_prefix$1
   ip netns list | grep -qw "^$n" || make_node_network "$i"
   make_cgroups "$n"
   start_containerd "$n"
@@ -720,7 +794,7 @@ up_nodes() {
   local bin; bin=$("$here/build-k8s.sh")
   mkdir -p "$logs" "$pids"
   local i
-  for i in $(seq 1 "$count"); do mkdir -p "$state/nodes/eo-node-$i"; done
+  for i in $(seq 1 "$count"); do mkdir -p "$state/nodes/$node_prefix$i"; done
   make_bridge
   raise_limits
   api_host=$bridge_ip
@@ -735,8 +809,10 @@ up_nodes() {
   # Pods get the cluster DNS only; the host's resolvers are not theirs to use.
   printf 'search cluster.local\noptions ndots:5\n' > "$state/resolv.conf"
   # The host's kube-proxy first: without a Node of its own it waits 30 s before it programs
-  # Service addresses, time the nodes take to start anyway.
-  write_if_changed "$state/kube-proxy.yaml" <<PROXY
+  # Service addresses, time the nodes take to start anyway. The first cluster's only: two in the
+  # host's network namespace would fight over the same chains.
+  if [ "$index" = 1 ]; then
+    write_if_changed "$state/kube-proxy.yaml" <<PROXY
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $state/kube-proxy.kubeconfig}
@@ -748,11 +824,12 @@ metricsBindAddress: 127.0.0.1:10249
 nodePortAddresses: [$bridge_ip/32]
 conntrack: {maxPerCore: 0, min: 0}
 PROXY
-  start kube-proxy "$bin/kube-proxy" --config="$state/kube-proxy.yaml"
+    start kube-proxy "$bin/kube-proxy" --config="$state/kube-proxy.yaml"
+  fi
   start kube-scheduler "$bin/kube-scheduler" --kubeconfig="$state/scheduler.kubeconfig" \
     --authentication-kubeconfig="$state/scheduler.kubeconfig" \
     --authorization-kubeconfig="$state/scheduler.kubeconfig" \
-    --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false
+    --bind-address=127.0.0.1 --secure-port="$scheduler_port" --leader-elect=false --profiling=false
   build_images
   "$here/build-tools.sh" kube-network-policies >/dev/null
   network_policy_identity
@@ -762,8 +839,8 @@ PROXY
   deploy_coredns
   deploy_local_path
   deploy_csi_hostdir
-  for i in $(seq 1 "$count"); do wait_node_ready "eo-node-$i"; done
-  wait_for "the host's kube-proxy" 60 ready kube-proxy
+  for i in $(seq 1 "$count"); do wait_node_ready "$node_prefix$i"; done
+  [ "$index" != 1 ] || wait_for "the host's kube-proxy" 60 ready kube-proxy
   allow_bridged
   # For the benchmark: how long this `up` took.
   echo $((SECONDS - began)) > "$state/up.seconds"
@@ -778,9 +855,9 @@ PROXY
 node_stop() {
   local n=$1 i N; i=$(node_index "$n"); N=$(node_dir "$n")
   [ -d "$N" ] || { log "no node $n"; return 1; }
-  local cg=$v2/eo/$n
+  local cg=$v2/$eo/$n
   [ -d "$cg" ] && echo 1 > "$cg/cgroup.freeze"
-  ip link del "eo-veth$i" 2>/dev/null || true
+  ip link del "$veth_prefix$i" 2>/dev/null || true
   if [ -d "$cg" ]; then
     echo 1 > "$cg/cgroup.kill"
     local deadline=$((SECONDS + 10))
@@ -799,10 +876,10 @@ node_stop() {
   mkdir -p "$N/runc" "$N/cni/ipam"
   local c
   for c in $v1_controllers; do
-    [ -d "/sys/fs/cgroup/$c/eo/$n" ] && find "/sys/fs/cgroup/$c/eo/$n" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    [ -d "/sys/fs/cgroup/$c/$eo/$n" ] && find "/sys/fs/cgroup/$c/$eo/$n" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
   [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-  ip route del "10.244.$i.0/24" 2>/dev/null || true
+  ip route del "$net.$i.0/24" dev "$bridge" 2>/dev/null || true
   touch "$N/stopped"
   log "$n stopped"
 }
@@ -853,6 +930,7 @@ component() { # component COMPONENT [NODE]: its PID-file name
     case $c in containerd|kubelet|kube-proxy|kube-network-policies) echo "$n-$c" ;;
       *) log "a node runs containerd, kubelet, kube-proxy, kube-network-policies; not $c"; return 2 ;; esac
   else
+    if [ "$c" = kube-proxy ] && [ "$index" != 1 ]; then log "cluster $index has no kube-proxy on the host"; return 2; fi
     case $c in etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|local-path-provisioner) echo "$c" ;;
       *) log "the control plane runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, local-path-provisioner; not $c (node components take a NODE)"; return 2 ;; esac
   fi
@@ -878,19 +956,44 @@ component_stop() {
 # --- down -------------------------------------------------------------------------------------
 
 # Removes what the nodes left in the kernel and on the host: namespaces, links, routes, cgroups,
-# mounts, iptables chains of the host's kube-proxy, log links; and puts the sysctls back.
+# mounts, iptables chains of the host's kube-proxy, log links; and puts the sysctls back. Only
+# this cluster's: the other's namespaces, bridge, routes, rules and cgroups have names of their own.
 clean_nodes() {
   local n
   if [ -d "$state" ]; then
-    { grep -o " $state[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    # "$state/": not the other cluster's /tmp/etcd-operator-cluster-2 when this is the first's.
+    { grep -o " $state/[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   fi
-  for n in $(ip netns list 2>/dev/null | awk '/^eo-node-/ {print $1}'); do ip netns delete "$n" 2>/dev/null || true; done
-  if [ -f "$state/netns-mount" ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns)" ]; then
-    umount /run/netns 2>/dev/null || umount -l /run/netns 2>/dev/null || true
-  fi
-  ip route show | awk -v b="$bridge" '$0 ~ "dev " b && $1 ~ /^10\.244\.[1-9]/ {print $1}' | while read -r r; do ip route del "$r" 2>/dev/null || true; done
+  for n in $(ip netns list 2>/dev/null | awk -v p="$node_prefix" 'index($1, p) == 1 {print $1}'); do ip netns delete "$n" 2>/dev/null || true; done
+  ip route show | awk -v b="$bridge" -v p="$net." '$0 ~ "dev " b "( |$)" && index($1, p) == 1 && $1 !~ /\.0\.0\/24$/ {print $1}' |
+    while read -r r; do ip route del "$r" dev "$bridge" 2>/dev/null || true; done
   if ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
-  while iptables -w -D FORWARD -i "$bridge" -o "$bridge" -m comment --comment eo-nodes -j ACCEPT 2>/dev/null; do :; done
+  local in out
+  forward_rules | while read -r in out; do
+    while iptables -w -D FORWARD -i "$in" -o "$out" -m comment --comment eo-nodes -j ACCEPT 2>/dev/null; do :; done
+  done
+  # The rest is the host's, shared: the last cluster to go puts it back.
+  if ! other_cluster_up; then
+    if [ -f "$shared/netns-mount" ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns)" ]; then
+      umount /run/netns 2>/dev/null || umount -l /run/netns 2>/dev/null || true
+    fi
+    rm -f "$shared/netns-mount"
+    restore_sysctls "$shared"
+    rmdir "$shared" 2>/dev/null || true
+  fi
+  restore_sysctls "$state"
+  local c
+  for c in $v1_controllers; do
+    [ -d "/sys/fs/cgroup/$c/$eo" ] && find "/sys/fs/cgroup/$c/$eo" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done
+  [ -d "$v2/$eo" ] && find "$v2/$eo" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  # The kubelets link container logs here, into their nodes' directories.
+  if [ -d /var/log/containers ]; then
+    find /var/log/containers -maxdepth 1 -type l -lname "$state/*" -delete 2>/dev/null || true
+    rmdir /var/log/containers 2>/dev/null || true
+  fi
+  # The second cluster has no kube-proxy on the host: the host's chains are the first's.
+  [ "$index" = 1 ] || return 0
   local bin; bin=$(k8s_bin)
   [ -x "$bin/kube-proxy" ] && "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
   local table chain
@@ -906,22 +1009,6 @@ clean_nodes() {
     for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^KUBE-/ {print $2}'); do
       iptables -t "$table" -X "$chain" 2>/dev/null || true
     done
-  done
-  local c
-  for c in $v1_controllers; do
-    [ -d "/sys/fs/cgroup/$c/eo" ] && find "/sys/fs/cgroup/$c/eo" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-  done
-  [ -d "$v2/eo" ] && find "$v2/eo" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-  # The kubelets link container logs here, into their nodes' directories.
-  if [ -d /var/log/containers ]; then
-    find /var/log/containers -maxdepth 1 -type l -lname "$state/*" -delete 2>/dev/null || true
-    rmdir /var/log/containers 2>/dev/null || true
-  fi
-  local f
-  for f in "$state"/sysctl.*.orig; do
-    [ -f "$f" ] || continue
-    local k=${f#"$state"/sysctl.}; k=${k%.orig}
-    cat "$f" > "/proc/sys/${k//.//}"
   done
 }
 
@@ -965,5 +1052,5 @@ case "${1:-}" in
   kubeconfig) echo "$kubeconfig" ;;
   has-node) for n in $(node_names); do running "$n-kubelet" && exit 0; done; exit 1 ;;
   import) shift; import_images "$@" ;;
-  *) sed -n '2,43p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,/^[^#]/{/^#/p}' "$0" >&2; exit 2 ;;
 esac

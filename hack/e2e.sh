@@ -27,7 +27,7 @@ threads=${E2E_TEST_THREADS:-2}
 # them in group 2 beside a build, tests/arrival.rs saw a 6.4 s window (4 s allowed) and
 # tests/operator.rs a 13.03 s handover (13 s allowed).
 beside=(
-  "scheduled alerts continuous lifecycle tls external cert_manager"
+  "scheduled alerts continuous lifecycle tls external cert_manager standby"
   "crd_validation network_policy backup restore settings hibernation"
 )
 last=(nodes upgrade)

@@ -7,6 +7,10 @@
 #   hack/with-cluster.sh CMD...                        the local cluster (NODES nodes): a running one is used
 #                                                      as it is; otherwise one is started for CMD and
 #                                                      stopped afterwards
+#
+# ETCD_OPERATOR_CLUSTER_INDEX=2 picks the second local cluster (hack/cluster.sh) instead of the
+# first, the same way. Both at once, KUBECONFIG the second's and the first's in KUBECONFIG_1:
+#   hack/with-cluster.sh sh -c 'KUBECONFIG_1=$KUBECONFIG ETCD_OPERATOR_CLUSTER_INDEX=2 hack/with-cluster.sh CMD...'
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = --control-plane-only ]; then
@@ -32,5 +36,6 @@ else
 fi
 bin=$("$here/build-k8s.sh" kubectl)
 helm=$("$here/build-tools.sh" helm)
-export KUBECONFIG=$("$here/cluster.sh" kubeconfig) KUBECTL=$bin/kubectl HELM=$helm/helm PATH=$bin:$helm:$PATH
+KUBECONFIG=$("$here/cluster.sh" kubeconfig)
+export KUBECONFIG KUBECTL=$bin/kubectl HELM=$helm/helm PATH=$bin:$helm:$PATH
 "$@"

@@ -132,6 +132,19 @@ pub fn setup<'k>(
     bucket: &str,
     size: usize,
 ) -> (Moto, Namespace<'k>, Operator<'k>) {
+    let spec = json!({"size": size, "version": "3.6.16"});
+    setup_with(k, prefix, bucket, "example", spec, &[])
+}
+
+/// [`setup`] with the cluster `name` of `spec`, and `extra` manifests applied before it.
+pub fn setup_with<'k>(
+    k: &'k Kubectl,
+    prefix: &str,
+    bucket: &str,
+    name: &str,
+    spec: Value,
+    extra: &[String],
+) -> (Moto, Namespace<'k>, Operator<'k>) {
     k.apply_crds();
     let moto = Moto::start(&store_host());
     moto.create_bucket(bucket);
@@ -139,11 +152,15 @@ pub fn setup<'k>(
     let ns = namespace.name.clone();
     let operator = Operator::install(k, &ns, &[]);
     aws_secret(k, &ns);
+    for m in extra {
+        k.ok(&["apply", "-n", &ns, "-f", "-"], Some(m));
+    }
+    let size = usize::try_from(spec["size"].as_u64().unwrap_or(1)).unwrap_or(1);
     let cluster = json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-        "metadata": {"name": "example"}, "spec": {"size": size, "version": "3.6.16"}});
+        "metadata": {"name": name}, "spec": spec});
     k.ok(&["apply", "-n", &ns, "-f", "-"], Some(&cluster.to_string()));
     until(&format!("{size} healthy members"), 240, || {
-        healthy_at_size(k, &ns, "example", size)
+        healthy_at_size(k, &ns, name, size)
     });
     (moto, namespace, operator)
 }

@@ -53,6 +53,12 @@ pub fn busy(cluster: &EtcdCluster) -> bool {
     read_only(cluster)
 }
 
+/// Whether `now` records a promotion the cluster's status did not show yet.
+pub fn just_promoted(cluster: &EtcdCluster, now: &StandbyStatus) -> bool {
+    now.phase == Some(StandbyPhase::Promoted)
+        && previous(cluster).and_then(|s| s.phase) != Some(StandbyPhase::Promoted)
+}
+
 fn previous(cluster: &EtcdCluster) -> Option<&StandbyStatus> {
     cluster.status.as_ref()?.standby.as_ref()
 }
@@ -148,6 +154,22 @@ async fn bootstrap(
         message: format!("EtcdRestore {name} restores the source's newest snapshot and archive"),
         ..StandbyStatus::default()
     };
+    // One made by an earlier pass whose status write this pass does not see yet: taken up,
+    // never a second restore beside it.
+    match made_before(handles, cluster, &path).await {
+        Ok(Some(made)) => {
+            status.message =
+                format!("EtcdRestore {made} restores the source's newest snapshot and archive");
+            status.restore = made;
+            return status;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            status.restore = String::new();
+            status.message = format!("listing EtcdRestores: {e}");
+            return status;
+        }
+    }
     if let Err(e) = handles
         .restores
         .create(&PostParams::default(), &restore)
@@ -157,6 +179,37 @@ async fn bootstrap(
         status.message = format!("creating EtcdRestore {name}: {e}");
     }
     status
+}
+
+/// The newest standby EtcdRestore of `cluster` from `path` that has not failed.
+async fn made_before(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    path: &str,
+) -> Result<Option<String>, kube::Error> {
+    let selector = format!("{STANDBY_LABEL}={}", cluster.name_any());
+    let list = handles
+        .restores
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|r| {
+            let s = &r.spec;
+            [
+                s.s3.as_ref().map(|x| &x.path),
+                s.abs.as_ref().map(|x| &x.path),
+                s.gcs.as_ref().map(|x| &x.path),
+                s.oss.as_ref().map(|x| &x.path),
+            ]
+            .into_iter()
+            .flatten()
+            .any(|p| p == path)
+        })
+        .filter(|r| r.status.as_ref().and_then(|s| s.phase) != Some(RestorePhase::Failed))
+        .max_by_key(|r| r.metadata.creation_timestamp.clone().map(|t| t.0))
+        .map(|r| r.name_any()))
 }
 
 /// A bootstrap's EtcdRestore looked at: once it completed, the standby follows from the

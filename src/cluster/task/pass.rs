@@ -233,6 +233,15 @@ pub(super) async fn reconcile(
         let kept = &mut memory.carried.standby;
         standby::stage(handles, cluster, &obs, auth.as_ref(), kept).await
     };
+    // Promoted this pass: the roles get their write permissions back now, not a pass later
+    // (every second until then is a second clients cannot write anywhere).
+    let auth = match &standby {
+        Some(Some(s)) if auth.is_some() && standby::just_promoted(cluster, s) => {
+            let carried = &mut memory.carried.auth;
+            crate::cluster::auth::reconcile(handles, cluster, &obs, false, carried).await
+        }
+        _ => auth,
+    };
     let mut found = findings(
         &obs,
         &action,
