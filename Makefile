@@ -8,7 +8,7 @@ CHAOS_IMAGE ?= quay.io/etcd-operator/etcd-operator:failpoints
 
 .PHONY: all build test unit lint docs e2e control-plane-test smoke crds demo demo-down cluster-up \
 	control-plane-up cluster-down cluster-cycle-test k8s image bench bench-scale chart-test chaos \
-	chaos-short krew-release
+	chaos-short krew-release standby
 
 all: build
 
@@ -116,6 +116,15 @@ bench:
 	$(CARGO) build -p e2e --bins
 	$(CARGO) build --release -p e2e --bin bench
 	ETCD_OPERATOR_BIN=target/release/etcd-operator hack/with-cluster.sh sh -c 'hack/image.sh && target/release/bench'
+
+## standby: standby clusters across two local Kubernetes clusters (not part of `make test`, which
+## runs the one-cluster version of e2e/tests/standby.rs): the primary in the first cluster, the
+## standby in a second one (ETCD_OPERATOR_CLUSTER_INDEX=2, one node), lag, switchover, failover.
+standby:
+	hack/deps.sh
+	$(CARGO) build --bin etcd-operator
+	$(CARGO) build -p e2e --tests
+	hack/standby.sh
 
 ## bench-scale: the operator with many clusters (not part of `make test`). On the local cluster,
 ## started with a kubelet taking KUBELET_MAX_PODS=250 pods: SCALE_CLUSTERS (100) clusters of

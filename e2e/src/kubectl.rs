@@ -17,6 +17,7 @@ pub fn repo_root() -> PathBuf {
 /// `kubectl` against the cluster under test.
 pub struct Kubectl {
     bin: PathBuf,
+    kubeconfig: Option<PathBuf>,
 }
 
 impl Kubectl {
@@ -32,7 +33,26 @@ impl Kubectl {
         let bin = std::env::var_os("KUBECTL")
             .map(PathBuf::from)
             .unwrap_or("kubectl".into());
-        Kubectl { bin }
+        Kubectl {
+            bin,
+            kubeconfig: None,
+        }
+    }
+
+    /// The same kubectl against another cluster (a second local cluster's kubeconfig).
+    pub fn with_kubeconfig(path: impl Into<PathBuf>) -> Self {
+        let bin = std::env::var_os("KUBECTL")
+            .map(PathBuf::from)
+            .unwrap_or("kubectl".into());
+        Kubectl {
+            bin,
+            kubeconfig: Some(path.into()),
+        }
+    }
+
+    /// The kubeconfig given, when not `$KUBECONFIG`'s.
+    pub fn kubeconfig(&self) -> Option<&Path> {
+        self.kubeconfig.as_deref()
     }
 
     /// Runs kubectl with `args` and `dir` first on its PATH, where kubectl finds plugins
@@ -59,7 +79,11 @@ impl Kubectl {
 
     /// Runs kubectl with `args`, feeding `stdin`.
     pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(k) = &self.kubeconfig {
+            command.arg("--kubeconfig").arg(k);
+        }
+        let mut child = command
             .args(args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()

@@ -154,6 +154,10 @@ impl<'a> Operator<'a> {
         for e in extra {
             args.extend(["--set", e]);
         }
+        let config = k.kubeconfig().map(|p| p.to_string_lossy().into_owned());
+        if let Some(config) = &config {
+            args.extend(["--kubeconfig", config]);
+        }
         helm(&args);
         let op = Operator {
             kubectl: k,

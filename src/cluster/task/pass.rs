@@ -227,21 +227,7 @@ pub(super) async fn reconcile(
     let defragmented = counted(ctx, cluster, effects.defragmented);
     let restore = restore.as_ref();
     let auth = auth_stage(handles, cluster, &obs, restore, memory).await;
-    let standby = if cluster.spec.is_paused() {
-        None
-    } else {
-        let kept = &mut memory.carried.standby;
-        standby::stage(handles, cluster, &obs, auth.as_ref(), kept).await
-    };
-    // Promoted this pass: the roles get their write permissions back now, not a pass later
-    // (every second until then is a second clients cannot write anywhere).
-    let auth = match &standby {
-        Some(Some(s)) if auth.is_some() && standby::just_promoted(cluster, s) => {
-            let carried = &mut memory.carried.auth;
-            crate::cluster::auth::reconcile(handles, cluster, &obs, false, carried).await
-        }
-        _ => auth,
-    };
+    let (auth, standby) = standby_stage(handles, cluster, &obs, auth, memory).await;
     let mut found = findings(
         &obs,
         &action,
@@ -263,6 +249,34 @@ pub(super) async fn reconcile(
     } else {
         look
     })
+}
+
+/// The standby stage ([`standby::stage`]), unless the cluster is paused; a promotion it
+/// records gets the roles their write permissions back in the same pass (every second until
+/// then is a second clients cannot write anywhere).
+async fn standby_stage(
+    handles: &Handles,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    auth: Option<crate::cluster::auth::Finding>,
+    memory: &mut Memory,
+) -> (
+    Option<crate::cluster::auth::Finding>,
+    Option<Option<crate::api::StandbyStatus>>,
+) {
+    if cluster.spec.is_paused() {
+        return (auth, None);
+    }
+    let kept = &mut memory.carried.standby;
+    let standby = standby::stage(handles, cluster, obs, auth.as_ref(), kept).await;
+    let auth = match &standby {
+        Some(Some(s)) if auth.is_some() && standby::just_promoted(cluster, s) => {
+            let carried = &mut memory.carried.auth;
+            crate::cluster::auth::reconcile(handles, cluster, obs, false, carried).await
+        }
+        _ => auth,
+    };
+    (auth, standby)
 }
 
 /// The access-control stage ([`crate::cluster::auth`]): run when a leader serves and nothing
