@@ -474,6 +474,47 @@ mod tests {
     }
 
     #[test]
+    fn read_only_keeps_every_roles_reads_and_promotion_gives_the_declared_writes_back() {
+        let declared = declare(Some(&spec()), ok);
+        let (mut state, managed) = applied(&declared);
+        // A role the source's data brought, not declared here: write and read-write.
+        let by_hand = |kind| Perm {
+            kind,
+            key: b"/other/".to_vec(),
+            range_end: prefix_end(b"/other/"),
+        };
+        state
+            .roles
+            .insert("other".into(), BTreeSet::from([by_hand(Kind::ReadWrite)]));
+        state
+            .roles
+            .insert("writer".into(), BTreeSet::from([by_hand(Kind::Write)]));
+        let mut ro = declare(Some(&spec()), ok);
+        read_only(&mut ro);
+        let (pw, v) = root();
+        let c = changes(&ro, &state, &managed, (&pw, &v));
+        let tenant_read = Perm {
+            kind: Kind::Read,
+            ..tenant_perm()
+        };
+        // A grant replaces the type of a permission on the same range: no revoke beside it.
+        assert_eq!(
+            c.ops,
+            vec![
+                Op::Grant("tenant-a".into(), tenant_read.clone()),
+                Op::Grant("other".into(), by_hand(Kind::Read)),
+                Op::Revoke("writer".into(), by_hand(Kind::Write)),
+            ]
+        );
+        // Promoted: the declared role writes again; the others stay as they are.
+        state
+            .roles
+            .insert("tenant-a".into(), BTreeSet::from([tenant_read]));
+        let c = changes(&declared, &state, &managed, (&pw, &v));
+        assert_eq!(c.ops, vec![Op::Grant("tenant-a".into(), tenant_perm())]);
+    }
+
+    #[test]
     fn turning_authentication_off_keeps_roles_and_users() {
         let declared = declare(Some(&spec()), ok);
         let (state, managed) = applied(&declared);
