@@ -25,6 +25,9 @@ use serde_json::{Value, json};
 
 const BUCKET: &str = "standby";
 const WRITERS: usize = 8;
+/// Across two clusters (`make standby`), nothing else running: towards the 1,000 writes/s of
+/// the lag target.
+const WRITERS_ACROSS: usize = 16;
 
 fn spec(size: usize) -> Value {
     json!({"size": size, "version": "3.6.16", "auth": {"enabled": true,
@@ -56,6 +59,8 @@ async fn writer_client(endpoint: &str) -> Result<Client, etcd_client::Error> {
 #[derive(Default, Debug)]
 struct Tally {
     acked: Vec<(String, String)>,
+    /// When each was acknowledged.
+    acked_at: Vec<Instant>,
     failed: u64,
     longest: Duration,
     last_error: String,
@@ -73,11 +78,15 @@ struct Writers {
 
 impl Writers {
     fn start(targets: Vec<String>) -> Self {
+        Self::start_n(WRITERS, targets)
+    }
+
+    fn start_n(writers: usize, targets: Vec<String>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let tally = Arc::new(Mutex::new(Tally::default()));
         let last_ack = Arc::new(Mutex::new(Instant::now()));
         let current = Arc::new(AtomicUsize::new(0));
-        let threads = (0..WRITERS)
+        let threads = (0..writers)
             .map(|i| {
                 let (stop, tally, targets) = (stop.clone(), tally.clone(), targets.clone());
                 let (last_ack, current) = (last_ack.clone(), current.clone());
@@ -110,6 +119,7 @@ impl Writers {
                                     t.longest = t.longest.max(now - *last);
                                     *last = now;
                                     t.acked.push((key, value));
+                                    t.acked_at.push(now);
                                 }
                                 Err(e) => {
                                     failed(&tally, &e);
@@ -183,7 +193,7 @@ fn app_keys(endpoint: &str) -> std::collections::BTreeMap<String, String> {
 }
 
 /// How long a key written to `primary` takes to be read back from `standby`, `n` times.
-fn lags(primary: &str, standby: &str, n: usize) -> Vec<Duration> {
+fn lags(primary: &str, standby: &str, n: usize) -> Result<Vec<Duration>, String> {
     let tag = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -201,15 +211,14 @@ fn lags(primary: &str, standby: &str, n: usize) -> Vec<Duration> {
                 if got.is_ok_and(|g| !g.kvs().is_empty()) {
                     break;
                 }
-                assert!(
-                    written.elapsed() < Duration::from_secs(60),
-                    "{key} never reached the standby"
-                );
+                if written.elapsed() > Duration::from_secs(60) {
+                    return Err(format!("{key} never reached the standby"));
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             out.push(written.elapsed());
         }
-        out
+        Ok(out)
     })
 }
 
@@ -266,7 +275,13 @@ fn a_standby_follows_and_a_switchover_loses_nothing() {
         started.elapsed().as_secs_f64()
     );
     let standby = service(&k, ns, "standby");
-    let lag = lags(&primary, &standby, 5);
+    let lag = lags(&primary, &standby, 5).unwrap_or_else(|e| {
+        panic!(
+            "{e}: standby {}; archive {}",
+            standby_status(&k, ns, "standby"),
+            get(&k, ns, "etcdbackup/primary-archive")["status"]["archive"]
+        )
+    });
     eprintln!(
         "standby lag at {:.0} writes/s: {:?} (max {:.2} s; floor: the archive's flush interval, 1 s)",
         writers.rate(),
@@ -433,7 +448,7 @@ fn a_standby_follows_and_a_switchover_loses_nothing() {
     until("the old primary to follow the new one", 240, || {
         standby_status(&k, ns, "primary")["phase"] == "Standby"
     });
-    let back = lags(&standby, &primary, 3);
+    let back = lags(&standby, &primary, 3).unwrap();
     eprintln!("the old primary follows the new one: lag {back:?}");
 }
 
@@ -524,9 +539,15 @@ fn across_two_clusters_a_standby_follows_switches_over_and_fails_over() {
     let primary = service(&k, ns, "primary");
 
     // Lag, then a switchover, under writes.
-    let writers = Writers::start(vec![primary.clone()]);
+    let writers = Writers::start_n(WRITERS_ACROSS, vec![primary.clone()]);
     let standby = standby_in(&k2, ns2, "standby", &moto, "etcd/primary");
-    let lag = lags(&primary, &standby, 10);
+    let lag = lags(&primary, &standby, 10).unwrap_or_else(|e| {
+        panic!(
+            "{e}: standby {}; archive {}",
+            standby_status(&k2, ns2, "standby"),
+            get(&k, ns, "etcdbackup/primary-archive")["status"]["archive"]
+        )
+    });
     let rate = writers.rate();
     let worst = lag.iter().max().unwrap().as_secs_f64();
     eprintln!(
@@ -534,7 +555,7 @@ fn across_two_clusters_a_standby_follows_switches_over_and_fails_over() {
     );
     assert!(worst < 5.0, "{lag:?}");
     let before = writers.stop();
-    let writers = Writers::start(vec![primary.clone(), standby.clone()]);
+    let writers = Writers::start_n(WRITERS_ACROSS, vec![primary.clone(), standby.clone()]);
     writers.tally.lock().unwrap().acked = before.acked;
     std::thread::sleep(Duration::from_secs(2));
     k.ok(
@@ -605,12 +626,17 @@ fn across_two_clusters_a_standby_follows_switches_over_and_fails_over() {
         "etcd/primary-b",
     );
     let primary_b = service(&k, ns, "primary-b");
-    let writers = Writers::start(vec![primary_b.clone()]);
+    let writers = Writers::start_n(WRITERS_ACROSS, vec![primary_b.clone()]);
     let standby_b = standby_in(&k2, ns2, "standby-b", &moto, "etcd/primary-b");
     std::thread::sleep(Duration::from_secs(5));
+    // All three at once, as a lost zone or region goes: their networks are cut first.
     let stop_at = Instant::now();
-    for node in ["eo-node-1", "eo-node-2", "eo-node-3"] {
-        let out = first_cluster(&["node", "stop", node]);
+    let stops: Vec<_> = ["eo-node-1", "eo-node-2", "eo-node-3"]
+        .into_iter()
+        .map(|node| std::thread::spawn(move || first_cluster(&["node", "stop", node])))
+        .collect();
+    for s in stops {
+        let out = s.join().unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -626,8 +652,15 @@ fn across_two_clusters_a_standby_follows_switches_over_and_fails_over() {
         .iter()
         .filter(|(key, v)| on_new.get(key) != Some(v))
         .count();
+    // The writes a failover may lose: those acknowledged in the last flush interval before
+    // the cluster went (the chunk being written then never reached the store).
+    let last_interval = tally
+        .acked_at
+        .iter()
+        .filter(|t| **t + Duration::from_secs(1) > stop_at)
+        .count();
     eprintln!(
-        "| failover: acknowledged writes lost | {lost} of {} (at {rate:.0} writes/s: one flush interval, 1 s, is about {rate:.0}; the nodes took {:.1} s to stop) | ≤ those of the last flush interval |",
+        "| failover: acknowledged writes lost | {lost} of {} ({last_interval} acknowledged in the last flush interval, 1 s, before the first cluster's nodes were cut; they took {:.1} s to stop) | ≤ those of the last flush interval |",
         tally.acked.len(),
         stopped.as_secs_f64()
     );
@@ -636,9 +669,8 @@ fn across_two_clusters_a_standby_follows_switches_over_and_fails_over() {
     for node in ["eo-node-1", "eo-node-2", "eo-node-3"] {
         let _ = first_cluster(&["node", "start", node]);
     }
-    // What was acknowledged in the last flush interval and upload may be lost, no more.
     assert!(
-        (lost as f64) <= rate * 2.0,
-        "{lost} lost at {rate:.0} writes/s"
+        lost <= last_interval,
+        "{lost} lost, more than the {last_interval} acknowledged in the last flush interval"
     );
 }

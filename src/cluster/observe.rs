@@ -1036,6 +1036,7 @@ mod tests {
             remove_external: false,
             window_opens: None,
             hibernate: None,
+            standby_bootstrap: false,
         };
         assert!(matches!(
             plan(&obs, &target),

@@ -249,6 +249,9 @@ pub struct Target {
     pub window_opens: Option<k8s_openapi::jiff::Timestamp>,
     /// `spec.hibernation.enabled`: the cluster is put to sleep.
     pub hibernate: Option<Hibernate>,
+    /// A standby not bootstrapped yet: its first member is the seed of its EtcdRestore (the
+    /// source's data), never an empty one of its own.
+    pub standby_bootstrap: bool,
 }
 
 /// The share of the quota (percent) that the data, compacted, may use for NOSPACE to be
@@ -277,6 +280,13 @@ pub fn plan(obs: &Observation, target: &Target) -> Action {
         return a;
     }
     let Some(members) = &obs.members else {
+        if !obs.bootstrapped && obs.pods.is_empty() && target.standby_bootstrap {
+            return Action::Wait {
+                reason: "a standby starts from its source's archive: waiting for its \
+                         EtcdRestore to hand over"
+                    .into(),
+            };
+        }
         if !obs.bootstrapped && obs.pods.is_empty() && !obs.released.is_empty() {
             let names: Vec<&str> = obs.released.iter().map(String::as_str).collect();
             return Action::Wait {

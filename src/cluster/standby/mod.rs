@@ -31,6 +31,8 @@ pub const STANDBY_LABEL: &str = "etcd.database.coreos.com/standby-of";
 /// How soon a task looks again while a standby follows, promotes or a primary is demoted:
 /// the status reports the replay's progress.
 pub const LOOK_AGAIN: Duration = Duration::from_secs(2);
+/// How soon while a demotion or a promotion is under way.
+const SWITCHING: Duration = Duration::from_millis(250);
 
 /// etcd's default `--max-txn-ops`.
 const DEFAULT_MAX_TXN_OPS: usize = 128;
@@ -48,9 +50,26 @@ pub fn read_only(cluster: &EtcdCluster) -> bool {
         || previous(cluster).is_some_and(|s| s.read_only())
 }
 
-/// Whether the stage has work under way (the task then looks again soon).
-pub fn busy(cluster: &EtcdCluster) -> bool {
-    read_only(cluster)
+/// How soon the task must look again for the stage: every [`LOOK_AGAIN`] while the cluster
+/// follows (its status reports the replay), at once while a demotion or a promotion is under
+/// way (each pass then is a moment clients can write nowhere).
+pub fn look_again(cluster: &EtcdCluster) -> Option<Duration> {
+    let phase = previous(cluster).and_then(|s| s.phase);
+    let demoting = cluster.annotations().contains_key(DEMOTE_ANNOTATION)
+        && phase != Some(StandbyPhase::Demoted);
+    let promoting = cluster.spec.standby.is_none()
+        && matches!(phase, Some(StandbyPhase::Standby | StandbyPhase::Promoting));
+    if demoting || promoting {
+        Some(SWITCHING)
+    } else {
+        read_only(cluster).then_some(LOOK_AGAIN)
+    }
+}
+
+/// Whether the cluster is a standby whose data has not come from its source yet.
+pub fn bootstrapping(cluster: &EtcdCluster) -> bool {
+    cluster.spec.standby.is_some()
+        && previous(cluster).and_then(|s| s.phase) != Some(StandbyPhase::Standby)
 }
 
 /// Whether `now` records a promotion the cluster's status did not show yet.
@@ -370,15 +389,17 @@ async fn demoting(
         before.message = "making every role read-only".into();
         return before;
     }
-    let Some(revision) = before.demoted_revision else {
+    if before.demoted_revision.is_none() {
         // Read after the roles changed: no client write can come after it.
         match last_revision(obs).await {
-            Ok(r) => {
-                before.demoted_revision = Some(r);
-                before.message = format!("waiting for the continuous archive to hold revision {r}");
+            Ok(r) => before.demoted_revision = Some(r),
+            Err(e) => {
+                before.message = e;
+                return before;
             }
-            Err(e) => before.message = e,
         }
+    }
+    let Some(revision) = before.demoted_revision else {
         return before;
     };
     let archives = match archives(handles, cluster).await {

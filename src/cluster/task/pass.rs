@@ -244,11 +244,7 @@ pub(super) async fn reconcile(
         return Ok(Duration::from_secs(5));
     }
     let look = next_look(ctx, cluster, &obs, &action, outcome, &new_status, memory).await?;
-    Ok(if standby::busy(cluster) {
-        look.min(standby::LOOK_AGAIN)
-    } else {
-        look
-    })
+    Ok(standby::look_again(cluster).map_or(look, |soon| look.min(soon)))
 }
 
 /// The standby stage ([`standby::stage`]), unless the cluster is paused; a promotion it
@@ -411,6 +407,7 @@ pub(super) fn target_of(ctx: &Context, cluster: &EtcdCluster, obs: &Observed) ->
             store: h.store.is_some(),
             keep_volumes: h.keep_volumes(),
         }),
+        standby_bootstrap: standby::bootstrapping(cluster),
     }
 }
 

@@ -100,6 +100,18 @@ fn a_seed_that_ended_or_fetches_from_a_former_leader_is_made_again() {
 }
 
 #[test]
+fn a_standby_gets_no_empty_seed_of_its_own() {
+    let standby = Target {
+        standby_bootstrap: true,
+        ..target(3)
+    };
+    assert!(matches!(
+        plan(&Observation::default(), &standby),
+        Action::Wait { reason } if reason.contains("EtcdRestore")
+    ));
+}
+
+#[test]
 fn an_empty_cluster_is_bootstrapped_once() {
     assert_eq!(plan(&Observation::default(), &target(3)), Action::Bootstrap);
     let after_seed = Observation {

@@ -28,6 +28,7 @@ fn target(size: usize) -> Target {
         remove_external: false,
         window_opens: None,
         hibernate: None,
+        standby_bootstrap: false,
     }
 }
 
