@@ -1023,20 +1023,13 @@ mod tests {
         };
         let target = Target {
             size: 3,
-            paused: false,
-            persistent: false,
             learner_timeout: Duration::from_secs(300),
             startup_grace: Duration::from_secs(60),
             replace_after: Duration::from_secs(300),
             quorum_grace: Duration::from_secs(30),
             node_grace: Duration::from_secs(30),
-            volume_loss_after: Duration::ZERO,
             max_learners: 1,
-            spread: false,
-            remove_external: false,
-            window_opens: None,
-            hibernate: None,
-            standby_bootstrap: false,
+            ..Target::default()
         };
         assert!(matches!(
             plan(&obs, &target),

@@ -205,7 +205,7 @@ impl Observation {
 }
 
 /// What the planner is asked to reach.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Target {
     /// `spec.size`.
     pub size: usize,
