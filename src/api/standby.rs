@@ -16,7 +16,8 @@ pub const DEMOTE_ANNOTATION: &str = "etcd.database.coreos.com/demote";
 /// The key in a standby's etcd that holds how far it has replayed its source (JSON:
 /// `{"restore": <the EtcdRestore it was bootstrapped by>, "revision": <the source's>}`),
 /// changed in the same transaction as the changes it counts, so that a change is never
-/// applied twice or skipped. Deleted when the standby is promoted.
+/// applied twice or skipped. Promotion marks it `"promoted": true` (and `"switchover"`): a
+/// replay started later replays nothing over clients' writes.
 pub const MARKER_KEY: &str = "etcd-operator/standby";
 
 /// A standby: a read-only copy of another cluster, fed from its continuous archive.

@@ -66,6 +66,59 @@ pub fn look_again(cluster: &EtcdCluster) -> Option<Duration> {
     }
 }
 
+/// The Event of a change of `status.standby.phase` to `now`, if it changed: reason and
+/// message.
+pub fn event(cluster: &EtcdCluster, now: Option<&StandbyStatus>) -> Option<(&'static str, String)> {
+    let now = now?;
+    let phase = now.phase?;
+    if previous(cluster).and_then(|s| s.phase) == Some(phase) {
+        return None;
+    }
+    let at = |r: Option<i64>| {
+        r.map_or("an unknown revision".to_string(), |r| {
+            format!("revision {r}")
+        })
+    };
+    Some(match phase {
+        StandbyPhase::Bootstrapping => ("StandbyBootstrapping", now.message.clone()),
+        StandbyPhase::Standby => (
+            "StandbyFollowing",
+            format!(
+                "restored at the source's {}; following its archive, clients' writes refused",
+                at(now.replayed_revision)
+            ),
+        ),
+        StandbyPhase::Promoting => (
+            "Promoting",
+            "spec.standby removed: replaying what remains of the archive".into(),
+        ),
+        StandbyPhase::Promoted => (
+            "Promoted",
+            format!(
+                "promoted at the source's {} ({}); clients may write{}",
+                at(now.promoted_revision),
+                now.promotion,
+                if now.message.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", now.message)
+                }
+            ),
+        ),
+        StandbyPhase::Demoting => (
+            "Demoting",
+            "clients' writes refused: waiting for the archive to hold the last revision".into(),
+        ),
+        StandbyPhase::Demoted => (
+            "Demoted",
+            format!(
+                "the archive holds the last {}: a standby of it may promote",
+                at(now.demoted_revision)
+            ),
+        ),
+    })
+}
+
 /// Whether the cluster is a standby whose data has not come from its source yet.
 pub fn bootstrapping(cluster: &EtcdCluster) -> bool {
     cluster.spec.standby.is_some()
@@ -492,5 +545,87 @@ async fn undemote(handles: &Handles, cluster: &EtcdCluster) {
         if let Err(e) = crate::store::follow::delete_handover(t.store.as_ref(), &key).await {
             tracing::warn!(backup = name, error = %e, "deleting the handover record");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{EtcdClusterSpec, EtcdClusterStatus, Standby};
+
+    fn cluster(standby: bool, demote: bool, phase: Option<StandbyPhase>) -> EtcdCluster {
+        let source: RecoveryStore = serde_json::from_value(serde_json::json!({
+            "backupStorageType": "S3", "s3": {"path": "bucket/etcd/primary"}
+        }))
+        .unwrap();
+        let mut c = EtcdCluster::new(
+            "c",
+            EtcdClusterSpec {
+                standby: standby.then_some(Standby { source }),
+                ..EtcdClusterSpec::default()
+            },
+        );
+        if demote {
+            c.metadata.annotations = Some([(DEMOTE_ANNOTATION.to_string(), "now".into())].into());
+        }
+        c.status = Some(EtcdClusterStatus {
+            standby: phase.map(|p| StandbyStatus {
+                phase: Some(p),
+                ..StandbyStatus::default()
+            }),
+            ..EtcdClusterStatus::default()
+        });
+        c
+    }
+
+    #[test]
+    fn clients_write_nowhere_until_a_promotion_is_done_and_switches_are_watched_closely() {
+        use StandbyPhase::*;
+        // A standby, or a cluster asked to become one, or one still promoting: read-only.
+        assert!(read_only(&cluster(true, false, None)));
+        assert!(read_only(&cluster(false, false, Some(Promoting))));
+        assert!(read_only(&cluster(false, true, None)));
+        assert!(!read_only(&cluster(false, false, Some(Promoted))));
+        assert!(!read_only(&cluster(false, false, None)));
+        // Following: looked at every 2 s; spec.standby removed or a demotion under way: at
+        // once; a plain or promoted cluster: not at all.
+        assert_eq!(
+            look_again(&cluster(true, false, Some(Standby))),
+            Some(LOOK_AGAIN)
+        );
+        assert_eq!(
+            look_again(&cluster(false, false, Some(Standby))),
+            Some(SWITCHING)
+        );
+        assert_eq!(
+            look_again(&cluster(false, true, Some(Demoting))),
+            Some(SWITCHING)
+        );
+        assert_eq!(
+            look_again(&cluster(false, true, Some(Demoted))),
+            Some(LOOK_AGAIN)
+        );
+        assert_eq!(look_again(&cluster(false, false, Some(Promoted))), None);
+        // A standby gets no seed of its own until it follows.
+        assert!(bootstrapping(&cluster(true, false, Some(Bootstrapping))));
+        assert!(!bootstrapping(&cluster(true, false, Some(Standby))));
+    }
+
+    #[test]
+    fn a_phase_change_is_an_event_once() {
+        let promoting = cluster(false, false, Some(StandbyPhase::Promoting));
+        let promoted = StandbyStatus {
+            phase: Some(StandbyPhase::Promoted),
+            promoted_revision: Some(42),
+            promotion: "Switchover".into(),
+            ..StandbyStatus::default()
+        };
+        let (reason, message) = event(&promoting, Some(&promoted)).unwrap();
+        assert_eq!(reason, "Promoted");
+        assert!(message.contains("revision 42 (Switchover)"), "{message}");
+        assert!(just_promoted(&promoting, &promoted));
+        let already = cluster(false, false, Some(StandbyPhase::Promoted));
+        assert_eq!(event(&already, Some(&promoted)), None);
+        assert!(!just_promoted(&already, &promoted));
     }
 }

@@ -78,6 +78,12 @@ pub struct Promoted {
 struct Marker {
     restore: String,
     revision: i64,
+    /// Promoted at `revision`: nothing is replayed any more (the cluster takes writes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    promoted: bool,
+    /// The promotion stopped at a demoted source's recorded revision.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    switchover: bool,
 }
 
 /// A running replayer, held by its cluster's task.
@@ -235,8 +241,17 @@ impl Run {
             .and_then(|r| serde_json::from_slice::<Marker>(r).ok())
             .filter(|m| m.restore == feed.restore);
         let Some(marker) = marker else {
-            return self.unmarked(etcd, raw, state.goal, feed).await;
+            return self.unmarked(etcd, raw, feed).await;
         };
+        if marker.promoted {
+            // Promoted already (an answer lost, a restart since): the cluster may take writes,
+            // and nothing may ever be replayed over them.
+            return Ok(Some(Promoted {
+                revision: marker.revision,
+                switchover: marker.switchover,
+                short: None,
+            }));
+        }
         let mut applied = marker.revision;
         self.report(|p| p.replayed = Some(applied));
         let plan = match self.listed(state, feed, applied).await {
@@ -265,6 +280,8 @@ impl Run {
                 let next = Marker {
                     restore: feed.restore.clone(),
                     revision: batch.to,
+                    promoted: false,
+                    switchover: false,
                 };
                 let value = serde_json::to_vec(&next).unwrap_or_default();
                 if !apply(etcd, &batch, current.as_deref(), &value).await? {
@@ -284,6 +301,8 @@ impl Run {
                 let marker = Marker {
                     restore: feed.restore.clone(),
                     revision: applied,
+                    promoted: false,
+                    switchover: false,
                 };
                 finish(etcd, &marker, current.as_deref(), None, switchover).await
             }
@@ -291,28 +310,19 @@ impl Run {
         }
     }
 
-    /// No marker of this data's restore: a promotion already done (deleted), or data fresh
-    /// from its restore (the marker set to the restore's revision).
+    /// No marker of this data's restore: data fresh from its restore (or holding the marker
+    /// of the data it came from), whose marker is set to the restore's revision.
     async fn unmarked(
         &self,
         etcd: &mut Etcd,
         raw: Option<Vec<u8>>,
-        goal: Option<(i64, bool)>,
         feed: &Feed,
     ) -> Result<Option<Promoted>, String> {
-        if feed.promote && raw.is_none() {
-            // Deleted by a promotion whose answer was lost, or before a restart: the cluster
-            // may take writes already, and nothing may be replayed over them.
-            let (revision, switchover) = goal.unwrap_or((feed.start, false));
-            return Ok(Some(Promoted {
-                revision,
-                switchover,
-                short: None,
-            }));
-        }
         let fresh = Marker {
             restore: feed.restore.clone(),
             revision: feed.start,
+            promoted: false,
+            switchover: false,
         };
         let value = serde_json::to_vec(&fresh).unwrap_or_default();
         let g = Guarded {
@@ -395,7 +405,8 @@ async fn apply(
         .is_some())
 }
 
-/// Deletes the marker: the data is the source's at `marker.revision`, and clients may write.
+/// Marks the marker promoted: the data is the source's at `marker.revision`, and clients may
+/// write; a replayer started later finds the promotion there and replays nothing.
 async fn finish(
     etcd: &mut Etcd,
     marker: &Marker,
@@ -403,11 +414,17 @@ async fn finish(
     short: Option<String>,
     switchover: bool,
 ) -> Result<Option<Promoted>, String> {
+    let done = Marker {
+        promoted: true,
+        switchover,
+        ..marker.clone()
+    };
+    let value = serde_json::to_vec(&done).unwrap_or_default();
     let g = Guarded {
         marker: MARKER_KEY.as_bytes(),
         expected,
         ops: &[],
-        after: None,
+        after: Some(&value),
     };
     match etcd.apply_guarded(&g).await.map_err(|e| e.to_string())? {
         Some(_) => Ok(Some(Promoted {

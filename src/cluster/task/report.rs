@@ -31,6 +31,13 @@ pub(super) fn settled(status: &EtcdClusterStatus) -> EtcdClusterStatus {
         m.db_size = None;
         m.raft_index = None;
     }
+    // A standby's progress moves with every write to its source: refreshed with the other
+    // figures, not written on every look.
+    if let Some(standby) = &mut s.standby {
+        standby.replayed_revision = None;
+        standby.archived_revision = None;
+        standby.lag_milliseconds = None;
+    }
     s
 }
 
@@ -79,6 +86,13 @@ pub(super) async fn report(
         let message = reason.clone();
         ctx.events
             .publish(cluster, EventType::Warning, "QuorumLost", message)
+            .await;
+    }
+    if let Some((reason, message)) =
+        crate::cluster::standby::event(cluster, new_status.standby.as_ref())
+    {
+        ctx.events
+            .publish(cluster, EventType::Normal, reason, message)
             .await;
     }
     if let Some(r) = finished.recovered {
