@@ -250,30 +250,38 @@ pub(super) async fn reconcile(
 /// The standby stage ([`standby::stage`]), unless the cluster is paused; a promotion it
 /// records gets the roles their write permissions back in the same pass (every second until
 /// then is a second clients cannot write anywhere).
-async fn standby_stage(
-    handles: &Handles,
-    cluster: &EtcdCluster,
-    obs: &Observed,
+fn standby_stage<'a>(
+    handles: &'a Handles,
+    cluster: &'a EtcdCluster,
+    obs: &'a Observed,
     auth: Option<crate::cluster::auth::Finding>,
-    memory: &mut Memory,
-) -> (
+    memory: &'a mut Memory,
+) -> futures::future::BoxFuture<'a, StandbyFound> {
+    // Boxed: its state (store and API calls) would otherwise sit in every pass's own, and a
+    // debug build's pass then overflowed a worker's stack on the NOSPACE path (chaos, seed 4).
+    Box::pin(async move {
+        if cluster.spec.is_paused() {
+            return (auth, None);
+        }
+        let kept = &mut memory.carried.standby;
+        let standby = standby::stage(handles, cluster, obs, auth.as_ref(), kept).await;
+        let auth = match &standby {
+            Some(Some(s)) if auth.is_some() && standby::just_promoted(cluster, s) => {
+                let carried = &mut memory.carried.auth;
+                crate::cluster::auth::reconcile(handles, cluster, obs, false, carried).await
+            }
+            _ => auth,
+        };
+        (auth, standby)
+    })
+}
+
+/// What the standby stage leaves: the access-control finding (again, after a promotion) and
+/// `status.standby` (`None`: as it was).
+type StandbyFound = (
     Option<crate::cluster::auth::Finding>,
     Option<Option<crate::api::StandbyStatus>>,
-) {
-    if cluster.spec.is_paused() {
-        return (auth, None);
-    }
-    let kept = &mut memory.carried.standby;
-    let standby = standby::stage(handles, cluster, obs, auth.as_ref(), kept).await;
-    let auth = match &standby {
-        Some(Some(s)) if auth.is_some() && standby::just_promoted(cluster, s) => {
-            let carried = &mut memory.carried.auth;
-            crate::cluster::auth::reconcile(handles, cluster, obs, false, carried).await
-        }
-        _ => auth,
-    };
-    (auth, standby)
-}
+);
 
 /// The access-control stage ([`crate::cluster::auth`]): run when a leader serves and nothing
 /// holds the cluster (a pause, a restore under way).
