@@ -241,21 +241,30 @@ fn archive(k: &Kubectl, ns: &str, name: &str, cluster: &str, moto: &e2e::stores:
     });
 }
 
+fn writer_secret() -> String {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "writer-etcd"},
+        "stringData": {"password": "writer-password"}})
+    .to_string()
+}
+
+/// moto, a namespace with the operator, and in it the 3-member cluster `primary` (access
+/// control, the writer's Secret) archived continuously to `etcd/primary`, flushed each second.
+fn archived_primary<'k>(
+    k: &'k Kubectl,
+    prefix: &str,
+) -> (e2e::stores::Moto, e2e::Namespace<'k>, e2e::Operator<'k>) {
+    let (moto, namespace, operator) =
+        setup_with(k, prefix, BUCKET, "primary", spec(3), &[writer_secret()]);
+    let ns = namespace.name.as_str();
+    archive(k, ns, "primary-archive", "primary", &moto, "etcd/primary");
+    (moto, namespace, operator)
+}
+
 #[test]
 fn a_standby_follows_and_a_switchover_loses_nothing() {
     let k = Kubectl::from_env();
-    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "writer-etcd"},
-        "stringData": {"password": "writer-password"}});
-    let (moto, namespace, operator) = setup_with(
-        &k,
-        "standby",
-        BUCKET,
-        "primary",
-        spec(3),
-        &[secret.to_string()],
-    );
+    let (moto, namespace, operator) = archived_primary(&k, "standby");
     let ns = namespace.name.as_str();
-    archive(&k, ns, "primary-archive", "primary", &moto, "etcd/primary");
     let primary = service(&k, ns, "primary");
     let writers = Writers::start(vec![primary.clone()]);
 
@@ -518,24 +527,14 @@ fn across_two_clusters_a_standby_follows_switches_over_and_fails_over() {
         .expect("E2E_SECOND_KUBECONFIG: the second cluster's kubeconfig (make standby sets it)");
     let k = Kubectl::from_env();
     let k2 = Kubectl::with_kubeconfig(second);
-    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "writer-etcd"},
-        "stringData": {"password": "writer-password"}});
-    let (moto, namespace, _operator) = setup_with(
-        &k,
-        "standby-x",
-        BUCKET,
-        "primary",
-        spec(3),
-        &[secret.to_string()],
-    );
+    let (moto, namespace, _operator) = archived_primary(&k, "standby-x");
     let ns = namespace.name.as_str();
-    archive(&k, ns, "primary-archive", "primary", &moto, "etcd/primary");
     k2.apply_crds();
     let namespace2 = k2.namespace("standby-x");
     let ns2 = namespace2.name.as_str();
     let _operator2 = e2e::Operator::install(&k2, ns2, &[]);
     e2e::backups::aws_secret(&k2, ns2);
-    k2.ok(&["apply", "-n", ns2, "-f", "-"], Some(&secret.to_string()));
+    k2.ok(&["apply", "-n", ns2, "-f", "-"], Some(&writer_secret()));
     let primary = service(&k, ns, "primary");
 
     // Lag, then a switchover, under writes.

@@ -103,6 +103,17 @@ pub struct BackupCompression {
     pub level: Option<i32>,
 }
 
+impl EtcdBackupSpec {
+    /// The archive settings, if this backup archives every change: a periodic backup with
+    /// `backupPolicy.continuous`.
+    pub fn continuous(&self) -> Option<ContinuousArchive> {
+        let policy = self.backup_policy.as_ref()?;
+        (policy.backup_interval_in_second.unwrap_or(0) > 0)
+            .then(|| policy.continuous.clone())
+            .flatten()
+    }
+}
+
 impl BackupCompression {
     /// The level, defaulted.
     pub fn level(&self) -> i32 {

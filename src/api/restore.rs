@@ -106,6 +106,18 @@ impl<'a> From<&'a super::EtcdBackupSpec> for StorageSection<'a> {
     }
 }
 
+impl<'a> From<&'a EtcdRestoreSpec> for StorageSection<'a> {
+    fn from(spec: &'a EtcdRestoreSpec) -> Self {
+        StorageSection {
+            kind: spec.backup_storage_type,
+            s3: spec.s3.as_ref(),
+            abs: spec.abs.as_ref(),
+            gcs: spec.gcs.as_ref(),
+            oss: spec.oss.as_ref(),
+        }
+    }
+}
+
 impl<'a> StorageSection<'a> {
     /// Where the section points: its type, its S3 endpoint (if any) and its path; `None` for
     /// a type whose section is missing.

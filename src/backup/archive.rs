@@ -79,14 +79,6 @@ pub struct Archives {
     running: Mutex<HashMap<String, Running>>,
 }
 
-/// The archive settings of `backup`, if it archives: a periodic backup with `continuous`.
-pub fn settings_of(backup: &EtcdBackup) -> Option<ContinuousArchive> {
-    let policy = backup.spec.backup_policy.as_ref()?;
-    (policy.backup_interval_in_second.unwrap_or(0) > 0)
-        .then(|| policy.continuous.clone())
-        .flatten()
-}
-
 impl Archives {
     /// Runs a task for `backup` if it archives (one, with its current settings), and stops
     /// the one it had if it no longer does. Called on every reconcile of the backup.
@@ -102,7 +94,7 @@ impl Archives {
         {
             old.handle.abort();
         }
-        let Some(settings) = settings_of(backup) else {
+        let Some(settings) = backup.spec.continuous() else {
             return;
         };
         if running.contains_key(&uid) || !*shared.leading.borrow() {

@@ -189,6 +189,14 @@ fn covered(chunks: &[(i64, i64)], snapshot: i64) -> i64 {
     }
 }
 
+/// The last revision `key`'s archive holds without a gap after its newest full snapshot (0
+/// without one): what a demoted primary waits for before a standby may promote.
+pub async fn archived_through(store: &dyn ObjectStore, key: &str) -> Result<i64, Error> {
+    let snaps = snapshots(store, key).await?;
+    let ranges = chunk_ranges(store, key).await?;
+    Ok(snaps.last().map_or(0, |(rev, _, _)| covered(&ranges, *rev)))
+}
+
 /// Plans a restore of `key`'s backup to `point`: the snapshot, the target revision, and every
 /// chunk replayed read through and checked (sha256, names, no gap), so that a restore that
 /// cannot be done whole is refused before the cluster is touched.

@@ -31,6 +31,10 @@ pub const STANDBY_LABEL: &str = "etcd.database.coreos.com/standby-of";
 /// How soon a task looks again while a standby follows, promotes or a primary is demoted:
 /// the status reports the replay's progress.
 pub const LOOK_AGAIN: Duration = Duration::from_secs(2);
+/// What a demotion says while nothing archives the cluster: the user must act, so the task
+/// does not look every [`SWITCHING`] meanwhile (each look lists the EtcdBackups).
+const NO_ARCHIVE: &str = "no EtcdBackup archives this cluster continuously";
+
 /// How soon while a demotion or a promotion is under way.
 const SWITCHING: Duration = Duration::from_millis(250);
 
@@ -55,8 +59,10 @@ pub fn read_only(cluster: &EtcdCluster) -> bool {
 /// way (each pass then is a moment clients can write nowhere).
 pub fn look_again(cluster: &EtcdCluster) -> Option<Duration> {
     let phase = previous(cluster).and_then(|s| s.phase);
+    let stuck = previous(cluster).is_some_and(|s| s.message.starts_with(NO_ARCHIVE));
     let demoting = cluster.annotations().contains_key(DEMOTE_ANNOTATION)
-        && phase != Some(StandbyPhase::Demoted);
+        && phase != Some(StandbyPhase::Demoted)
+        && !stuck;
     let promoting = cluster.spec.standby.is_none()
         && matches!(phase, Some(StandbyPhase::Standby | StandbyPhase::Promoting));
     if demoting || promoting {
@@ -64,6 +70,15 @@ pub fn look_again(cluster: &EtcdCluster) -> Option<Duration> {
     } else {
         read_only(cluster).then_some(LOOK_AGAIN)
     }
+}
+
+/// The Warning of a demotion that cannot finish until the user acts, when it starts to say so.
+pub fn warning(cluster: &EtcdCluster, now: Option<&StandbyStatus>) -> Option<String> {
+    let message = &now?.message;
+    let before = previous(cluster)
+        .map(|s| s.message.as_str())
+        .unwrap_or_default();
+    (message.starts_with(NO_ARCHIVE) && !before.starts_with(NO_ARCHIVE)).then(|| message.clone())
 }
 
 /// The Event of a change of `status.standby.phase` to `now`, if it changed: reason and
@@ -267,18 +282,7 @@ async fn made_before(
     Ok(list
         .items
         .into_iter()
-        .filter(|r| {
-            let s = &r.spec;
-            [
-                s.s3.as_ref().map(|x| &x.path),
-                s.abs.as_ref().map(|x| &x.path),
-                s.gcs.as_ref().map(|x| &x.path),
-                s.oss.as_ref().map(|x| &x.path),
-            ]
-            .into_iter()
-            .flatten()
-            .any(|p| p == path)
-        })
+        .filter(|r| StorageSection::from(&r.spec).path() == Some(path))
         .filter(|r| r.status.as_ref().and_then(|s| s.phase) != Some(RestorePhase::Failed))
         .max_by_key(|r| r.metadata.creation_timestamp.clone().map(|t| t.0))
         .map(|r| r.name_any()))
@@ -413,11 +417,9 @@ async fn archives(
     let ns = cluster.namespace().unwrap_or_default();
     let mut out = Vec::new();
     for b in list.items {
-        let policy = b.spec.backup_policy.as_ref();
-        let archiving = policy.is_some_and(|p| {
-            p.backup_interval_in_second.unwrap_or(0) > 0 && p.continuous.is_some()
-        });
-        if b.spec.cluster_name.as_deref() != Some(cluster.name_any().as_str()) || !archiving {
+        if b.spec.cluster_name.as_deref() != Some(cluster.name_any().as_str())
+            || b.spec.continuous().is_none()
+        {
             continue;
         }
         let (t, _) = target(&client, &ns, Storage::from(&b.spec))
@@ -457,10 +459,10 @@ async fn demoting(
     };
     let archives = match archives(handles, cluster).await {
         Ok(a) if a.is_empty() => {
-            before.message = "no EtcdBackup archives this cluster continuously \
-                              (backupPolicy.continuous): a standby cannot promote at its last \
-                              revision"
-                .into();
+            before.message = format!(
+                "{NO_ARCHIVE} (backupPolicy.continuous): a standby cannot promote at its last \
+                 revision; create one"
+            );
             return before;
         }
         Ok(a) => a,
@@ -476,7 +478,7 @@ async fn demoting(
         .unwrap_or_default();
     for (name, t) in &archives {
         let key = t.location.to_string();
-        let covered = match archived_through(t.store.as_ref(), &key).await {
+        let covered = match crate::store::pitr::archived_through(t.store.as_ref(), &key).await {
             Ok(c) => c,
             Err(e) => {
                 before.message = format!("EtcdBackup {name}: {e}");
@@ -505,21 +507,6 @@ async fn demoting(
     before.message =
         format!("the archive holds revision {revision}, the last: a standby of it may promote");
     before
-}
-
-/// The last revision the archive at `key` holds without a gap after its newest snapshot.
-async fn archived_through(store: &dyn object_store::ObjectStore, key: &str) -> Result<i64, String> {
-    let snaps = crate::store::pitr::snapshots(store, key)
-        .await
-        .map_err(|e| e.to_string())?;
-    let ranges = crate::store::pitr::chunk_ranges(store, key)
-        .await
-        .map_err(|e| e.to_string())?;
-    let newest = snaps.last().map(|s| s.0);
-    Ok(match crate::store::chunk::resume(&ranges, newest, 0) {
-        crate::store::chunk::Resume::After(r) => r,
-        _ => 0,
-    })
 }
 
 /// The members' revision now, from the leader.
@@ -606,6 +593,24 @@ mod tests {
             Some(LOOK_AGAIN)
         );
         assert_eq!(look_again(&cluster(false, false, Some(Promoted))), None);
+        // A demotion nothing archives waits for the user: not looked at every 250 ms.
+        let mut stuck = cluster(false, true, Some(Demoting));
+        let message = format!("{NO_ARCHIVE} (backupPolicy.continuous)");
+        stuck
+            .status
+            .as_mut()
+            .unwrap()
+            .standby
+            .as_mut()
+            .unwrap()
+            .message = message.clone();
+        assert_eq!(look_again(&stuck), Some(LOOK_AGAIN));
+        let now = StandbyStatus {
+            message,
+            ..StandbyStatus::default()
+        };
+        assert!(warning(&cluster(false, true, Some(Demoting)), Some(&now)).is_some());
+        assert!(warning(&stuck, Some(&now)).is_none(), "once");
         // A standby gets no seed of its own until it follows.
         assert!(bootstrapping(&cluster(true, false, Some(Bootstrapping))));
         assert!(!bootstrapping(&cluster(true, false, Some(Standby))));

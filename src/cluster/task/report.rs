@@ -88,11 +88,15 @@ pub(super) async fn report(
             .publish(cluster, EventType::Warning, "QuorumLost", message)
             .await;
     }
-    if let Some((reason, message)) =
-        crate::cluster::standby::event(cluster, new_status.standby.as_ref())
-    {
+    let standby = new_status.standby.as_ref();
+    if let Some((reason, message)) = crate::cluster::standby::event(cluster, standby) {
         ctx.events
             .publish(cluster, EventType::Normal, reason, message)
+            .await;
+    }
+    if let Some(message) = crate::cluster::standby::warning(cluster, standby) {
+        ctx.events
+            .publish(cluster, EventType::Warning, "DemotionWaiting", message)
             .await;
     }
     if let Some(r) = finished.recovered {
