@@ -152,7 +152,7 @@ pub fn point_spec_of(
                  namespace with backupPolicy.continuous"
             )
         })?;
-    if etcd_operator::backup::archive::settings_of(b).is_none() {
+    if b.spec.continuous().is_none() {
         bail!(
             "EtcdBackup {from} does not archive changes (spec.backupPolicy.continuous on a \
              periodic backup): it can restore its snapshots only (leave out --to-revision and \

@@ -255,7 +255,7 @@ fn archive_of(cluster: &str, backups: &[EtcdBackup]) -> Option<ArchiveRow> {
     backups
         .iter()
         .filter(|b| b.spec.cluster_name.as_deref() == Some(cluster))
-        .filter(|b| etcd_operator::backup::archive::settings_of(b).is_some())
+        .filter(|b| b.spec.continuous().is_some())
         .find_map(|b| {
             let a = b.status.as_ref()?.archive.clone()?;
             Some(ArchiveRow {
