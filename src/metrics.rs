@@ -205,6 +205,7 @@ pub struct Metrics {
     backups: BackupSeries,
     leader: Gauge,
     cached_secrets: Gauge,
+    passed: Gauge,
     /// The phase each cluster was last counted under, so a cluster is counted once.
     phases: Mutex<HashMap<(String, String), String>>,
     ready: AtomicBool,
@@ -317,6 +318,13 @@ impl Metrics {
             "Secrets whose metadata the operator's watch cache holds: only those it made",
             cached_secrets.clone(),
         );
+        let passed = Gauge::default();
+        registry.register(
+            "clusters_passed",
+            "EtcdClusters whose task has finished a pass since this replica began leading: \
+             equal to the number of clusters once a new leader has looked at every one",
+            passed.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -332,6 +340,7 @@ impl Metrics {
             backups,
             leader,
             cached_secrets,
+            passed,
             phases: Mutex::default(),
             ready: AtomicBool::new(false),
         }
@@ -538,6 +547,11 @@ impl Metrics {
     /// Whether this replica leads.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// A cluster's task finished its first pass (`true`), or a task that had ended (`false`).
+    pub fn cluster_passed(&self, passed: bool) {
+        self.passed.inc_by(if passed { 1 } else { -1 });
     }
 
     /// Whether this replica leads, as last recorded.

@@ -105,6 +105,21 @@ impl Kubectl {
         child.wait_with_output().unwrap()
     }
 
+    /// kubectl with `args` started in the background, its stdout piped (a watch, say).
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        let mut command = Command::new(&self.bin);
+        if let Some(k) = &self.kubeconfig {
+            command.arg("--kubeconfig").arg(k);
+        }
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("running {}: {e}", self.bin.display()))
+    }
+
     /// Runs kubectl and panics unless it succeeds; returns stdout.
     pub fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
         let out = self.run(args, stdin);

@@ -29,6 +29,9 @@ pub mod prometheus;
 
 pub mod tls;
 
+/// A timeline of one operation: pod and cluster changes, and the operator's log.
+pub mod timeline;
+
 #[cfg(test)]
 mod tests {
     use std::io::{BufRead, BufReader, Read, Write};

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -40,6 +40,8 @@ struct Handle {
     spec: watch::Sender<EtcdCluster>,
     wake: Arc<Notify>,
     join: JoinHandle<()>,
+    /// Whether the task has finished a pass (`etcd_operator_clusters_passed`).
+    passed: Arc<AtomicBool>,
 }
 
 /// A task never outlives its handle: when the supervisor ends (shutdown, or leadership handed
@@ -444,8 +446,17 @@ fn start(ctx: &Arc<Context>, tasks: &mut BTreeMap<Key, Handle>, cluster: EtcdClu
     info!(namespace = %k.0, name = %k.1, "starting the cluster's task");
     let (spec, rx) = watch::channel(cluster);
     let wake = Arc::new(Notify::new());
-    let join = tokio::spawn(supervise(ctx.clone(), rx, wake.clone()));
-    tasks.insert(k, Handle { spec, wake, join });
+    let passed = Arc::new(AtomicBool::new(false));
+    let join = tokio::spawn(supervise(ctx.clone(), rx, wake.clone(), passed.clone()));
+    tasks.insert(
+        k,
+        Handle {
+            spec,
+            wake,
+            join,
+            passed,
+        },
+    );
     ctx.tasks.store(tasks.len(), Ordering::Relaxed);
 }
 
@@ -455,8 +466,13 @@ fn start(ctx: &Arc<Context>, tasks: &mut BTreeMap<Key, Handle>, cluster: EtcdClu
 /// until someone edits it. The panic is logged and published as a Warning Event
 /// (`TaskPanicked`) on the cluster; the new task starts from what it observes, as after an
 /// operator restart, 5 s later (doubling up to 5 minutes while it keeps panicking).
-async fn supervise(ctx: Arc<Context>, spec: watch::Receiver<EtcdCluster>, wake: Arc<Notify>) {
-    let run = || task::run(ctx.clone(), spec.clone(), wake.clone());
+async fn supervise(
+    ctx: Arc<Context>,
+    spec: watch::Receiver<EtcdCluster>,
+    wake: Arc<Notify>,
+    passed: Arc<AtomicBool>,
+) {
+    let run = || task::run(ctx.clone(), spec.clone(), wake.clone(), passed.clone());
     let panicked = |panic: String, delay: Duration| {
         let cluster = spec.borrow().clone();
         let ctx = ctx.clone();
@@ -516,7 +532,12 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 fn stop(ctx: &Context, tasks: &mut BTreeMap<Key, Handle>, k: &Key) {
     if let Some(h) = tasks.remove(k) {
         info!(namespace = %k.0, name = %k.1, "ending the cluster's task");
+        // Set, so that a task finishing its pass while it is aborted is not counted after this.
+        let passed = h.passed.swap(true, Ordering::Relaxed);
         drop(h);
+        if passed {
+            ctx.metrics.cluster_passed(false);
+        }
         ctx.tasks.store(tasks.len(), Ordering::Relaxed);
         ctx.metrics.forget_cluster(&k.0, &k.1);
         // A recovery's source is served only while its cluster's task runs.

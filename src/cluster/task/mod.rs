@@ -10,6 +10,7 @@
 //! - `report.rs`: the status stage: the status written when due, warnings published once.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kube::{Client, ResourceExt};
@@ -178,7 +179,13 @@ fn backoff() -> impl Iterator<Item = Duration> {
 }
 
 /// Runs the loop of one cluster until its spec channel closes (the cluster was deleted).
-pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake: Arc<Notify>) {
+/// `passed` is set, and counted in `etcd_operator_clusters_passed`, once a pass has finished.
+pub async fn run(
+    ctx: Arc<Context>,
+    mut spec: watch::Receiver<EtcdCluster>,
+    wake: Arc<Notify>,
+    passed: Arc<AtomicBool>,
+) {
     // A task's cluster never moves to another namespace: the supervisor keys tasks by it.
     let ns = spec.borrow().namespace().unwrap_or_default();
     let handles = Handles::new(
@@ -204,6 +211,9 @@ pub async fn run(ctx: Arc<Context>, mut spec: watch::Receiver<EtcdCluster>, wake
             started.elapsed(),
             result.as_ref().err().map(Error::metric_label),
         );
+        if !passed.swap(true, Ordering::Relaxed) {
+            ctx.metrics.cluster_passed(true);
+        }
         let delay = match result {
             Ok(d) => {
                 retries = backoff();
