@@ -655,7 +655,7 @@ fn failover_rows(
                     secs(start.elapsed())
                 )
             });
-            passed as usize >= m
+            passed >= m as f64
         },
     );
     let took = start.elapsed();

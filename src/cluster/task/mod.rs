@@ -182,7 +182,7 @@ fn backoff() -> impl Iterator<Item = Duration> {
 /// `passed` is set, and counted in `etcd_operator_clusters_passed`, once a pass has finished.
 pub async fn run(
     ctx: Arc<Context>,
-    mut spec: watch::Receiver<EtcdCluster>,
+    mut spec: watch::Receiver<Arc<EtcdCluster>>,
     wake: Arc<Notify>,
     passed: Arc<AtomicBool>,
 ) {
@@ -200,12 +200,16 @@ pub async fn run(
     let mut memory = Memory::default();
     let mut retries = backoff();
     loop {
+        // A task idles far longer than it passes, and what its future holds across the wait is
+        // held by every cluster at once: the pass is boxed, so that its state lives only while
+        // it runs (unboxed, each idle task held a 40 KiB allocation for it: 400 MiB at 10,000
+        // clusters).
         let cluster = spec.borrow_and_update().clone();
         let span = info_span!("cluster", namespace = %cluster.namespace().unwrap_or_default(), name = %cluster.name_any());
         let started = Instant::now();
-        let result = reconcile(&ctx, &handles, &cluster, &mut memory)
-            .instrument(span.clone())
-            .await;
+        let pass = Box::pin(reconcile(&ctx, &handles, &cluster, &mut memory));
+        let result = pass.instrument(span.clone()).await;
+        drop(cluster);
         ctx.metrics.reconciled(
             "etcdcluster",
             started.elapsed(),

@@ -19,7 +19,10 @@ use crate::cluster::plan::{self, Action, Counted, Rest};
 /// the 5 s health interval after a promotion) end at moments no event announces, and every
 /// second of polling granularity adds to each member's addition; a pass costs a few requests.
 pub(super) const IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
-/// How soon to look again at a cluster whose pods are all waiting to run: their events wake it.
+/// How soon, at the soonest, to look again at a cluster whose pods are all waiting to run:
+/// their events wake it. With many clusters, no sooner than those at rest ([`resync_for`]):
+/// 10,000 clusters left Pending (a control plane with no room for them) were 1,000 passes a
+/// second at 10 s each.
 pub(super) const PENDING_POLL: Duration = Duration::from_secs(10);
 /// How soon to look again at a cluster that is as asked (or paused). Also the longest that the
 /// figures which change with every write (`raftIndex`, `dbSize`) go without being refreshed.
@@ -133,18 +136,19 @@ pub(super) async fn next_look(
         Outcome::Done(None) => {}
     }
     memory.pace.refused = None;
-    Ok(next_pass(&obs.plan, action, &outcome).unwrap_or_else(|| {
-        let clusters = ctx.tasks.load(std::sync::atomic::Ordering::Relaxed);
-        steady_poll(new_status, memory, Instant::now(), resync_for(clusters))
-    }))
+    let resync = resync_for(ctx.tasks.load(std::sync::atomic::Ordering::Relaxed));
+    Ok(next_pass(&obs.plan, action, &outcome, resync)
+        .unwrap_or_else(|| steady_poll(new_status, memory, Instant::now(), resync)))
 }
 
-/// How soon to look again after `outcome` of `action` on `obs`; `None` for a steady cluster,
-/// whose poll depends on what its status says ([`steady_poll`]).
+/// How soon to look again after `outcome` of `action` on `obs`, while clusters at rest are
+/// looked at every `resync`; `None` for a steady cluster, whose poll depends on what its
+/// status says ([`steady_poll`]).
 pub(super) fn next_pass(
     obs: &plan::Observation,
     action: &Action,
     outcome: &Outcome,
+    resync: Duration,
 ) -> Option<Duration> {
     Some(match (outcome, action.rest()) {
         // Something changed, or etcd refused for now: the next step, shortly.
@@ -169,7 +173,7 @@ pub(super) fn next_pass(
                 && !obs.pods.is_empty()
                 && obs.pods.iter().all(|p| p.state == plan::PodState::Pending) =>
         {
-            PENDING_POLL
+            PENDING_POLL.max(resync)
         }
         (Outcome::Done(None), Rest::InFlight) => 2 * IN_FLIGHT_POLL,
     })
@@ -200,19 +204,34 @@ mod tests {
             count: 1,
             avoid: vec![],
         };
-        assert_eq!(next_pass(&obs, &add, &done), Some(IN_FLIGHT_POLL));
+        assert_eq!(
+            next_pass(&obs, &add, &done, RESYNC_FEW),
+            Some(IN_FLIGHT_POLL)
+        );
         let retry = Outcome::Retry("settling".into());
-        assert_eq!(next_pass(&obs, &add, &retry), Some(IN_FLIGHT_POLL));
-        assert_eq!(next_pass(&obs, &Action::Steady, &nothing), None);
-        assert_eq!(next_pass(&obs, &Action::Paused, &nothing), Some(RESYNC));
+        assert_eq!(
+            next_pass(&obs, &add, &retry, RESYNC_FEW),
+            Some(IN_FLIGHT_POLL)
+        );
+        assert_eq!(next_pass(&obs, &Action::Steady, &nothing, RESYNC_FEW), None);
+        assert_eq!(
+            next_pass(&obs, &Action::Paused, &nothing, RESYNC_FEW),
+            Some(RESYNC)
+        );
         let stalled = Action::RollStalled {
             reason: "m2 does not start".into(),
         };
-        assert_eq!(next_pass(&obs, &stalled, &nothing), Some(INVALID_RECHECK));
+        assert_eq!(
+            next_pass(&obs, &stalled, &nothing, RESYNC_FEW),
+            Some(INVALID_RECHECK)
+        );
         let wait = Action::Wait {
             reason: "learner starting".into(),
         };
-        assert_eq!(next_pass(&obs, &wait, &nothing), Some(2 * IN_FLIGHT_POLL));
+        assert_eq!(
+            next_pass(&obs, &wait, &nothing, RESYNC_FEW),
+            Some(2 * IN_FLIGHT_POLL)
+        );
         // Every pod still scheduling or pulling, no member answers: their events wake the task.
         let pending = plan::Observation {
             pods: vec![plan::PodView {
@@ -229,7 +248,15 @@ mod tests {
             }],
             ..plan::Observation::default()
         };
-        assert_eq!(next_pass(&pending, &wait, &nothing), Some(PENDING_POLL));
+        assert_eq!(
+            next_pass(&pending, &wait, &nothing, RESYNC_FEW),
+            Some(PENDING_POLL)
+        );
+        // With many clusters, no more often than those at rest.
+        assert_eq!(
+            next_pass(&pending, &wait, &nothing, resync_for(10_000)),
+            Some(RESYNC)
+        );
     }
 
     #[test]
