@@ -669,7 +669,8 @@ fn failover_rows(
             resource != "leases" && !matches!(verb.as_str(), "get" | "list" | "watch")
         })
         .map(|(_, n)| n)
-        .sum();
+        // A sum of no floats is -0.
+        .fold(0.0, |a, n| a + n);
     let breakdown = requests
         .iter()
         .map(|((verb, resource), n)| format!("{verb} {resource} {n}"))
