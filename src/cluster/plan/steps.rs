@@ -509,16 +509,23 @@ impl<'a> Cluster<'a> {
     }
 
     /// Hands leadership from `from` to a healthy, caught-up voter made from the current
-    /// template (any healthy voter when none is).
+    /// template (any healthy voter when none is), the one whose pod has run longest. The
+    /// membership change that follows is asked of the leader, and etcd refuses it ("unhealthy
+    /// cluster") while the leader has been connected to some voter for less than 5 s (its
+    /// strict reconfiguration check): handing leadership to the member a roll had just added
+    /// held the last step of a 3-member roll for 3.4 s (issue 54's timeline).
     fn move_leader_from(&self, from: &MemberView, reason: MoveReason) -> Action {
         let candidates = || {
             self.voters
                 .iter()
                 .filter(|v| v.id != from.id && self.counts(v) && v.caught_up && !self.external(v))
         };
-        let to = candidates()
-            .find(|v| !self.obs.stale(&v.name))
-            .or_else(|| candidates().next());
+        // The first of those that ran equally long.
+        let younger = |v: &&&MemberView| std::cmp::Reverse(self.obs.pod(&v.name).map(|p| p.age));
+        let to = (candidates()
+            .filter(|v| !self.obs.stale(&v.name))
+            .min_by_key(younger))
+        .or_else(|| candidates().min_by_key(younger));
         match to {
             Some(to) => Action::MoveLeader {
                 from: from.name.clone(),

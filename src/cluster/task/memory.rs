@@ -1,6 +1,6 @@
 //! What a task remembers between its passes, and what of it changes what is planned.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cluster::observe::HealthMemory;
 use crate::cluster::plan::Action;
@@ -25,8 +25,8 @@ pub(super) struct Pace {
     pub(super) refreshed: Option<Instant>,
     /// Since when the members have served while clients of the Service were not reached.
     pub(super) unserved_since: Option<Instant>,
-    /// The refusal met by the last pass, and how many passes in a row met it.
-    pub(super) refused: Option<(String, u32)>,
+    /// The refusal met by the last pass: what, how many passes in a row met it, since when.
+    pub(super) refused: Option<(String, u32, Instant)>,
 }
 
 /// What earlier passes found that changes what a pass observes, plans or reports.
@@ -82,17 +82,23 @@ impl Carried {
 }
 
 impl Pace {
-    /// Counts one more pass refused with `why` for `action`: 1 for a new refusal.
-    pub(super) fn refused_again(&mut self, action: &Action, why: &str) -> u32 {
+    /// Counts one more pass refused with `why` for `action` at `now`: how many passes in a row
+    /// (1 for a new refusal), and for how long.
+    pub(super) fn refused_again(
+        &mut self,
+        action: &Action,
+        why: &str,
+        now: Instant,
+    ) -> (u32, Duration) {
         let key = format!("{action:?}: {why}");
         match &mut self.refused {
-            Some((k, n)) if *k == key => {
+            Some((k, n, since)) if *k == key => {
                 *n = n.saturating_add(1);
-                *n
+                (*n, now.saturating_duration_since(*since))
             }
             _ => {
-                self.refused = Some((key, 1));
-                1
+                self.refused = Some((key, 1, now));
+                (1, Duration::ZERO)
             }
         }
     }

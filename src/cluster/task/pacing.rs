@@ -50,12 +50,24 @@ pub(super) const UNSERVED_POLL: Duration = Duration::from_secs(5);
 /// time, and nothing announces it.
 pub(super) const INVALID_RECHECK: Duration = Duration::from_secs(10);
 
-/// How soon to look again after the `n`th pass in a row that etcd refused the same way: soon at
-/// first (most refusals end within a second: a learner catching up, the 5 s health interval),
-/// then less often, so that a refusal that lasts (a peer etcd does not count as connected) costs
-/// neither a request nor a log line every quarter second.
-pub(super) fn refused_poll(n: u32) -> Duration {
-    IN_FLIGHT_POLL * 2u32.pow(n.saturating_sub(1).min(3))
+/// How long a refusal is asked again every [`IN_FLIGHT_POLL`]. etcd's strict reconfiguration
+/// check refuses a membership change ("unhealthy cluster") until every voter has been connected
+/// to the member asked for 5 s (its `HealthInterval`): each change right after a member started
+/// is refused for up to 5 s, then accepted at a moment no event announces. Backing off within
+/// that (250 ms, 500 ms, 1 s, 2 s) added 1.8 s to each member of a roll (issue 54's timeline).
+pub(super) const REFUSED_FAST: Duration = Duration::from_secs(6);
+/// How often a refusal that outlasts [`REFUSED_FAST`] (a peer etcd does not count as
+/// connected, a learner fetching a large snapshot) is asked again: a request every 2 s, not
+/// every quarter second.
+pub(super) const REFUSED_POLL: Duration = Duration::from_secs(2);
+
+/// How soon to look again at a refusal that has lasted `refused_for`: see [`REFUSED_FAST`].
+pub(super) fn refused_poll(refused_for: Duration) -> Duration {
+    if refused_for < REFUSED_FAST {
+        IN_FLIGHT_POLL
+    } else {
+        REFUSED_POLL
+    }
 }
 
 /// How soon to look again at a cluster that is as asked: at [`RESYNC`] when it is Available;
@@ -123,7 +135,7 @@ pub(super) async fn next_look(
                 .await;
         }
         Outcome::Retry(why) => {
-            let n = memory.pace.refused_again(action, why);
+            let (n, refused_for) = memory.pace.refused_again(action, why, Instant::now());
             // The first refusal, then the 2nd, 4th, 8th...: a lasting one stays visible
             // without filling the log.
             if n.is_power_of_two() {
@@ -131,7 +143,7 @@ pub(super) async fn next_look(
             } else {
                 debug!(?action, passes = n, "not yet: {why}");
             }
-            return Ok(refused_poll(n));
+            return Ok(refused_poll(refused_for));
         }
         Outcome::Done(None) => {}
     }
@@ -305,23 +317,36 @@ mod tests {
     }
 
     #[test]
-    fn a_lasting_refusal_is_looked_at_less_often_and_a_new_one_soon_again() {
+    fn a_refusal_is_asked_again_often_through_etcds_health_interval_then_less_often() {
         let mut memory = Memory::default();
         let add = Action::AddMembers {
             count: 1,
             avoid: vec![],
         };
-        let polls: Vec<Duration> = (0..6)
-            .map(|_| refused_poll(memory.pace.refused_again(&add, "unhealthy cluster")))
+        let start = Instant::now();
+        let polls: Vec<(u32, u128)> = [0, 250, 4_900, 5_900, 6_000, 60_000]
+            .iter()
+            .map(|ms| {
+                let now = start + Duration::from_millis(*ms);
+                let (n, refused_for) = memory.pace.refused_again(&add, "unhealthy cluster", now);
+                (n, refused_poll(refused_for).as_millis())
+            })
             .collect();
-        let ms: Vec<u128> = polls.iter().map(Duration::as_millis).collect();
-        assert_eq!(ms, [250, 500, 1000, 2000, 2000, 2000]);
+        assert_eq!(
+            polls,
+            [(1, 250), (2, 250), (3, 250), (4, 250), (5, 2000), (6, 2000)]
+        );
         // Another refusal (or another action) starts again from the fastest look.
-        assert_eq!(memory.pace.refused_again(&add, "learner not ready"), 1);
+        let later = start + Duration::from_secs(70);
+        assert_eq!(
+            memory.pace.refused_again(&add, "learner not ready", later),
+            (1, Duration::ZERO)
+        );
         assert_eq!(
             memory
                 .pace
-                .refused_again(&Action::Steady, "learner not ready"),
+                .refused_again(&Action::Steady, "learner not ready", later)
+                .0,
             1
         );
     }
