@@ -148,13 +148,14 @@ fn a_cluster_on_claims_sleeps_without_pods_or_requests_and_wakes_as_the_same_mem
 
     // At rest: no request to the API server for the cluster; the operator's own are the
     // Lease's and its read of the API servers' addresses (EndpointSlice default/kubernetes,
-    // every 30 s), whatever it runs.
+    // every 30 s), whatever it runs: up to three in a window a little over 60 s (one at each
+    // end and one between; CI saw three once).
     let first = api_requests(&metrics(&k, &operator));
     std::thread::sleep(Duration::from_secs(60));
     let moved: Vec<_> = requests_since(&first, &api_requests(&metrics(&k, &operator)))
         .into_iter()
         .filter(|((verb, resource), n)| {
-            resource != "leases" && !(verb == "get" && resource == "endpointslices" && *n <= 2.0)
+            resource != "leases" && !(verb == "get" && resource == "endpointslices" && *n <= 3.0)
         })
         .collect();
     assert!(
