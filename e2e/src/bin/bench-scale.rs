@@ -541,6 +541,19 @@ fn control_plane() {
     } else {
         &standby
     };
+    // A new seed's address comes with the pod watch: reading it from the API server instead
+    // (every 100 ms while it waited) was 527,015 GETs while 10,000 clusters were applied.
+    let reads = idle_leader
+        .api_requests()
+        .get(&("get".to_string(), "pods".to_string()))
+        .copied()
+        .unwrap_or(0.0);
+    rows.push(row(
+        format!("GETs of pods by the leader from its start to a pass over each, {what}"),
+        format!("{reads}"),
+        "—",
+        "0 (the pod watch has them)",
+    ));
     rows.extend(idle(idle_leader).rows(&what, "< 512 MiB"));
 
     // A spec change to the pass that observes it, on clusters spread over the list.

@@ -138,7 +138,7 @@ pub(super) async fn bootstrap(pass: &Acting<'_>, cluster: &EtcdCluster) -> Resul
     // answers.
     if let Some(image) = &pass.handles.gate_image
         && cluster.spec.size > 1
-        && let Some(ip) = pod_ip_within(pass.handles, &name, PUBLISH_WAIT).await?
+        && let Some(ip) = pod_ip_within(pass.handles, cluster, &name, PUBLISH_WAIT).await?
     {
         let endpoint = addr.gate_endpoint(&name, &ip);
         let count = (cluster.spec.members() - 1).min(members::max_learners(cluster.spec.version()));

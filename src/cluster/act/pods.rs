@@ -150,24 +150,36 @@ pub(super) async fn create_gated_pods(
     Ok(names)
 }
 
-/// The IP of pod `name` once it has one, or `None` after `wait`.
+/// The IP of pod `name` of `cluster` once it has one, or `None` after `wait`: read from the
+/// watch cache while it covers the namespace, else from the API server. A GET every 100 ms
+/// was a storm at scale: 527,015 reads of pods while 10,000 clusters were applied (58 per new
+/// seed, whose IP the pod watch brings anyway).
 pub(super) async fn pod_ip_within(
     handles: &Handles,
+    cluster: &EtcdCluster,
     name: &str,
     wait: Duration,
 ) -> Result<Option<String>, Error> {
     let deadline = tokio::time::Instant::now() + wait;
+    let (ns, group) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
     loop {
-        let pod = handles
-            .pods
-            .get_opt(name)
-            .await
-            .map_err(|source| Error::Lookup {
-                member: name.into(),
-                source,
-            })?;
-        if let Some(ip) = pod.and_then(|p| p.status?.pod_ip) {
-            return Ok(Some(ip));
+        let ip = match handles.caches.pods.group(&ns, &group) {
+            Some(pods) => pods
+                .iter()
+                .find(|p| p.name_any() == name)
+                .and_then(|p| p.status.as_ref()?.pod_ip.clone()),
+            None => handles
+                .pods
+                .get_opt(name)
+                .await
+                .map_err(|source| Error::Lookup {
+                    member: name.into(),
+                    source,
+                })?
+                .and_then(|p| p.status?.pod_ip),
+        };
+        if ip.is_some() {
+            return Ok(ip);
         }
         if tokio::time::Instant::now() >= deadline {
             return Ok(None);
@@ -187,7 +199,7 @@ pub(super) async fn published(
     cluster: &EtcdCluster,
     member: &str,
 ) -> Result<bool, Error> {
-    let Some(ip) = pod_ip_within(handles, member, Duration::ZERO).await? else {
+    let Some(ip) = pod_ip_within(handles, cluster, member, Duration::ZERO).await? else {
         return Ok(false);
     };
     let by_service = format!("kubernetes.io/service-name={}", cluster.name_any());
