@@ -1128,24 +1128,23 @@ fn upgrade_rows(
         // addition until every voter has been connected to the leader for 5 s, so a member
         // cannot be added sooner than 5 s after the one before it started; etcd 3.5 takes one
         // learner at a time. With volumes: the pod's stop, a pod's start, the probes.
-        let (how, target) = if persistent {
-            ("with volumes, restarted in place", "< 4.5 s")
+        let (how, floor, target) = if persistent {
+            ("with volumes, restarted in place", "", "< 4.5 s")
         } else {
             (
-                "without volumes, a new member joins first; etcd's own floor: 5 s between two \
-                 additions",
+                "without volumes, a new member joins first",
+                "; etcd's own floor: 5 s between two additions",
                 "< 4 s",
             )
         };
         rows.push((
-            format!("upgrade 3.5 -> 3.6 of 3 members ({how}), per member"),
+            format!("upgrade 3.5 -> 3.6 of 3 members ({how}{floor}), per member"),
             secs(took / 3),
             target,
         ));
         rows.push((
             format!(
-                "longest write stall during it ({}; one client writing serially through the client Service, {} writes)",
-                how.split(';').next().unwrap_or(how),
+                "longest write stall during it ({how}; one client writing serially through the client Service, {} writes)",
                 tally.writes
             ),
             format!("{} ms", tally.longest_stall.as_millis()),

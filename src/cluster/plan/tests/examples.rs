@@ -1304,10 +1304,7 @@ fn leadership_of_a_roll_goes_to_the_current_member_that_has_run_longest() {
     // m1 leads and is the last outdated member; m2 and m3 were restarted on their volumes, m3
     // just now. etcd refuses a membership change for 5 s when asked of a leader that has just
     // started (m3): without volumes, the removal of m1 that follows.
-    let persistent = Target {
-        persistent: true,
-        ..target(3)
-    };
+    let persistent = target_of(3, true);
     let mut obs = steady(3);
     obs.pods[0].current = false;
     obs.pods[1].age = Duration::from_secs(30);
