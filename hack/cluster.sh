@@ -659,7 +659,6 @@ deploy_csi_hostdir() {
     --leader-election=false --timeout=30s
   start csi-resizer "$bin/csi-resizer" --csi-address="$sock" --kubeconfig="$kubeconfig" \
     --leader-election=false --timeout=30s
-  wait_for csi-hostdir 60 ready csi-hostdir
 }
 
 start_containerd() { # start_containerd NODE
@@ -668,10 +667,34 @@ start_containerd() { # start_containerd NODE
   wait_for "$n containerd" 30 ready containerd "$n"
 }
 
+# start_kubelet NODE CMD...: every kubelet of this host serves the one device-plugin socket,
+# /var/lib/kubelet/device-plugins/kubelet.sock (a constant, not under --root-dir): each removes
+# what that directory holds, then binds. Two starting at once can both remove before either
+# binds, and the second to bind exits ("bind: address already in use": a CI run lost a node's
+# kubelet that way, then waited for its CSI registration). One kubelet at a time, until its
+# plugin manager starts (just after the device-plugin server) or it exits. A later kubelet's
+# clean-up unlinks an earlier one's socket: nothing here uses device plugins.
+start_kubelet() {
+  local n=$1 lock from; shift
+  if running "$n-kubelet"; then node_start_daemon "$n" "$n-kubelet" "$@"; return; fi
+  mkdir -p "$shared"
+  exec {lock}>"$shared/kubelet-start.lock"
+  flock "$lock"
+  from=$(($(stat -c %s "$logs/$n-kubelet.log" 2>/dev/null || echo 0) + 1))
+  # Not inherited: the kubelet would hold the lock for as long as it runs.
+  node_start_daemon "$n" "$n-kubelet" "$@" {lock}>&-
+  wait_for "$n-kubelet past its device-plugin socket" 30 kubelet_bound "$n" "$from" || true
+  exec {lock}>&-
+}
+
+kubelet_bound() { # kubelet_bound NODE LOG-OFFSET
+  ! running "$1-kubelet" || tail -c +"$2" "$logs/$1-kubelet.log" | grep -q 'Starting Kubelet Plugin Manager'
+}
+
 start_node_daemons() { # start_node_daemons INDEX: kubelet, kube-proxy, kube-network-policies
   local i=$1 n=$node_prefix$1 N bin knp; N=$(node_dir "$n"); bin=$(k8s_bin)
   knp=$("$here/build-tools.sh" kube-network-policies)
-  node_start_daemon "$n" "$n-kubelet" "$bin/kubelet" --config="$N/kubelet/config.yaml" \
+  start_kubelet "$n" "$bin/kubelet" --config="$N/kubelet/config.yaml" \
     --kubeconfig="$N/kubelet.kubeconfig" --root-dir="$N/kubelet/root" \
     --cert-dir="$N/kubelet/pki" --hostname-override="$n" --node-ip="$(node_ip "$i")" \
     --node-labels="topology.kubernetes.io/zone=$(zone_of "$i"),topology.kubernetes.io/region=local"
@@ -840,6 +863,8 @@ PROXY
   deploy_local_path
   deploy_csi_hostdir
   for i in $(seq 1 "$count"); do wait_node_ready "$node_prefix$i"; done
+  # After the nodes: one that did not come up is started again above, and registers then.
+  wait_for csi-hostdir 60 ready csi-hostdir
   [ "$index" != 1 ] || wait_for "the host's kube-proxy" 60 ready kube-proxy
   allow_bridged
   # For the benchmark: how long this `up` took.
@@ -977,7 +1002,7 @@ clean_nodes() {
     if [ -f "$shared/netns-mount" ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns)" ]; then
       umount /run/netns 2>/dev/null || umount -l /run/netns 2>/dev/null || true
     fi
-    rm -f "$shared/netns-mount"
+    rm -f "$shared/netns-mount" "$shared/kubelet-start.lock"
     restore_sysctls "$shared"
     rmdir "$shared" 2>/dev/null || true
   fi
