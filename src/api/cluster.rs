@@ -115,31 +115,31 @@ pub struct EtcdClusterSpec {
 
     /// Policy for the member pods: labels, scheduling, resources, environment, storage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod: Option<PodPolicy>,
+    pub pod: Option<Box<PodPolicy>>,
 
     /// TLS for peer and client traffic: from Secrets the user provides (`static`), from a CA
     /// the operator makes for the cluster (`auto`), or from cert-manager (`certManager`). Set
     /// when the cluster is created: turning TLS on or off, or switching between them, would
     /// leave members unable to talk to each other, so it is refused.
     #[serde(rename = "TLS", default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsPolicy>,
+    pub tls: Option<Box<TlsPolicy>>,
 
     /// Upkeep of the members' databases (an extension of this operator: the coreos operator
     /// has no such field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maintenance: Option<Maintenance>,
+    pub maintenance: Option<Box<Maintenance>>,
 
     /// What the operator does when a majority of the members is lost for good (an extension
     /// of this operator: the coreos operator has no such field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recovery: Option<Recovery>,
+    pub recovery: Option<Box<Recovery>>,
 
     /// Who may reach the members (an extension of this operator). The operator gives each
     /// cluster a NetworkPolicy: the peer port only from its members, the metrics port from the
     /// monitoring namespaces its administrator named (else from anyone), the client port from
     /// the members, the operator and `clients` (else from anyone, as without a policy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_policy: Option<ClusterNetworkPolicy>,
+    pub network_policy: Option<Box<ClusterNetworkPolicy>>,
 
     /// etcd's own access control: authentication, and the roles and users the operator keeps
     /// (an extension of this operator).
@@ -156,13 +156,13 @@ pub struct EtcdClusterSpec {
     /// snapshot count, request and transaction limits, gRPC keepalive, logging, the initial
     /// corruption check, and other flags by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tuning: Option<super::settings::Tuning>,
+    pub tuning: Option<Box<super::settings::Tuning>>,
 
     /// How the client Service `<name>-client` is exposed (an extension of this operator):
     /// its type (`ClusterIP`, `NodePort`, `LoadBalancer`), annotations, labels, source
     /// ranges and traffic distribution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_service: Option<super::settings::ClientService>,
+    pub client_service: Option<Box<super::settings::ClientService>>,
 
     /// Stop the cluster without losing it (an extension of this operator): a final snapshot
     /// to `store` when one is given, then the member pods are deleted; the volume claims are

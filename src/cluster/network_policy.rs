@@ -160,7 +160,7 @@ mod tests {
             "example",
             EtcdClusterSpec {
                 size: 3,
-                network_policy: policy,
+                network_policy: policy.map(Box::new),
                 ..EtcdClusterSpec::default()
             },
         );

@@ -277,13 +277,13 @@ mod tests {
             "c",
             EtcdClusterSpec {
                 size: 2,
-                maintenance: Some(Maintenance {
+                maintenance: Some(Box::new(Maintenance {
                     defrag: Some(Defrag {
                         schedule: schedule.map(String::from),
                         threshold,
                     }),
                     ..Maintenance::default()
-                }),
+                })),
                 ..EtcdClusterSpec::default()
             },
         );
@@ -457,13 +457,13 @@ mod tests {
     fn the_maintenance_window_is_open_for_its_duration_after_each_tick() {
         let with = |schedule: &str, duration: &str| {
             let mut c = cluster(None, None, &[]);
-            c.spec.maintenance = Some(Maintenance {
+            c.spec.maintenance = Some(Box::new(Maintenance {
                 window: Some(crate::api::MaintenanceWindow {
                     schedule: schedule.into(),
                     duration: duration.into(),
                 }),
                 ..Maintenance::default()
-            });
+            }));
             c
         };
         let daily = with("0 2 * * *", "2h");

@@ -217,10 +217,10 @@ mod tests {
         let mut c = EtcdCluster::new("example", Default::default());
         c.metadata.namespace = Some("ns".into());
         c.metadata.uid = Some("uid-1".into());
-        c.spec.tls = Some(TlsPolicy {
+        c.spec.tls = Some(Box::new(TlsPolicy {
             cert_manager: Some(cm.clone()),
             ..TlsPolicy::default()
-        });
+        }));
         (c, cm)
     }
 

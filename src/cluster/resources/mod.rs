@@ -147,8 +147,8 @@ mod tests {
         cluster(EtcdClusterSpec {
             size: 3,
             version: Some("3.5.21".into()),
-            pod: Some(policy),
-            tls: Some(TlsPolicy {
+            pod: Some(Box::new(policy)),
+            tls: Some(Box::new(TlsPolicy {
                 static_: Some(StaticTls {
                     member: Some(MemberSecret {
                         peer_secret: Some("peer".into()),
@@ -157,7 +157,7 @@ mod tests {
                     operator_secret: Some("op".into()),
                 }),
                 ..TlsPolicy::default()
-            }),
+            })),
             ..Default::default()
         })
     }

@@ -1,6 +1,6 @@
 //! An index of one kind of object, by cluster or by name, fed by a watch.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use kube::runtime::watcher::Event;
@@ -16,7 +16,9 @@ pub struct Index<K> {
 }
 
 pub(super) struct Inner<K> {
-    objects: HashMap<(String, String), BTreeMap<String, Arc<K>>>,
+    /// Each group sorted by name: a vector, where a map's first node alone is a few hundred
+    /// bytes, and most groups hold one to five objects (10,000 clusters keep 60,000 groups).
+    objects: HashMap<(String, String), Vec<Arc<K>>>,
     /// Scopes (`None`: every namespace) whose first list has finished.
     synced: HashSet<Option<String>>,
     /// Objects of a list under way, per scope.
@@ -58,18 +60,18 @@ impl<K: Resource + Clone> Index<K> {
     /// Keeps `o`; returns its group, if it has one.
     fn put(&self, inner: &mut Inner<K>, o: K) -> Option<(String, String)> {
         let (k, name) = self.key(&o)?;
-        inner
-            .objects
-            .entry(k.clone())
-            .or_default()
-            .insert(name, Arc::new(o));
+        let group = inner.objects.entry(k.clone()).or_default();
+        match position(group, &name) {
+            Ok(i) => group[i] = Arc::new(o),
+            Err(i) => group.insert(i, Arc::new(o)),
+        }
         Some(k)
     }
 
     /// How many objects are kept.
     pub fn count(&self) -> usize {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner.objects.values().map(BTreeMap::len).sum()
+        inner.objects.values().map(Vec::len).sum()
     }
 
     /// Applies one event of the watch over `scope`.
@@ -107,7 +109,9 @@ impl<K: Resource + Clone> Index<K> {
             Event::Delete(o) => {
                 if let Some((k, name)) = self.key(&o) {
                     if let Some(group) = inner.objects.get_mut(&k) {
-                        group.remove(&name);
+                        if let Ok(i) = position(group, &name) {
+                            group.remove(i);
+                        }
                         if group.is_empty() {
                             inner.objects.remove(&k);
                         }
@@ -130,10 +134,15 @@ impl<K: Resource + Clone> Index<K> {
             inner
                 .objects
                 .get(&(ns.to_string(), group.to_string()))
-                .map(|g| g.values().cloned().collect())
+                .cloned()
                 .unwrap_or_default(),
         )
     }
+}
+
+/// Where the object named `name` is in `group` (sorted by name), or would go.
+fn position<K: Resource>(group: &[Arc<K>], name: &str) -> Result<usize, usize> {
+    group.binary_search_by(|o| o.meta().name.as_deref().unwrap_or_default().cmp(name))
 }
 
 #[cfg(test)]
@@ -194,6 +203,23 @@ mod tests {
         stray.metadata.labels = None;
         assert!(index.apply(&all, Event::Apply(stray)).is_empty());
         assert_eq!(names(&index, "ns", "a"), Some(vec!["a-3".into()]));
+    }
+
+    #[test]
+    fn a_group_is_in_name_order_and_holds_each_name_once() {
+        let index = Index::<Pod>::by_cluster();
+        let all = None;
+        index.apply(&all, Event::Init);
+        index.apply(&all, Event::InitDone);
+        for name in ["a-3", "a-1", "a-2", "a-1"] {
+            index.apply(&all, Event::Apply(pod("ns", name, "a")));
+        }
+        let want = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect());
+        assert_eq!(names(&index, "ns", "a"), want(&["a-1", "a-2", "a-3"]));
+        assert_eq!(index.count(), 3);
+        index.apply(&all, Event::Delete(pod("ns", "a-2", "a")));
+        index.apply(&all, Event::Delete(pod("ns", "a-9", "a")));
+        assert_eq!(names(&index, "ns", "a"), want(&["a-1", "a-3"]));
     }
 
     #[test]

@@ -137,11 +137,11 @@ pub fn watches(
             .map(|e| e.map(|e| Change::Service(Box::new(e))))
             .boxed(),
         watcher::watcher(api::<EndpointSlice>(client, &scope), members())
-            .modify(clear_managed_fields::<EndpointSlice>)
+            .modify(slim_slice)
             .map(|e| e.map(|e| Change::Slice(Box::new(e))))
             .boxed(),
         watcher::watcher(api::<PodDisruptionBudget>(client, &scope), members())
-            .modify(clear_managed_fields::<PodDisruptionBudget>)
+            .modify(slim_budget)
             .map(|e| e.map(|e| Change::Budget(Box::new(e))))
             .boxed(),
         watcher::watcher(api::<NetworkPolicy>(client, &scope), members())
@@ -198,6 +198,50 @@ fn slim_pod(pod: &mut Pod) {
             ..PodSpec::default()
         };
     }
+}
+
+/// An EndpointSlice as the passes read it: whose it is (its name, and the labels of the
+/// cluster and of the Service), and of each endpoint its addresses, readiness and pod. The
+/// rest of its metadata (the Service's other labels, owner, trigger time) was most of what
+/// each cluster's slices kept here.
+fn slim_slice(slice: &mut EndpointSlice) {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::api::ObjectMeta;
+    const KEEP: [&str; 2] = [CLUSTER_LABEL, "kubernetes.io/service-name"];
+    let meta = std::mem::take(&mut slice.metadata);
+    slice.metadata = ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        resource_version: meta.resource_version,
+        deletion_timestamp: meta.deletion_timestamp,
+        labels: meta.labels.map(|labels| {
+            labels
+                .into_iter()
+                .filter(|(k, _)| KEEP.contains(&k.as_str()))
+                .collect()
+        }),
+        ..ObjectMeta::default()
+    };
+    slice.ports = None;
+    for e in &mut slice.endpoints {
+        e.deprecated_topology = None;
+        e.hints = None;
+        e.hostname = None;
+        e.node_name = None;
+        e.zone = None;
+        e.target_ref = e.target_ref.take().map(|r| ObjectReference {
+            kind: r.kind,
+            name: r.name,
+            ..ObjectReference::default()
+        });
+    }
+}
+
+/// A budget without its status, which no pass reads (what is applied is compared with its
+/// metadata and spec).
+fn slim_budget(budget: &mut PodDisruptionBudget) {
+    clear_managed_fields(budget);
+    budget.status = None;
 }
 
 /// Names of `objects`, each with whether it is being deleted.
@@ -275,5 +319,83 @@ mod tests {
         assert_eq!(s.containers[0].args, f.containers[0].args);
         assert_eq!(s.containers[0].command, f.containers[0].command);
         assert!(s.containers[0].liveness_probe.is_none());
+    }
+    #[test]
+    fn a_slim_slice_keeps_whose_it_is_and_its_ready_endpoints() {
+        use k8s_openapi::api::core::v1::ObjectReference;
+        use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+        use kube::api::ObjectMeta;
+        let endpoint = |pod: &str, ip: &str, ready: bool| Endpoint {
+            addresses: vec![ip.into()],
+            conditions: Some(EndpointConditions {
+                ready: Some(ready),
+                serving: Some(ready),
+                terminating: Some(false),
+            }),
+            node_name: Some("node-1".into()),
+            target_ref: Some(ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some(pod.into()),
+                namespace: Some("ns".into()),
+                uid: Some("0f6c2d1e-uid".into()),
+                ..ObjectReference::default()
+            }),
+            ..Endpoint::default()
+        };
+        // As the EndpointSlice controller writes one: the Service's labels and its own.
+        let full = EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some("c-client-x7k2p".into()),
+                namespace: Some("ns".into()),
+                labels: Some(
+                    [
+                        (CLUSTER_LABEL, "c"),
+                        ("app", "etcd"),
+                        ("kubernetes.io/service-name", "c-client"),
+                        (
+                            "endpointslice.kubernetes.io/managed-by",
+                            "endpointslice-controller.k8s.io",
+                        ),
+                    ]
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .into(),
+                ),
+                annotations: Some(
+                    [(
+                        "endpoints.kubernetes.io/last-change-trigger-time",
+                        "2026-12-03T12:00:00Z",
+                    )]
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: vec![
+                endpoint("c-1", "10.0.0.1", true),
+                endpoint("c-2", "10.0.0.2", false),
+            ],
+            ports: Some(vec![Default::default()]),
+        };
+        let mut slim = full.clone();
+        slim_slice(&mut slim);
+        let index = Index::<EndpointSlice>::by_cluster();
+        index.apply(&None, Event::Init);
+        index.apply(&None, Event::InitApply(slim.clone()));
+        index.apply(&None, Event::InitDone);
+        assert_eq!(index.group("ns", "c").map(|g| g.len()), Some(1));
+        assert_eq!(
+            slim.labels().get("kubernetes.io/service-name"),
+            full.labels().get("kubernetes.io/service-name")
+        );
+        let pods = Default::default();
+        let ready = |s: &EndpointSlice| {
+            crate::cluster::serving::ready_endpoints(&[Arc::new(s.clone())], &pods)
+        };
+        assert_eq!(ready(&slim), ready(&full));
+        assert_eq!(ready(&slim), ["c-1".to_string()].into());
+        assert_eq!(slim.labels().len(), 2);
+        assert!(slim.metadata.annotations.is_none() && slim.ports.is_none());
+        assert!(slim.endpoints.iter().all(|e| e.node_name.is_none()));
     }
 }
