@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -202,7 +203,16 @@ pub(super) async fn published(
     let Some(ip) = pod_ip_within(handles, cluster, member, Duration::ZERO).await? else {
         return Ok(false);
     };
-    let by_service = format!("kubernetes.io/service-name={}", cluster.name_any());
+    let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let lists = |s: &EndpointSlice| s.endpoints.iter().any(|e| e.addresses.contains(&ip));
+    // The watch cache, as for the address: a join asks every 100 ms.
+    if let Some(slices) = handles.caches.slices.group(&ns, &name) {
+        return Ok(slices
+            .iter()
+            .filter(|s| s.labels().get("kubernetes.io/service-name") == Some(&name))
+            .any(|s| lists(s)));
+    }
+    let by_service = format!("kubernetes.io/service-name={name}");
     let slices = handles
         .slices
         .list(&ListParams::default().labels(&by_service))
@@ -211,11 +221,7 @@ pub(super) async fn published(
             member: member.into(),
             source,
         })?;
-    Ok(slices
-        .items
-        .iter()
-        .flat_map(|s| &s.endpoints)
-        .any(|e| e.addresses.contains(&ip)))
+    Ok(slices.items.iter().any(lists))
 }
 
 pub(super) async fn recreate_pod(
