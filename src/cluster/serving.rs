@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use crate::api::EtcdCluster;
@@ -181,18 +180,10 @@ async fn client_slices(
 ) -> Result<Vec<Arc<EndpointSlice>>, Error> {
     let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
     let service = format!("{name}-client");
-    let of_service =
-        |s: &EndpointSlice| s.labels().get("kubernetes.io/service-name") == Some(&service);
-    if let Some(slices) = from.caches.slices.group(&ns, &name) {
-        return Ok(slices.into_iter().filter(|s| of_service(s)).collect());
-    }
-    let by_service = format!("kubernetes.io/service-name={service}");
-    let list = from
-        .slices
-        .list(&ListParams::default().labels(&by_service))
+    from.caches
+        .service_slices(from.slices, &ns, &name, &service)
         .await
-        .map_err(|source| Error::ListEndpoints { service, source })?;
-    Ok(list.items.into_iter().map(Arc::new).collect())
+        .map_err(|source| Error::ListEndpoints { service, source })
 }
 
 /// The client Service's cluster IP, if it has one.

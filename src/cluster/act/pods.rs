@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
 
 use super::{Acting, Error, Outcome, initial_cluster};
 use crate::api::EtcdCluster;
@@ -204,24 +203,19 @@ pub(super) async fn published(
         return Ok(false);
     };
     let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
-    let lists = |s: &EndpointSlice| s.endpoints.iter().any(|e| e.addresses.contains(&ip));
-    // The watch cache, as for the address: a join asks every 100 ms.
-    if let Some(slices) = handles.caches.slices.group(&ns, &name) {
-        return Ok(slices
-            .iter()
-            .filter(|s| s.labels().get("kubernetes.io/service-name") == Some(&name))
-            .any(|s| lists(s)));
-    }
-    let by_service = format!("kubernetes.io/service-name={name}");
-    let slices = handles
-        .slices
-        .list(&ListParams::default().labels(&by_service))
+    // The headless Service is named after the cluster; a join asks every 100 ms, so the
+    // watch cache answers while it covers the namespace.
+    let slices = (handles.caches)
+        .service_slices(&handles.slices, &ns, &name, &name)
         .await
         .map_err(|source| Error::Lookup {
             member: member.into(),
             source,
         })?;
-    Ok(slices.items.iter().any(lists))
+    Ok(slices
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .any(|e| e.addresses.contains(&ip)))
 }
 
 pub(super) async fn recreate_pod(

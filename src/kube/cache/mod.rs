@@ -37,6 +37,9 @@ pub use nodes::{NodeHealth, Nodes, node_watch};
 use secrets::{Content, slim_secret};
 pub use secrets::{OWN_SECRETS, SecretApi, USER_SECRET_TTL};
 
+/// The label the EndpointSlice controller gives each slice: the name of its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
 /// How long an expectation (or a Secret write) is waited for in the cache before the task
 /// stops waiting and the cache is trusted again; watch events arrive within milliseconds.
 pub const SETTLE: Duration = Duration::from_secs(30);
@@ -207,7 +210,7 @@ fn slim_pod(pod: &mut Pod) {
 fn slim_slice(slice: &mut EndpointSlice) {
     use k8s_openapi::api::core::v1::ObjectReference;
     use kube::api::ObjectMeta;
-    const KEEP: [&str; 2] = [CLUSTER_LABEL, "kubernetes.io/service-name"];
+    const KEEP: [&str; 2] = [CLUSTER_LABEL, SERVICE_NAME_LABEL];
     let meta = std::mem::take(&mut slice.metadata);
     slice.metadata = ObjectMeta {
         name: meta.name,
@@ -253,6 +256,28 @@ fn alive<K: Resource>(objects: Vec<Arc<K>>) -> Vec<(String, bool)> {
 }
 
 impl Caches {
+    /// The EndpointSlices of Service `service` of cluster `cluster` in `ns` (the namespace of
+    /// `api`): from here while a list covers `ns`, else listed from the API server.
+    pub async fn service_slices(
+        &self,
+        api: &Api<EndpointSlice>,
+        ns: &str,
+        cluster: &str,
+        service: &str,
+    ) -> Result<Vec<Arc<EndpointSlice>>, kube::Error> {
+        let of_service = |s: &EndpointSlice| {
+            s.labels().get(SERVICE_NAME_LABEL).map(String::as_str) == Some(service)
+        };
+        if let Some(slices) = self.slices.group(ns, cluster) {
+            return Ok(slices.into_iter().filter(|s| of_service(s)).collect());
+        }
+        let by_service = format!("{SERVICE_NAME_LABEL}={service}");
+        let list = api
+            .list(&kube::api::ListParams::default().labels(&by_service))
+            .await?;
+        Ok(list.items.into_iter().map(Arc::new).collect())
+    }
+
     /// Whether the pods and claims of cluster `name` in `ns` may be read from here: both are
     /// listed, and they show every write `expect` waits for.
     pub fn show(&self, ns: &str, name: &str, expect: &mut Expectations) -> bool {
@@ -320,6 +345,7 @@ mod tests {
         assert_eq!(s.containers[0].command, f.containers[0].command);
         assert!(s.containers[0].liveness_probe.is_none());
     }
+
     #[test]
     fn a_slim_slice_keeps_whose_it_is_and_its_ready_endpoints() {
         use k8s_openapi::api::core::v1::ObjectReference;
@@ -385,8 +411,8 @@ mod tests {
         index.apply(&None, Event::InitDone);
         assert_eq!(index.group("ns", "c").map(|g| g.len()), Some(1));
         assert_eq!(
-            slim.labels().get("kubernetes.io/service-name"),
-            full.labels().get("kubernetes.io/service-name")
+            slim.labels().get(SERVICE_NAME_LABEL),
+            full.labels().get(SERVICE_NAME_LABEL)
         );
         let pods = Default::default();
         let ready = |s: &EndpointSlice| {
