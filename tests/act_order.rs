@@ -229,7 +229,7 @@ async fn a_member_is_removed_from_etcd_before_its_pod_is_deleted() {
         (
             effects.writes[0].kind,
             effects.writes[0].name.as_str(),
-            effects.writes[0].change
+            effects.writes[0].change.clone()
         ),
         (Object::Pod, "m2", Write::Deleted)
     );
@@ -281,7 +281,11 @@ async fn a_members_claim_is_created_before_its_pod() {
             "POST /api/v1/namespaces/ns/pods",
         ]
     );
-    let kinds: Vec<(Object, Write)> = effects.writes.iter().map(|w| (w.kind, w.change)).collect();
+    let kinds: Vec<(Object, Write)> = effects
+        .writes
+        .iter()
+        .map(|w| (w.kind, w.change.clone()))
+        .collect();
     assert_eq!(
         kinds,
         [
@@ -316,5 +320,53 @@ async fn a_recoverys_token_is_written_before_the_hand_off_that_names_it() {
             "PATCH /apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdclusters/example",
         ],
         "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_image_change_patches_the_pod_as_observed_and_waits_for_a_running_container() {
+    let spec: EtcdClusterSpec =
+        serde_json::from_value(json!({"size": 3, "version": "3.6.16"})).unwrap();
+    let action = Action::ChangeImage { name: "m1".into() };
+    // etcd not running in the pod (its container waiting): nothing is asked of the API.
+    let mut obs = observed("m1", 1, "127.0.77.11", vec![]);
+    let log = Log::default();
+    let (outcome, effects) = act_on(
+        fake_api(log.clone(), no_hook()),
+        &cluster(spec.clone()),
+        &obs,
+        &action,
+    )
+    .await;
+    assert!(matches!(outcome, Ok(Outcome::Retry(_))), "{outcome:?}");
+    assert!(log.lock().unwrap().is_empty());
+    assert!(effects.writes.is_empty());
+
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "m1", "resourceVersion": "41"},
+        "status": {"podIP": "127.0.77.11", "containerStatuses": [{
+            "name": "etcd", "image": "quay.io/coreos/etcd:v3.5.35", "imageID": "",
+            "ready": true, "restartCount": 0, "containerID": "containerd://old",
+            "state": {"running": {}},
+        }]},
+    }))
+    .unwrap();
+    obs.pods.insert("m1".into(), pod);
+    let (outcome, effects) = act_on(
+        fake_api(log.clone(), no_hook()),
+        &cluster(spec),
+        &obs,
+        &action,
+    )
+    .await;
+    assert!(matches!(outcome, Ok(Outcome::Done(Some(_)))), "{outcome:?}");
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["PATCH /api/v1/namespaces/ns/pods/m1"]
+    );
+    // The cache must show the pod changed from the version the patch was made on.
+    assert_eq!(
+        (effects.writes.len(), effects.writes[0].change.clone()),
+        (1, Write::Changed("41".into()))
     );
 }

@@ -76,6 +76,7 @@ fn upgrade_under_writes(prefix: &str, persistent: bool) {
         healthy_at_size(&k, ns, "example", 3)
     });
     let before = RollView::of(&k, ns, "example").ids();
+    let pods_before = pod_uids(&k, ns);
     let endpoint = client_endpoint(&k, ns, "example");
     // Right after Available the first write must succeed; the writer's later reconnects are
     // for the rolls.
@@ -134,8 +135,19 @@ fn upgrade_under_writes(prefix: &str, persistent: bool) {
     );
     assert_eq!(event_count(&k, ns, "example", "LeaderMoved"), 2);
     if persistent {
-        // Restarted on their volumes: the same members, no membership change.
+        // Restarted on their volumes: the same members, no membership change; and, only the
+        // image having changed, in the same pods (the etcd container restarted once a step).
         assert_eq!(after, before);
+        assert_eq!(pod_uids(&k, ns), pods_before, "a pod was made anew");
+        for pod in member_pods(&k, ns, "example") {
+            let restarts = pod["status"]["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["name"] == "etcd")
+                .and_then(|c| c["restartCount"].as_u64());
+            assert_eq!(restarts, Some(2), "{}", pod["metadata"]["name"]);
+        }
         assert!(
             event_count(&k, ns, "example", "MemberAdded") <= 2,
             "bootstrap only"
@@ -148,6 +160,17 @@ fn upgrade_under_writes(prefix: &str, persistent: bool) {
             "{before:?} -> {after:?}"
         );
     }
+}
+
+/// The member pods' names and UIDs.
+fn pod_uids(k: &Kubectl, ns: &str) -> BTreeSet<(String, String)> {
+    member_pods(k, ns, "example")
+        .iter()
+        .map(|p| {
+            let meta = &p["metadata"];
+            (meta["name"].to_string(), meta["uid"].to_string())
+        })
+        .collect()
 }
 
 #[test]

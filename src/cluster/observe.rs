@@ -15,8 +15,8 @@ use super::handles::Handles;
 use super::members::{MAX_LEARNERS_FLAG, QUOTA_FLAG};
 use super::plan::{MemberView, Observation, PodState, PodView};
 use super::resources::{
-    JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION,
-    TEMPLATE_HASH_ANNOTATION, template_hash,
+    JOIN_PEERS_ANNOTATION, RESTARTED_CONTAINER_ANNOTATION, RESTORE_FROM_ANNOTATION,
+    RESTORE_UID_ANNOTATION, TEMPLATE_HASH_ANNOTATION, template_hash, template_hash_with_image,
 };
 use super::serving::{self, ReadMemory, Serving};
 use crate::api::{
@@ -137,7 +137,7 @@ impl Error {
 }
 
 fn pod_state(pod: &Pod) -> PodState {
-    if pod.metadata.deletion_timestamp.is_some() {
+    if pod.metadata.deletion_timestamp.is_some() || restarting(pod) {
         return PodState::Terminating;
     }
     match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
@@ -145,6 +145,25 @@ fn pod_state(pod: &Pod) -> PodState {
         Some("Failed") | Some("Succeeded") => PodState::Gone,
         _ => PodState::Pending,
     }
+}
+
+/// Whether the etcd container whose image the operator changed still runs (see
+/// [`RESTARTED_CONTAINER_ANNOTATION`]): the kubelet is about to stop it, so its etcd must not
+/// count towards quorum even while it answers. Once it has stopped, the pod is judged as any
+/// other (a new image that does not start leaves a container waiting, reported as failing).
+fn restarting(pod: &Pod) -> bool {
+    let Some(old) = pod.annotations().get(RESTARTED_CONTAINER_ANNOTATION) else {
+        return false;
+    };
+    etcd_container_id(pod).is_some_and(|id| id == *old)
+}
+
+/// The ID of the etcd container running in `pod`, as the kubelet reports it.
+pub fn etcd_container_id(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let etcd = statuses.iter().find(|c| c.name == "etcd")?;
+    etcd.state.as_ref()?.running.as_ref()?;
+    etcd.container_id.clone().filter(|id| !id.is_empty())
 }
 
 /// Why a pod cannot start, as its containers' waiting reasons tell: reasons the kubelet only
@@ -303,11 +322,24 @@ pub fn complete(obs: &mut Observed, known: Known<'_>) {
 fn mark_current(obs: &mut Observed, cluster: &EtcdCluster, tls_revision: &str) {
     let (hash, image) = (template_hash(cluster, tls_revision), cluster.spec.image());
     for view in &mut obs.plan.pods {
-        view.current = obs
-            .pods
-            .get(&view.name)
-            .is_some_and(|p| is_current(p, &hash, &image));
+        let pod = obs.pods.get(&view.name);
+        view.current = pod.is_some_and(|p| is_current(p, &hash, &image));
+        view.image_only =
+            !view.current && pod.is_some_and(|p| differs_only_in_image(p, cluster, tls_revision));
     }
+}
+
+/// Whether `pod` carries the hash of the template the spec asks for with the pod's own etcd
+/// image in place of the spec's: nothing but the image has changed since it was made (what
+/// the template hashes, [`template_hash`]; the etcd flags a version implies are hashed too).
+fn differs_only_in_image(pod: &Pod, cluster: &EtcdCluster, tls_revision: &str) -> bool {
+    let (Some(hash), Some(image)) = (
+        pod.annotations().get(TEMPLATE_HASH_ANNOTATION),
+        etcd_image(pod),
+    ) else {
+        return false;
+    };
+    *hash == template_hash_with_image(cluster, tls_revision, &image)
 }
 
 fn label_selector(name: &str) -> String {
@@ -562,6 +594,7 @@ fn pod_view(pod: &Pod, now: Timestamp) -> PodView {
         joining,
         restore,
         current: true,
+        image_only: false,
         foreign: foreign_pod(pod),
         failing: failing(pod),
         node_lost: None,
@@ -998,6 +1031,7 @@ mod tests {
             joining: None,
             restore: None,
             current: true,
+            image_only: false,
             foreign: false,
             failing: None,
             node_lost: None,

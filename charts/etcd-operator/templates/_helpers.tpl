@@ -56,7 +56,8 @@ The rights the controllers use, and nothing else. Where each comes from:
   pods                  create        act.rs (a member's pod)
   pods                  delete        act.rs (a removed member's pod)
   pods                  patch         volumes.rs (an annotation that has the kubelet grow a
-                                      member's file system now, not at its next periodic sync)
+                                      member's file system now, not at its next periodic sync);
+                                      act/pods.rs (an upgrade's new etcd image, in place)
   pods                  get           act.rs (a new member's pod IP, before its member is added);
                                       backup/controller.rs (the IP of the member to snapshot)
   endpointslices        list, watch   act.rs (whether cluster DNS answers for a new member yet);

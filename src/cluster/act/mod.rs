@@ -26,7 +26,7 @@ use hibernation::{hibernate, take_final_snapshot};
 use membership::{
     add_members, bootstrap, join_all, move_leader, promote, remove_member, replace_member,
 };
-use pods::{delete_claim, delete_member_pod, expand_claim, recreate_pod};
+use pods::{change_image, delete_claim, delete_member_pod, expand_claim, recreate_pod};
 
 pub use recover::{RECOVERY_LABEL, withdraw_approval};
 use recover::{recover_from_backup, recover_from_member, recover_from_store};
@@ -69,6 +69,13 @@ pub enum Error {
     /// Deleting a pod failed.
     #[error("deleting pod {name}: {source}")]
     DeletePod {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Changing the etcd image of a member's pod failed.
+    #[error("changing the etcd image of pod {name}: {source}")]
+    ChangeImage {
         name: String,
         #[source]
         source: kube::Error,
@@ -130,6 +137,7 @@ impl Error {
             Error::ApplyPolicy { .. } => "apply_network_policy",
             Error::CreatePod { .. } => "create_pod",
             Error::DeletePod { .. } => "delete_pod",
+            Error::ChangeImage { .. } => "change_image",
             Error::DeleteClaim { .. } => "delete_claim",
             Error::ExpandClaim { .. } => "expand_claim",
             Error::Lookup { .. } => "lookup_address",
@@ -346,6 +354,7 @@ async fn dispatch(
         Action::DeleteClaim { name } => delete_claim(pass, name).await,
         Action::ExpandClaim { name } => expand_claim(pass, cluster, name).await,
         Action::DeletePod { name, reason } => delete_member_pod(pass, cluster, name, *reason).await,
+        Action::ChangeImage { name } => change_image(pass, cluster, obs, name).await,
         Action::RestoreSeed => restore_seed(pass, cluster).await,
         Action::RotateCa => rotate_ca(pass, cluster).await,
         Action::ReclaimSpace => reclaim_space(obs, super::observe::running_quota(obs)).await,

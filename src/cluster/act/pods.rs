@@ -239,6 +239,59 @@ pub(super) async fn recreate_pod(
     ))))
 }
 
+/// Changes the etcd image of member `name`'s pod to the spec's, with the spec's template hash
+/// and the ID of the etcd container that runs now ([`resources::RESTARTED_CONTAINER_ANNOTATION`]):
+/// the kubelet restarts that container on the new image, in the same pod. The patch is made
+/// on the pod as observed (its resourceVersion): had the container been replaced since, the
+/// annotation would name one that no longer runs and the pod would count as restarted before
+/// it was, so the API server's conflict sends the step back to the next pass instead.
+pub(super) async fn change_image(
+    pass: &Acting<'_>,
+    cluster: &EtcdCluster,
+    obs: &Observed,
+    name: &str,
+) -> Result<Outcome, Error> {
+    let Some(pod) = obs.pods.get(name) else {
+        return Ok(Outcome::Retry(format!("the pod of {name} is not observed")));
+    };
+    let Some(running) = crate::cluster::observe::etcd_container_id(pod) else {
+        return Ok(Outcome::Retry(format!("etcd does not run in pod {name}")));
+    };
+    let image = cluster.spec.image();
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": pod.resource_version(),
+            "annotations": {
+                resources::TEMPLATE_HASH_ANNOTATION: resources::template_hash(cluster, &pass.tls.revision),
+                resources::RESTARTED_CONTAINER_ANNOTATION: running,
+            },
+        },
+        "spec": {"containers": [{"name": "etcd", "image": image}]},
+    });
+    let params = kube::api::PatchParams::default();
+    pass.wrote(
+        Object::Pod,
+        name,
+        Write::Changed(pod.resource_version().unwrap_or_default()),
+    );
+    match (pass.handles.pods)
+        .patch(name, &params, &kube::api::Patch::Strategic(&patch))
+        .await
+    {
+        Ok(_) => Ok(Outcome::Done(Some(format!(
+            "restarting member {name} in its pod on the new image ({image}); the rest of its \
+             pod template is unchanged"
+        )))),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Outcome::Retry(format!(
+            "the pod of {name} changed since it was observed"
+        ))),
+        Err(source) => Err(Error::ChangeImage {
+            name: name.into(),
+            source,
+        }),
+    }
+}
+
 /// Asks for the spec's storage on member `name`'s claim. The API server refuses when the
 /// StorageClass does not allow expansion (403) or the claim cannot take it (422): that answer
 /// goes to the status, not to the error path, so that it is reported once and not retried.

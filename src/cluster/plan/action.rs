@@ -98,6 +98,11 @@ pub enum Action {
     RecreatePod { name: String },
     /// Delete a pod that has no member.
     DeletePod { name: String, reason: DeleteReason },
+    /// Roll member `name`, whose pod differs from the template only in its etcd image and
+    /// keeps its data on a volume, by changing that image: the kubelet restarts the container
+    /// in the same pod (same node, address and volume mount), which skips the pod's deletion,
+    /// creation, scheduling and sandbox of a restart through [`Action::DeletePod`].
+    ChangeImage { name: String },
     /// Hand leadership from the leader, whose pod is outdated, to a voter that runs the new
     /// template, so that the leader is rolled last and without an election by timeout.
     MoveLeader {
@@ -224,6 +229,7 @@ impl Action {
                     "PodDeleted"
                 }
             },
+            Action::ChangeImage { .. } => "MemberRolled",
             Action::MoveLeader { .. } => "LeaderMoved",
             Action::DeleteClaim { .. } => "ClaimDeleted",
             Action::ExpandClaim { .. } => "VolumeExpanding",
@@ -259,6 +265,7 @@ impl Action {
             | Action::RecreatePod { name }
             | Action::ExpandClaim { name }
             | Action::DeletePod { name, .. }
+            | Action::ChangeImage { name }
             | Action::MoveLeader { from: name, .. } => Some(name),
             Action::Bootstrap
             | Action::AddMembers { .. }
@@ -297,6 +304,7 @@ impl Action {
                 ..
             } => Progress::Restoring,
             Action::RollStalled { .. }
+            | Action::ChangeImage { .. }
             | Action::MoveLeader {
                 reason: MoveReason::Roll,
                 ..
@@ -357,6 +365,7 @@ impl Action {
             | Action::RemoveMember { .. }
             | Action::RecreatePod { .. }
             | Action::DeletePod { .. }
+            | Action::ChangeImage { .. }
             | Action::MoveLeader { .. }
             | Action::DeleteClaim { .. }
             | Action::ExpandClaim { .. }
@@ -393,6 +402,7 @@ impl Action {
             | Action::RemoveMember { .. }
             | Action::RecreatePod { .. }
             | Action::DeletePod { .. }
+            | Action::ChangeImage { .. }
             | Action::MoveLeader { .. }
             | Action::DeleteClaim { .. }
             | Action::RollStalled { .. }

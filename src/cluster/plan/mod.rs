@@ -69,6 +69,11 @@ pub struct PodView {
     /// Whether it was made from the pod template the spec asks for now (image, pod policy).
     /// A member whose pod is not is rolled: replaced, or restarted on its volume.
     pub current: bool,
+    /// Whether, not current, it differs from the template the spec asks for only in its etcd
+    /// image (an upgrade, nothing else changed since it was made): its member is rolled by
+    /// changing the image of the running pod, the container restarting on the same data,
+    /// rather than by a new pod.
+    pub image_only: bool,
     /// Whether another maker shaped it (the coreos operator, whose cluster was taken over): its
     /// member is replaced by one that joins first, never restarted on its claim, whose data
     /// (written by etcd running as root, mode 0700) a member of this operator (not root)

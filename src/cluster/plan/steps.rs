@@ -868,9 +868,10 @@ impl<'a> Cluster<'a> {
 
     /// Every voter healthy, none missing: the next outdated member is rolled, followers
     /// first, the leader last. A member with a volume is restarted on it (no membership
-    /// change); one without is replaced, a member with the new template joining first so the
-    /// cluster never has fewer healthy voters than it had. Each step waits until every voter
-    /// has caught up with the leader.
+    /// change): in its own pod when only the image changed, else in a new pod; one without
+    /// is replaced, a member with the new template joining first so the cluster never has
+    /// fewer healthy voters than it had (a new image that never starts then costs no voter).
+    /// Each step waits until every voter has caught up with the leader.
     fn roll(&self) -> Option<Action> {
         let stale: Vec<&&MemberView> = self
             .voters
@@ -905,6 +906,11 @@ impl<'a> Cluster<'a> {
         }
         if leader(next) {
             return Some(self.move_leader_from(next, MoveReason::Roll));
+        }
+        if self.obs.pod(&next.name).is_some_and(|p| p.image_only) {
+            return Some(Action::ChangeImage {
+                name: next.name.clone(),
+            });
         }
         Some(Action::DeletePod {
             name: next.name.clone(),

@@ -10,7 +10,10 @@ mod services;
 pub use gate::{
     Gate, JOIN_PEERS_ANNOTATION, RESTORE_FROM_ANNOTATION, RESTORE_UID_ANNOTATION, SeedRestore,
 };
-pub use pod::{TEMPLATE_HASH_ANNOTATION, keep_off, member_pod, template_hash};
+pub use pod::{
+    RESTARTED_CONTAINER_ANNOTATION, TEMPLATE_HASH_ANNOTATION, keep_off, member_pod, template_hash,
+    template_hash_with_image,
+};
 pub use services::{client_service, client_service_hash, disruption_budget, headless_service};
 
 /// Secrets the spec names, with the field that names each: the Secrets behind

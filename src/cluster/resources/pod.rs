@@ -29,6 +29,11 @@ use crate::tls::Material;
 /// [`template_hash`]). A member whose pod carries another is rolled.
 pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-template-hash";
 
+/// Annotation a member pod gets when the operator changes its etcd image in place: the ID of
+/// the etcd container that ran then. While that container still runs, the kubelet is about to
+/// stop it, so the pod counts as stopping even though its etcd may still answer.
+pub const RESTARTED_CONTAINER_ANNOTATION: &str = "etcd.database.coreos.com/restarted-container";
+
 /// The hash of what a member pod is made from and can be changed by a roll: the image and the
 /// pod policy, whether members keep their data on volumes, the backend quota, etcd's compaction
 /// and `spec.tuning`. Left out: the claim's own spec (an existing claim is expanded in place
@@ -38,13 +43,19 @@ pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-templat
 /// from the spec rather than from the built pod, so that an operator upgrade that changes
 /// how pods are built does not roll every cluster it runs.
 pub fn template_hash(cluster: &EtcdCluster, tls_revision: &str) -> String {
+    template_hash_with_image(cluster, tls_revision, &cluster.spec.image())
+}
+
+/// [`template_hash`] with `image` in place of the spec's: a pod whose hash is this for its
+/// own image differs from the spec's template in nothing but the image.
+pub fn template_hash_with_image(cluster: &EtcdCluster, tls_revision: &str, image: &str) -> String {
     let mut policy = cluster.spec.pod.clone().unwrap_or_default();
     let persistent = policy.persistent_volume_claim_spec.take().is_some();
     policy.cluster_domain = None;
     // What a resize does to claims is no property of the pod: setting it rolls nothing.
     policy.on_resize = None;
     let mut inputs = serde_json::json!({
-        "image": cluster.spec.image(),
+        "image": image,
         "pod": policy,
         "persistent": persistent,
     });

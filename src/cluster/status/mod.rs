@@ -388,6 +388,7 @@ mod tests {
                         joining: None,
                         restore: None,
                         current: true,
+                        image_only: false,
                         foreign: false,
                         failing: None,
                         node_lost: None,

@@ -253,6 +253,7 @@ mod tests {
                 joining: None,
                 restore: None,
                 current: true,
+                image_only: false,
                 foreign: false,
                 failing: None,
                 node_lost: None,

@@ -1,5 +1,5 @@
-//! The pods and claims a task created or deleted, which the caches must show before the task
-//! reads them from there.
+//! The pods and claims a task created, changed or deleted, which the caches must show before
+//! the task reads them from there.
 
 use std::time::Instant;
 
@@ -27,13 +27,18 @@ pub enum Object {
 }
 
 /// What a task did to an object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Write {
     /// Created: it must be listed.
     Created,
     /// Deleted: it must be gone or being deleted.
     Deleted,
+    /// Changed from the resourceVersion given: it must show another (or be gone).
+    Changed(String),
 }
+
+/// An object as a cache shows it: its name, whether it is being deleted, its resourceVersion.
+pub type Shown = (String, bool, String);
 
 /// The writes a task waits to see in the caches, with when it made them.
 #[derive(Debug, Default)]
@@ -56,7 +61,7 @@ impl Expectations {
     /// Whether the caches show every write, dropping those they show (and those older than
     /// [`SETTLE`]). `pods` and `claims` are the cluster's cached objects: (name, being
     /// deleted).
-    pub fn met(&mut self, pods: &[(String, bool)], claims: &[(String, bool)]) -> bool {
+    pub fn met(&mut self, pods: &[Shown], claims: &[Shown]) -> bool {
         self.pending.retain(|(e, at)| {
             if at.elapsed() >= SETTLE {
                 return false;
@@ -65,8 +70,14 @@ impl Expectations {
                 Object::Claim => claims,
                 Object::Pod => pods,
             };
-            let alive = seen.iter().any(|(n, deleting)| *n == e.name && !deleting);
-            alive != (e.change == Write::Created)
+            let now = seen.iter().find(|(n, _, _)| *n == e.name);
+            let alive = now.is_some_and(|(_, deleting, _)| !deleting);
+            let shown = match &e.change {
+                Write::Created => alive,
+                Write::Deleted => !alive,
+                Write::Changed(before) => now.is_none_or(|(_, _, version)| version != before),
+            };
+            !shown
         });
         self.pending.is_empty()
     }
@@ -91,12 +102,12 @@ mod tests {
                 change: Write::Deleted,
             },
         ]);
-        let m0 = ("m0".to_string(), false);
-        let m1 = ("m1".to_string(), false);
+        let m0 = ("m0".to_string(), false, "1".to_string());
+        let m1 = ("m1".to_string(), false, "2".to_string());
         assert!(!e.met(std::slice::from_ref(&m0), &[]), "m1 not listed yet");
         assert!(!e.met(&[m0.clone(), m1.clone()], &[]), "m0 still there");
         // Being deleted counts as deleted.
-        assert!(e.met(&[("m0".into(), true), m1.clone()], &[]));
+        assert!(e.met(&[("m0".into(), true, "3".into()), m1.clone()], &[]));
         // A claim is looked for among claims, not pods.
         e.add([Expect {
             kind: Object::Claim,
@@ -104,6 +115,17 @@ mod tests {
             change: Write::Created,
         }]);
         assert!(!e.met(std::slice::from_ref(&m1), &[]));
-        assert!(e.met(&[], &[m1]));
+        assert!(e.met(&[], std::slice::from_ref(&m1)));
+        // A change is shown once the pod has another resourceVersion than before it.
+        e.add([Expect {
+            kind: Object::Pod,
+            name: "m1".into(),
+            change: Write::Changed("2".into()),
+        }]);
+        assert!(
+            !e.met(std::slice::from_ref(&m1), &[]),
+            "still the old version"
+        );
+        assert!(e.met(&[("m1".into(), false, "4".into())], &[]));
     }
 }

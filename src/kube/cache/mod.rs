@@ -247,11 +247,15 @@ fn slim_budget(budget: &mut PodDisruptionBudget) {
     budget.status = None;
 }
 
-/// Names of `objects`, each with whether it is being deleted.
-fn alive<K: Resource>(objects: Vec<Arc<K>>) -> Vec<(String, bool)> {
+/// Names of `objects`, each with whether it is being deleted and its resourceVersion.
+fn alive<K: Resource>(objects: Vec<Arc<K>>) -> Vec<expectations::Shown> {
     objects
         .iter()
-        .map(|o| (o.name_any(), o.meta().deletion_timestamp.is_some()))
+        .map(|o| {
+            let meta = o.meta();
+            let version = meta.resource_version.clone().unwrap_or_default();
+            (o.name_any(), meta.deletion_timestamp.is_some(), version)
+        })
         .collect()
 }
 

@@ -52,6 +52,7 @@ fn running(name: &str) -> PodView {
         joining: None,
         restore: None,
         current: true,
+        image_only: false,
         foreign: false,
         failing: None,
         node_lost: None,

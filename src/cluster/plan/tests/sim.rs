@@ -43,6 +43,12 @@ struct Sim {
     next: u64,
     /// Another maker (coreos's operator) shaped the pods the world started with.
     foreign: bool,
+    /// The outdated pods differ from the template only in their image (an upgrade).
+    image_only: bool,
+    /// Pods whose image was changed, with whether the planner has looked once since: the
+    /// kubelet stops the old container only after that look (in which the old etcd still
+    /// answers, the worst case), then starts the new one in the same pod.
+    restarting: BTreeMap<String, bool>,
     /// Members of a cluster running elsewhere that this one joins: no pods, ever.
     external: BTreeSet<String>,
 }
@@ -81,6 +87,7 @@ impl Sim {
                     joining: p.joining.clone(),
                     restore: None,
                     current: p.current,
+                    image_only: self.image_only && !p.current,
                     // The pods the world started with, when another maker shaped them.
                     foreign: self.foreign && !p.current,
                     failing: None,
@@ -206,6 +213,13 @@ impl Sim {
                 self.delete_pod(name);
             }
             Action::DeletePod { name, .. } => self.delete_pod(name),
+            Action::ChangeImage { name } => {
+                for p in self.pods.iter_mut().filter(|p| &p.name == name) {
+                    p.current = true;
+                    p.state = PodState::Terminating;
+                }
+                self.restarting.insert(name.clone(), false);
+            }
             // Never on a claim that is gone (the property test checks it first).
             Action::RecreatePod { name } => self.pods.push(SimPod {
                 name: name.clone(),
@@ -226,7 +240,22 @@ impl Sim {
     /// scheduling start, members whose pod runs answer (a gated one once its whole batch is
     /// added), and a leader is elected among the voters that answer.
     fn settle(&mut self) {
-        self.pods.retain(|p| p.state != PodState::Terminating);
+        let mut swapped = Vec::new();
+        for (name, looked) in &mut self.restarting {
+            if *looked {
+                swapped.push(name.clone());
+            }
+            *looked = true;
+        }
+        for name in swapped {
+            self.restarting.remove(&name);
+            for p in self.pods.iter_mut().filter(|p| p.name == name) {
+                p.state = PodState::Running;
+            }
+        }
+        let restarting = &self.restarting;
+        self.pods
+            .retain(|p| p.state != PodState::Terminating || restarting.contains_key(&p.name));
         for p in &mut self.pods {
             if p.state == PodState::Pending {
                 p.state = PodState::Running;
@@ -241,7 +270,9 @@ impl Sim {
         let names: BTreeSet<String> = self.members.iter().map(|m| m.name.clone()).collect();
         for m in &mut self.members {
             let pod = self.pods.iter_mut().find(|p| p.name == m.name);
-            m.answers = running.contains(&m.name) || self.external.contains(&m.name);
+            m.answers = running.contains(&m.name)
+                || self.external.contains(&m.name)
+                || self.restarting.contains_key(&m.name);
             if let Some(p) = pod
                 && let Some(peers) = &p.joining
             {
@@ -337,6 +368,8 @@ impl Sim {
             },
             next: 0,
             foreign: false,
+            image_only: false,
+            restarting: BTreeMap::new(),
             external: BTreeSet::new(),
         };
         for (i, (learner, pod, answers, current, claim)) in ms.iter().enumerate() {
@@ -457,6 +490,8 @@ fn outdated(n: usize, persistent: bool) -> Sim {
         silent_for: Duration::ZERO,
         next: 0,
         foreign: false,
+        image_only: false,
+        restarting: BTreeMap::new(),
         external: BTreeSet::new(),
     }
 }
@@ -475,7 +510,9 @@ fn roll_trace(mut sim: Sim) -> Vec<String> {
             Action::RemoveMember { name, reason, .. } => format!("remove {name} {reason:?}"),
             Action::DeletePod { name, reason } => format!("delete {name} {reason:?}"),
             Action::RecreatePod { name } => format!("recreate {name}"),
+            Action::ChangeImage { name } => format!("image {name}"),
             Action::MoveLeader { from, to, .. } => format!("lead {from}->{to}"),
+            Action::Wait { .. } => "wait".into(),
             other => format!("{other:?}"),
         });
         sim.apply(&action);
@@ -525,6 +562,31 @@ fn with_volumes_a_roll_restarts_members_in_place_and_the_leader_last() {
     // Two members cannot restart one without losing quorum: they add first.
     let two = roll_trace(outdated(2, true));
     assert_eq!(&two[..4], ["add", "join", "promote", "remove m2 Outdated"]);
+}
+
+#[test]
+fn with_volumes_an_upgrade_changes_each_members_image_in_its_pod_and_waits_for_the_restart() {
+    let mut upgrade = outdated(3, true);
+    upgrade.image_only = true;
+    // Each change waits for the look in which the old container still runs (and its etcd
+    // still answers): only once the kubelet has replaced it does the next member go.
+    assert_eq!(
+        roll_trace(upgrade),
+        [
+            "image m2",
+            "wait",
+            "image m3",
+            "wait",
+            "lead m1->m2",
+            "image m1",
+            "wait"
+        ]
+    );
+    // Without volumes the new image joins first, as for any other roll: an image that never
+    // starts then costs no voter.
+    let mut plain = outdated(3, false);
+    plain.image_only = true;
+    assert!(!roll_trace(plain).iter().any(|t| t.starts_with("image")));
 }
 
 #[test]
@@ -797,6 +859,25 @@ fn an_outdated_unhealthy_member_is_rolled_first() {
     );
 }
 
+/// A restart of outdated voter `name` on its claim (a new pod, or a new image in its pod;
+/// `leader` given when it must not lead) leaves the voters that count a majority.
+fn check_restart(sim: &Sim, name: &str, leader: Option<u64>) -> Result<(), TestCaseError> {
+    prop_assert!(sim.persistent && sim.claims.contains(name) && sim.stale(name));
+    let voters = sim.voters();
+    let counting = voters.iter().filter(|m| sim.counts(m)).count();
+    let m = sim.members.iter().find(|m| m.name == name).unwrap();
+    prop_assert!(Some(m.id) != leader, "the leader's image changed under it");
+    let after = counting - usize::from(sim.counts(m));
+    prop_assert!(
+        majority(after, voters.len()),
+        "restarting {} leaves {} of {}",
+        name,
+        after,
+        voters.len()
+    );
+    Ok(())
+}
+
 /// A removal never removes a leader that counts, and leaves the voters that count a
 /// majority.
 fn check_removal(sim: &Sim, leader: Option<u64>, id: u64) -> Result<(), TestCaseError> {
@@ -888,8 +969,10 @@ proptest! {
         size in 1..=7usize,
         persistent in any::<bool>(),
         max_learners in 1..=4usize,
+        image_only in any::<bool>(),
     ) {
         sim.persistent = persistent;
+        sim.image_only = image_only;
         let obs = sim.observe();
         let action = plan(&obs, &target_with(size, persistent, max_learners));
         let voters = sim.voters();
@@ -933,13 +1016,13 @@ proptest! {
                 prop_assert!(sim.pod_state(name).is_none());
                 prop_assert!(sim.claims.contains(name), "recreated {} without its data", name);
             }
+            Action::ChangeImage { name } => {
+                prop_assert!(quorate && image_only);
+                check_restart(&sim, name, obs.leader)?;
+            }
             Action::DeletePod { name, reason: DeleteReason::Outdated } => {
-                prop_assert!(quorate && persistent);
-                prop_assert!(sim.claims.contains(name));
-                prop_assert!(sim.stale(name));
-                let m = sim.members.iter().find(|m| &m.name == name).unwrap();
-                let after = counting - usize::from(sim.counts(m));
-                prop_assert!(majority(after, voters.len()), "{:?}", action);
+                prop_assert!(quorate);
+                check_restart(&sim, name, None)?;
             }
             Action::MoveLeader { id, .. } => {
                 prop_assert!(quorate);
@@ -968,8 +1051,10 @@ proptest! {
         size in 1..=7usize,
         persistent in any::<bool>(),
         max_learners in 1..=4usize,
+        image_only in any::<bool>(),
     ) {
         sim.persistent = persistent;
+        sim.image_only = image_only;
         let target = target_with(size, persistent, max_learners);
         let mut trace = Vec::new();
         for _ in 0..160 {
@@ -1003,6 +1088,7 @@ proptest! {
         n in 1..=7usize,
         persistent in any::<bool>(),
         leader in 0..7usize,
+        image_only in any::<bool>(),
     ) {
         let mut sim = Sim {
             members: (0..n)
@@ -1027,6 +1113,8 @@ proptest! {
             silent_for: Duration::ZERO,
             next: 0,
             foreign: false,
+            image_only,
+            restarting: BTreeMap::new(),
             external: BTreeSet::new(),
         };
         let target = target_of(n, persistent);
@@ -1063,6 +1151,10 @@ proptest! {
             let names: BTreeSet<String> = sim.members.iter().map(|m| m.name.clone()).collect();
             prop_assert_eq!(names, (0..n).map(|i| format!("m{i}")).collect::<BTreeSet<_>>());
             prop_assert!(trace.iter().all(|a| !a.is_membership_change()), "{:?}", trace);
+            // Only the image changed: every member is restarted in its own pod.
+            let in_pod = trace.iter().filter(|a| matches!(a, Action::ChangeImage { .. })).count();
+            let deleted = trace.iter().any(|a| matches!(a, Action::DeletePod { .. }));
+            prop_assert_eq!((in_pod, deleted), if image_only { (n, false) } else { (0, true) });
         }
     }
 }
