@@ -182,6 +182,11 @@ struct RunArgs {
     /// Seconds any single request to the Kubernetes API may take (watches excepted).
     #[arg(long, default_value_t = 20)]
     request_timeout: u64,
+    /// API requests in flight at once (watches and the leader Lease apart); the others wait
+    /// their turn. Each in flight holds a connection to the API server (HTTP/1.1): 10,000
+    /// clusters starting together opened 3,209, and the API server stopped answering.
+    #[arg(long, default_value_t = 64)]
+    max_concurrent_requests: usize,
     /// Namespaces (`*`: all) whose EtcdBackups and EtcdRestores may use this operator's own
     /// cloud identity (its pod's environment: IRSA, workload identity) when their S3 or GCS
     /// section names no Secret. None by default: such a backup fails, naming the field.
@@ -323,6 +328,7 @@ fn counted_client(
     config: kube::Config,
     metrics: &std::sync::Arc<metrics::Metrics>,
     apiservers: &apiserver::Addresses,
+    limit: Option<usize>,
 ) -> anyhow::Result<kube::Client> {
     use kube::client::ConfigExt;
     use tower::ServiceExt;
@@ -340,11 +346,15 @@ fn counted_client(
             ));
             req
         });
+    let limit = limit.map(tower::limit::ConcurrencyLimitLayer::new);
     if !in_cluster {
-        return Ok(kube::client::ClientBuilder::try_from(config)
+        let builder = kube::client::ClientBuilder::try_from(config)
             .context("connecting to Kubernetes")?
-            .with_layer(&count)
-            .build());
+            .with_layer(&count);
+        return Ok(match &limit {
+            Some(limit) => builder.with_layer(limit).build(),
+            None => builder.build(),
+        });
     }
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Only fails when another thread installed one first, which is as good.
@@ -366,6 +376,7 @@ fn counted_client(
         .default_retry
         .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
     let service = tower::ServiceBuilder::new()
+        .option_layer(limit)
         .layer(config.base_uri_layer())
         .option_layer(retry)
         .option_layer(config.auth_layer().context("the API server credentials")?)
@@ -489,29 +500,40 @@ async fn install_crds(client: &kube::Client) {
     }
 }
 
-/// Two clients: watches stay open for minutes and are guarded by the watcher's own idle
-/// timeout; every other request is bounded, so a hung API server connection never holds a
-/// cluster's task. Both fall back on the API servers' own addresses, which a task follows.
+/// The operator's clients. Watches stay open for minutes and are guarded by the watcher's
+/// own idle timeout; every other request is bounded, so a hung API server connection never
+/// holds a cluster's task, and at most `--max-concurrent-requests` are in flight. The leader
+/// Lease has a client of its own: its renewal never waits behind the clusters' requests.
+/// All fall back on the API servers' own addresses, which a task follows.
+struct Clients {
+    client: kube::Client,
+    watch: kube::Client,
+    lease: kube::Client,
+}
+
 async fn clients(
     args: &RunArgs,
     metrics: &std::sync::Arc<metrics::Metrics>,
-) -> anyhow::Result<(kube::Client, kube::Client)> {
+) -> anyhow::Result<Clients> {
     let config = kube::Config::infer()
         .await
         .context("finding the Kubernetes configuration")?;
     let apiservers = apiserver::Addresses::default();
-    let watch_client = counted_client(config.clone(), metrics, &apiservers)?;
-    let client = counted_client(
-        bounded(config, Duration::from_secs(args.request_timeout)),
-        metrics,
-        &apiservers,
-    )?;
+    let watch = counted_client(config.clone(), metrics, &apiservers, None)?;
+    let config = bounded(config, Duration::from_secs(args.request_timeout));
+    let lease = counted_client(config.clone(), metrics, &apiservers, None)?;
+    let limit = Some(args.max_concurrent_requests.max(1));
+    let client = counted_client(config, metrics, &apiservers, limit)?;
     tokio::spawn(apiserver::follow(
         client.clone(),
         apiservers,
         Duration::from_secs(30),
     ));
-    Ok((client, watch_client))
+    Ok(Clients {
+        client,
+        watch,
+        lease,
+    })
 }
 
 /// The TLS snapshot server, with a CA of this process's own, when `--snapshot-url` is set; what
@@ -536,7 +558,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     store::storage::allow_ambient(args.ambient_credentials_namespaces.clone());
     store::slots::set(args.max_concurrent_snapshots);
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
-    let (client, watch_client) = clients(&args, &metrics).await?;
+    let Clients {
+        client,
+        watch: watch_client,
+        lease,
+    } = clients(&args, &metrics).await?;
     if args.install_crds {
         install_crds(&client).await;
     }
@@ -554,7 +580,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "etcd-operator".into());
-    let leadership = leadership(&args, &instance, &client, &watch_client).await?;
+    let leadership = leadership(&args, &instance, &lease, &watch_client).await?;
     let reporter = kube::runtime::events::Reporter {
         controller: "etcd-operator".into(),
         instance: Some(instance),

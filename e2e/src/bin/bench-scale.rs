@@ -139,15 +139,36 @@ struct Idle {
     requests: BTreeMap<(String, String), f64>,
 }
 
+/// What an API request at rest is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// The leader Lease's renewal (or a standby's look at it).
+    Lease,
+    /// A watch asked again after the API server ended it.
+    Watch,
+    /// Anything else: work the clusters made.
+    Other,
+}
+
+impl Class {
+    fn of(verb: &str, resource: &str) -> Class {
+        match (verb, resource) {
+            (_, "leases") => Class::Lease,
+            ("watch", _) => Class::Watch,
+            _ => Class::Other,
+        }
+    }
+}
+
 impl Idle {
     fn per_minute(&self, n: f64) -> f64 {
         n * 60.0 / self.elapsed.as_secs_f64()
     }
 
-    fn total(&self, lease: bool) -> f64 {
+    fn total(&self, class: Class) -> f64 {
         self.requests
             .iter()
-            .filter(|((_, resource), _)| (resource == "leases") == lease)
+            .filter(|((verb, resource), _)| Class::of(verb, resource) == class)
             // A fold from 0.0: an empty f64 sum is -0.0.
             .fold(0.0, |sum, (_, n)| sum + n)
     }
@@ -167,7 +188,11 @@ impl Idle {
     /// The rows of the window, about `what` (`100 clusters`), the RSS against `rss_target`.
     fn rows(&self, what: &str, rss_target: &str) -> Vec<Row> {
         let cpu_ms = (self.cpu_ticks * 1000 / CLK_TCK) as f64;
-        let (lease, other) = (self.total(true), self.total(false));
+        let (lease, watch, other) = (
+            self.total(Class::Lease),
+            self.total(Class::Watch),
+            self.total(Class::Other),
+        );
         vec![
             row(
                 format!("operator RSS at idle, {what}"),
@@ -189,12 +214,25 @@ impl Idle {
             ),
             row(
                 format!("API requests per minute at idle, all, {what}"),
-                format!("{:.1}", self.per_minute(lease + other)),
+                format!("{:.1}", self.per_minute(lease + watch + other)),
                 "—",
                 "—",
             ),
             row(
-                format!("API requests per minute at idle, non-Lease, {what}"),
+                format!(
+                    "API requests per minute at idle, the watches' renewals (each of the \
+                     operator's watches, one a kind, is asked again about every 5 minutes, \
+                     however many clusters), {what}"
+                ),
+                format!("{:.1}", self.per_minute(watch)),
+                "—",
+                "—",
+            ),
+            row(
+                format!(
+                    "API requests per minute at idle, other than the Lease and the watches' \
+                     renewals, {what}"
+                ),
                 format!("{:.1}", self.per_minute(other)),
                 "—",
                 "target 0 (Lease renewals only)",
