@@ -185,8 +185,8 @@ struct RunArgs {
     /// API requests in flight at once (watches and the leader Lease apart); the others wait
     /// their turn. Each in flight holds a connection to the API server (HTTP/1.1): 10,000
     /// clusters starting together opened 3,209, and the API server stopped answering.
-    #[arg(long, default_value_t = 64)]
-    max_concurrent_requests: usize,
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    max_concurrent_requests: u16,
     /// Namespaces (`*`: all) whose EtcdBackups and EtcdRestores may use this operator's own
     /// cloud identity (its pod's environment: IRSA, workload identity) when their S3 or GCS
     /// section names no Secret. None by default: such a backup fails, naming the field.
@@ -522,7 +522,7 @@ async fn clients(
     let watch = counted_client(config.clone(), metrics, &apiservers, None)?;
     let config = bounded(config, Duration::from_secs(args.request_timeout));
     let lease = counted_client(config.clone(), metrics, &apiservers, None)?;
-    let limit = Some(args.max_concurrent_requests.max(1));
+    let limit = Some(usize::from(args.max_concurrent_requests));
     let client = counted_client(config, metrics, &apiservers, limit)?;
     tokio::spawn(apiserver::follow(
         client.clone(),

@@ -257,10 +257,10 @@ pub(super) async fn change_image(
     let Some(running) = crate::cluster::observe::etcd_container_id(pod) else {
         return Ok(Outcome::Retry(format!("etcd does not run in pod {name}")));
     };
-    let image = cluster.spec.image();
+    let (image, version) = (cluster.spec.image(), pod.resource_version());
     let patch = serde_json::json!({
         "metadata": {
-            "resourceVersion": pod.resource_version(),
+            "resourceVersion": version,
             "annotations": {
                 resources::TEMPLATE_HASH_ANNOTATION: resources::template_hash(cluster, &pass.tls.revision),
                 resources::RESTARTED_CONTAINER_ANNOTATION: running,
@@ -272,7 +272,7 @@ pub(super) async fn change_image(
     pass.wrote(
         Object::Pod,
         name,
-        Write::Changed(pod.resource_version().unwrap_or_default()),
+        Write::Changed(version.unwrap_or_default()),
     );
     match (pass.handles.pods)
         .patch(name, &params, &kube::api::Patch::Strategic(&patch))

@@ -59,8 +59,7 @@ impl Expectations {
     }
 
     /// Whether the caches show every write, dropping those they show (and those older than
-    /// [`SETTLE`]). `pods` and `claims` are the cluster's cached objects: (name, being
-    /// deleted).
+    /// [`SETTLE`]). `pods` and `claims` are the cluster's cached objects, as [`Shown`].
     pub fn met(&mut self, pods: &[Shown], claims: &[Shown]) -> bool {
         self.pending.retain(|(e, at)| {
             if at.elapsed() >= SETTLE {
