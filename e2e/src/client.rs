@@ -4,7 +4,7 @@ use std::io::BufReader;
 use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,7 @@ use crate::*;
 pub struct Writer {
     endpoint: String,
     stop: Arc<AtomicBool>,
+    acks: Arc<AtomicU64>,
     pub(crate) thread: Option<JoinHandle<WriterTally>>,
 }
 
@@ -104,15 +105,31 @@ impl Writer {
             .trim_end_matches('/')
             .to_string();
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let acks = Arc::new(AtomicU64::new(0));
+        let (flag, count) = (stop.clone(), acks.clone());
         let deadline = Instant::now() + max;
         let thread =
-            std::thread::spawn(move || write_until(&addr, &flag, deadline, keys, timeouts));
+            std::thread::spawn(move || write_until(&addr, &flag, &count, deadline, keys, timeouts));
         Writer {
             endpoint: endpoint.into(),
             stop,
+            acks,
             thread: Some(thread),
         }
+    }
+
+    /// Waits until etcd has acknowledged `count` writes or `max` has passed, and says whether
+    /// it had: a test that needs some data written asks for a count, not for a time, which a
+    /// loaded machine (one fsync taking a second) would not honour.
+    pub fn wait_acked(&self, count: u64, max: Duration) -> bool {
+        let deadline = Instant::now() + max;
+        while self.acks.load(Ordering::Relaxed) < count {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
     }
 
     /// Stops the writer (waiting for the write in flight) and returns how many writes
@@ -151,6 +168,7 @@ impl Drop for Writer {
 pub(crate) fn write_until(
     addr: &str,
     stop: &AtomicBool,
+    acks: &AtomicU64,
     deadline: Instant,
     keys: Keys,
     timeouts: Timeouts,
@@ -168,6 +186,7 @@ pub(crate) fn write_until(
         match put(&mut conn, addr, key, n, timeouts) {
             Ok(()) => {
                 tally.writes += 1;
+                acks.store(tally.writes, Ordering::Relaxed);
                 tally.longest_stall = tally.longest_stall.max(last_ack.elapsed());
                 last_ack = Instant::now();
                 if keys != Keys::Cycle {
