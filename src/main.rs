@@ -7,11 +7,11 @@ use clap::{Parser, Subcommand};
 use std::time::Duration;
 
 use etcd_operator::kube::apiserver;
+use etcd_operator::{api, backup, cluster, http, leader, metrics, report, restore, seed, store};
 
 /// Freed memory goes back to the system (Cargo.toml says why).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use etcd_operator::{api, backup, cluster, http, leader, metrics, report, restore, seed, store};
 
 /// A Kubernetes operator for etcd clusters (etcd.database.coreos.com/v1beta2).
 #[derive(Parser)]

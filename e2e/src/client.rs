@@ -118,18 +118,19 @@ impl Writer {
         }
     }
 
-    /// Waits until etcd has acknowledged `count` writes or `max` has passed, and says whether
-    /// it had: a test that needs some data written asks for a count, not for a time, which a
-    /// loaded machine (one fsync taking a second) would not honour.
-    pub fn wait_acked(&self, count: u64, max: Duration) -> bool {
-        let deadline = Instant::now() + max;
-        while self.acks.load(Ordering::Relaxed) < count {
-            if Instant::now() >= deadline {
-                return false;
-            }
+    /// Writes `keys` to `endpoint` until etcd has acknowledged `count` of them or `max` has
+    /// passed, and returns all it did: a test that needs some data written asks for a count,
+    /// not for a time, which a loaded machine (one fsync taking a second) would not honour.
+    pub fn until_acked(endpoint: &str, count: u64, max: Duration, keys: Keys) -> WriterTally {
+        let writer = Writer::start_with(endpoint, max, keys);
+        while writer.acks.load(Ordering::Relaxed) < count && !writer.thread_done() {
             std::thread::sleep(Duration::from_millis(20));
         }
-        true
+        writer.report()
+    }
+
+    fn thread_done(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Stops the writer (waiting for the write in flight) and returns how many writes

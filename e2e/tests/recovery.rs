@@ -40,10 +40,12 @@ fn three_with_data(k: &Kubectl, ns: &str, recovery: Value) -> (String, Vec<u64>)
         healthy_at_size(k, ns, "example", 3)
     });
     let endpoint = client_endpoint(k, ns, "example");
-    let writer = Writer::start_with(&endpoint, Duration::from_secs(60), Keys::Unique);
-    let written = writer.wait_acked(20, Duration::from_secs(60));
-    let tally = writer.report();
-    assert!(written, "too few writes in 60 s: {}", tally.acked.len());
+    let tally = Writer::until_acked(&endpoint, 20, Duration::from_secs(60), Keys::Unique);
+    assert!(
+        tally.acked.len() >= 20,
+        "too few writes in 60 s: {}",
+        tally.acked.len()
+    );
     // Every member applies what was committed within moments; the survivor then holds it all.
     std::thread::sleep(Duration::from_secs(2));
     (endpoint, tally.acked)
@@ -212,10 +214,8 @@ fn restore_latest_backup_brings_back_a_cluster_whose_every_member_is_gone() {
                 "s3": s3_spec(&moto, BUCKET, "etcd/example", "aws")}}}),
     );
     let endpoint = client_endpoint(&k, ns, "example");
-    let writer = Writer::start_with(&endpoint, Duration::from_secs(60), Keys::Unique);
-    let written = writer.wait_acked(20, Duration::from_secs(60));
-    let acked = writer.report().acked;
-    assert!(written, "too few writes in 60 s: {}", acked.len());
+    let acked = Writer::until_acked(&endpoint, 20, Duration::from_secs(60), Keys::Unique).acked;
+    assert!(acked.len() >= 20, "too few writes in 60 s: {}", acked.len());
     let backup = manifest(
         "EtcdBackup",
         "nightly",
