@@ -61,6 +61,8 @@ struct Tally {
     acked: Vec<(String, String)>,
     /// When each was acknowledged.
     acked_at: Vec<Instant>,
+    /// The same, in Unix milliseconds (to set against the standby's status times).
+    acked_ms: Vec<i64>,
     failed: u64,
     longest: Duration,
     last_error: String,
@@ -120,6 +122,7 @@ impl Writers {
                                     *last = now;
                                     t.acked.push((key, value));
                                     t.acked_at.push(now);
+                                    t.acked_ms.push(unix_ms());
                                 }
                                 Err(e) => {
                                     failed(&tally, &e);
@@ -206,13 +209,20 @@ fn lags(primary: &str, standby: &str, n: usize) -> Result<Vec<Duration>, String>
             let key = format!("app/probe/{tag}/{i}");
             p.put(key.clone(), "probe", None).await.unwrap();
             let written = Instant::now();
+            // A read the standby refuses is not a key that has not arrived: the last refusal
+            // is part of the failure (issue 64: tokens revoked under a client looked like a
+            // lost write).
+            let mut refused = None;
             loop {
-                let got = s.get(key.clone(), None).await;
-                if got.is_ok_and(|g| !g.kvs().is_empty()) {
-                    break;
+                match s.get(key.clone(), None).await {
+                    Ok(g) if !g.kvs().is_empty() => break,
+                    Ok(_) => {}
+                    Err(e) => refused = Some(e.to_string()),
                 }
                 if written.elapsed() > Duration::from_secs(60) {
-                    return Err(format!("{key} never reached the standby"));
+                    let why =
+                        refused.map_or(String::new(), |e| format!(" (last read refused: {e})"));
+                    return Err(format!("{key} never reached the standby{why}"));
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -220,6 +230,164 @@ fn lags(primary: &str, standby: &str, n: usize) -> Result<Vec<Duration>, String>
         }
         Ok(out)
     })
+}
+
+fn unix_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// When each key under `app/` was first seen on `standby`, from a watch as user writer
+/// (Unix milliseconds), until dropped.
+struct Sightings {
+    seen: Arc<Mutex<std::collections::HashMap<String, i64>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// When the watch was in place: keys acknowledged after it are all seen through it.
+    since_ms: i64,
+}
+
+impl Sightings {
+    fn start(standby: &str) -> Self {
+        let seen: Arc<Mutex<std::collections::HashMap<String, i64>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let thread = {
+            let (seen, stop, standby) = (seen.clone(), stop.clone(), standby.to_string());
+            std::thread::spawn(move || {
+                runtime().block_on(async move {
+                    let mut c = writer_client(&standby).await.unwrap();
+                    let options = etcd_client::WatchOptions::new().with_prefix();
+                    let mut watch = c.watch("app/", Some(options)).await.unwrap();
+                    ready_tx.send(unix_ms()).unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        let next =
+                            tokio::time::timeout(Duration::from_millis(200), watch.message());
+                        let Ok(message) = next.await else { continue };
+                        let resp = message.unwrap().expect("the standby's watch ended");
+                        let at = unix_ms();
+                        let mut seen = seen.lock().unwrap();
+                        for kv in resp.events().iter().filter_map(|e| e.kv()) {
+                            seen.entry(kv.key_str().unwrap().to_string()).or_insert(at);
+                        }
+                    }
+                })
+            })
+        };
+        let since_ms = ready.recv_timeout(Duration::from_secs(30)).unwrap();
+        Sightings {
+            seen,
+            stop,
+            thread: Some(thread),
+            since_ms,
+        }
+    }
+
+    fn stop(mut self) -> std::collections::HashMap<String, i64> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+/// `(lagMeasuredAt in Unix ms, lagMilliseconds)` of the standby's status every 250 ms for
+/// `secs`, each distinct measurement once; and whether `Following` stayed True throughout.
+fn lag_reports(k: &Kubectl, ns: &str, cluster: &str, secs: u64) -> (Vec<(i64, i64)>, bool) {
+    let started = Instant::now();
+    let mut reports: Vec<(i64, i64)> = Vec::new();
+    let mut following = true;
+    while started.elapsed() < Duration::from_secs(secs) {
+        let status = get(k, ns, &format!("etcdcluster/{cluster}"))["status"].clone();
+        let s = &status["standby"];
+        let at = s["lagMeasuredAt"].as_str().and_then(|t| {
+            t.parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+                .map(|t| t.as_millisecond())
+        });
+        if let (Some(at), Some(lag)) = (at, s["lagMilliseconds"].as_i64())
+            && reports.last() != Some(&(at, lag))
+        {
+            reports.push((at, lag));
+        }
+        let condition = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Following")
+            .cloned()
+            .unwrap_or_default();
+        following &= condition["status"] == "True";
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    (reports, following)
+}
+
+/// The flush interval of the test's archives, the replayer's poll of the archive, and how
+/// late the test's own watch may see a key on a loaded machine: what a key may take beyond
+/// the lag the standby reported.
+const FLUSH_MS: i64 = 1_000;
+const POLL_MS: i64 = 500;
+const WATCH_SLACK_MS: i64 = 1_000;
+
+/// Issue 64: every key the writers had acknowledged (after the watch was in place) reached
+/// the standby, and none later than the lag reported then allows: for each report (measured
+/// at `t`, lag `L`), every key acknowledged before `t - L - flush - poll` was seen on the
+/// standby by `t` (and the watch's slack).
+fn check_every_key_within_the_reported_lag(
+    acked: &[(String, String)],
+    acked_ms: &[i64],
+    seen: &std::collections::HashMap<String, i64>,
+    since_ms: i64,
+    until_ms: i64,
+    reports: &[(i64, i64)],
+) {
+    let keys: Vec<(&str, i64)> = acked
+        .iter()
+        .zip(acked_ms)
+        .map(|((k, _), at)| (k.as_str(), *at))
+        .filter(|(_, at)| *at > since_ms && *at < until_ms)
+        .collect();
+    let missing: Vec<_> = keys
+        .iter()
+        .filter(|(k, _)| !seen.contains_key(*k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged keys never reached the standby: {:?}",
+        missing.len(),
+        keys.len(),
+        &missing[..missing.len().min(5)]
+    );
+    let late: Vec<_> = keys
+        .iter()
+        .filter_map(|(k, at)| {
+            let first = seen[*k];
+            reports
+                .iter()
+                .find(|(t, lag)| *at < t - lag - FLUSH_MS - POLL_MS && first > t + WATCH_SLACK_MS)
+                .map(|(t, lag)| (*k, *at, first, *t, *lag))
+        })
+        .collect();
+    let worst = keys.iter().map(|(k, at)| seen[*k] - at).max().unwrap_or(0);
+    eprintln!(
+        "every key checked: {} keys, worst {worst} ms from acknowledgement to the standby, {} lag reports (max {} ms)",
+        keys.len(),
+        reports.len(),
+        reports.iter().map(|r| r.1).max().unwrap_or(0)
+    );
+    assert!(
+        late.is_empty(),
+        "{} keys reached the standby later than the lag it reported allowed (key, acknowledged, seen, measured at, lag): {:?}",
+        late.len(),
+        &late[..late.len().min(5)]
+    );
 }
 
 fn standby_status(k: &Kubectl, ns: &str, cluster: &str) -> Value {
@@ -309,12 +477,45 @@ fn a_standby_follows_and_a_switchover_loses_nothing() {
     });
     assert!(refused.contains("permission denied"), "{refused}");
 
+    // Every key, not a sample: 15 s of writes watched on the standby beside its reports.
+    let sightings = Sightings::start(&standby);
+    let (reports, following) = lag_reports(&k, ns, "standby", 15);
+    let until_ms = unix_ms();
+    {
+        let acked = writers.tally.lock().unwrap().acked.len();
+        until("every key acknowledged so far on the standby", 60, || {
+            let seen = sightings.seen.lock().unwrap();
+            let t = writers.tally.lock().unwrap();
+            (0..acked)
+                .all(|i| t.acked_ms[i] <= sightings.since_ms || seen.contains_key(&t.acked[i].0))
+        });
+    }
+    let since_ms = sightings.since_ms;
+    let seen = sightings.stop();
+    {
+        let t = writers.tally.lock().unwrap();
+        check_every_key_within_the_reported_lag(
+            &t.acked,
+            &t.acked_ms,
+            &seen,
+            since_ms,
+            until_ms,
+            &reports,
+        );
+    }
+    assert!(
+        following,
+        "Following was not True throughout: {}",
+        standby_status(&k, ns, "standby")
+    );
+
     // Switchover under writes: the primary demoted, then the standby promoted.
     let writers_before = writers;
     let writers = {
         let t = writers_before.stop();
         let mut carry = Writers::start(vec![primary.clone(), standby.clone()]);
         carry.tally.lock().unwrap().acked = t.acked;
+        carry.tally.lock().unwrap().acked_ms = t.acked_ms;
         carry.started = Instant::now();
         carry
     };

@@ -229,8 +229,13 @@ pub struct ArchiveStatus {
     /// When the newest archived change was received, RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_time: Option<String>,
-    /// How long the oldest change not yet stored has waited, in milliseconds, when the status
-    /// was written (0: everything received is stored).
+    /// The source's newest revision the archiver knows of (its watch, and a linearizable read
+    /// every 5 s): what the archive must reach to hold every acknowledged change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_revision: Option<i64>,
+    /// How long the oldest change the source made and the archive does not store yet has
+    /// waited, in milliseconds, when the status was written (0: every change known of is
+    /// stored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_milliseconds: Option<i64>,
     /// Chunks written since archiving began for this backup.

@@ -23,6 +23,10 @@ pub enum ConditionType {
     /// EtcdCluster, only where the operator reads no Nodes (`False`): a member on a lost node
     /// waits for the node controller's eviction.
     NodeLossHandled,
+    /// EtcdCluster with `spec.standby`, while it follows or promotes: the standby applies its
+    /// source's changes as the source makes them (`False`: `status.standby.stalled` says
+    /// why it does not, and `lagMilliseconds` keeps growing).
+    Following,
 }
 
 impl ConditionType {
@@ -36,6 +40,7 @@ impl ConditionType {
             ConditionType::Completed => "Completed",
             ConditionType::AuthApplied => "AuthApplied",
             ConditionType::NodeLossHandled => "NodeLossHandled",
+            ConditionType::Following => "Following",
         }
     }
 }

@@ -70,10 +70,27 @@ pub struct StandbyStatus {
     /// The newest revision the source's archive holds, when last read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived_revision: Option<i64>,
-    /// How long the oldest archived change not yet applied has waited since the archive
-    /// received it, in milliseconds (0: caught up with the archive).
+    /// The source's newest revision, as its archiver last reported it next to the archive:
+    /// what the source has acknowledged, whether or not its archive holds it yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_revision: Option<i64>,
+    /// How long the oldest change the source made and this cluster does not serve has
+    /// waited, in milliseconds: since the archive received it, or, for a change the archive
+    /// does not hold yet, since the archiver knew of it; while nothing vouches for the source
+    /// (`stalled: SourceSilent`), since the source's archiver last reported. 0: every change
+    /// the source is known to have made is served here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_milliseconds: Option<i64>,
+    /// When `lagMilliseconds` and `replayedRevision` were measured (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_measured_at: Option<String>,
+    /// Why the standby does not follow its source, while it does not: `ArchiveGap` (the
+    /// archive lacks revisions right after what is applied; replay stops there),
+    /// `SourceSilent` (no archiver has reported for the source for too long),
+    /// `ReplayFailing` (applying or reading fails; `message` says why). Empty while it
+    /// follows. The `Following` condition says the same.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stalled: String,
     /// The source's revision the cluster was promoted at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promoted_revision: Option<i64>,

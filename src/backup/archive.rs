@@ -32,7 +32,7 @@ use crate::report::Reporter;
 use crate::store::chunk::{self, Change, Chunker, Event, Resume};
 use crate::store::endpoint::{CONNECT_TIMEOUT, backup_endpoint};
 use crate::store::location::{Storage, target};
-use crate::store::pitr;
+use crate::store::{follow, pitr};
 
 /// The field manager of `status.archive` (the backup controller's never owns it).
 const MANAGER: &str = "etcd-operator-archive";
@@ -146,9 +146,7 @@ pub enum Outcome {
     },
 }
 
-fn now_ms() -> i64 {
-    Timestamp::now().as_millisecond()
-}
+use crate::store::chunk::now_ms;
 
 fn ms_to_rfc3339(ms: i64) -> Option<String> {
     Timestamp::from_millisecond(ms).ok().map(|t| t.to_string())
@@ -210,7 +208,8 @@ fn events_of(response: &etcd_client::WatchResponse, received: i64) -> Vec<Event>
 /// Archives `endpoint`'s changes after revision `after` into `key`'s archive in `store`, chunk
 /// by chunk as they fall due, until `stop` resolves, etcd reports the changes compacted, or the
 /// watch breaks (each time the open chunk is written first), or a write fails (the next run
-/// starts from what the store holds). `status` follows what is stored, and the lag.
+/// starts from what the store holds). `status` follows what is stored, and the lag; the head
+/// next to the archive ([`follow::Head`]) says every [`HEAD_EVERY`] how far the source has gone.
 pub async fn archive(
     endpoint: &Endpoint,
     store: &dyn ObjectStore,
@@ -229,7 +228,10 @@ pub async fn archive(
         .map_err(|e| crate::report::scrub(&e.to_string()))?;
     let interval_ms = i64::try_from(settings.flush_interval().as_millis()).unwrap_or(5000);
     let mut chunker = Chunker::new(after, settings.max_chunk_bytes(), interval_ms);
+    let mut source = Source::new(after);
+    let mut head_due = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(TICK);
+    let out = Out { store, key, status };
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -240,7 +242,7 @@ pub async fn archive(
                         // What was received is whole up to its last revision (etcd sends a
                         // revision's changes together): stored now, it is not lost with the
                         // cluster, which may be what broke the watch.
-                        flush(store, key, &mut chunker, status).await?;
+                        out.flush(&mut chunker, &mut source).await?;
                         return Err(match broken {
                             Err(e) => format!("the watch broke: {e}"),
                             _ => "the watch ended".into(),
@@ -248,7 +250,7 @@ pub async fn archive(
                     }
                 };
                 if response.canceled() {
-                    flush(store, key, &mut chunker, status).await?;
+                    out.flush(&mut chunker, &mut source).await?;
                     let compacted = response.compact_revision();
                     if compacted <= 0 {
                         return Err(format!("etcd cancelled the watch: {}", response.cancel_reason()));
@@ -257,53 +259,152 @@ pub async fn archive(
                 }
                 let received = now_ms();
                 chunker.push(events_of(&response, received), received);
+                source.seen(chunker.covered(), received);
+                // A watch that has fallen behind gets the current revision in its headers
+                // while its events are still older ones.
+                if let Some(header) = response.header() {
+                    source.seen(header.revision(), received);
+                }
             }
             _ = tick.tick() => {
                 if chunker.due(now_ms()) {
-                    flush(store, key, &mut chunker, status).await?;
+                    out.flush(&mut chunker, &mut source).await?;
                 }
-                let lag = chunker.opened_ms().map_or(0, |t| (now_ms() - t).max(0));
-                status.send_if_modified(|s| {
-                    let changed = s.lag_milliseconds != Some(lag);
-                    s.lag_milliseconds = Some(lag);
-                    changed
-                });
+                if tokio::time::Instant::now() >= head_due {
+                    head_due = tokio::time::Instant::now() + HEAD_EVERY;
+                    out.head(&mut etcd, &mut source).await;
+                }
+                out.lag(&source);
             }
             _ = &mut stop => {
-                flush(store, key, &mut chunker, status).await?;
+                out.flush(&mut chunker, &mut source).await?;
+                out.write_head(&source).await;
                 return Ok(Outcome::Stopped);
             }
         }
     }
 }
 
-/// Writes the open chunk, if it holds anything.
-async fn flush(
-    store: &dyn ObjectStore,
-    key: &str,
-    chunker: &mut Chunker,
-    status: &watch::Sender<ArchiveStatus>,
-) -> Result<(), String> {
-    let Some(chunk) = chunker.take() else {
-        return Ok(());
-    };
-    let name = chunk::name(key, chunk.from, chunk.to);
-    let body = chunk.encode();
-    let size = body.len();
-    store
-        .put(&Path::from(name.as_str()), PutPayload::from(body))
-        .await
-        .map_err(|e| format!("writing {name}: {e}"))?;
-    crate::crash::point("after-archive-chunk");
-    status.send_modify(|s| {
-        s.chunks += 1;
-        s.bytes += i64::try_from(size).unwrap_or(i64::MAX);
-        s.last_revision = Some(chunk.to);
-        if let Some(last) = chunk.events.last() {
-            s.last_time = ms_to_rfc3339(last.unix_ms);
+/// How often an archiver writes its head ([`follow::Head`]) and reads the source's revision.
+pub const HEAD_EVERY: Duration = Duration::from_secs(5);
+/// Bounds the read of the source's revision, which holds up the watch meanwhile.
+const HEAD_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How far the source has gone, as the archiver knows it, against what it has stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Source {
+    /// The source's newest revision known.
+    known: i64,
+    /// Every change up to this revision is stored.
+    stored: i64,
+    /// Since when a change known of has not been stored (Unix milliseconds).
+    behind_since_ms: Option<i64>,
+}
+
+impl Source {
+    fn new(after: i64) -> Self {
+        Source {
+            known: after,
+            stored: after,
+            behind_since_ms: None,
         }
-    });
-    Ok(())
+    }
+
+    /// The source has reached `revision`, as learnt at `now_ms`.
+    fn seen(&mut self, revision: i64, now_ms: i64) {
+        self.known = self.known.max(revision);
+        if self.known > self.stored && self.behind_since_ms.is_none() {
+            self.behind_since_ms = Some(now_ms);
+        }
+    }
+
+    /// Every change up to `revision` is stored, at `now_ms`.
+    fn stored(&mut self, revision: i64, now_ms: i64) {
+        self.stored = self.stored.max(revision);
+        self.known = self.known.max(self.stored);
+        self.behind_since_ms = if self.known > self.stored {
+            // Known of, not even received: waiting since it was known, or since now.
+            Some(self.behind_since_ms.unwrap_or(now_ms))
+        } else {
+            None
+        };
+    }
+
+    fn head(&self, now_ms: i64) -> follow::Head {
+        follow::Head {
+            revision: self.known,
+            archived: self.stored,
+            behind_since_ms: self.behind_since_ms,
+            at_ms: now_ms,
+            every_ms: i64::try_from(HEAD_EVERY.as_millis()).unwrap_or(5000),
+        }
+    }
+}
+
+/// Where an archiver writes: the store, the archive's key, its status.
+struct Out<'a> {
+    store: &'a dyn ObjectStore,
+    key: &'a str,
+    status: &'a watch::Sender<ArchiveStatus>,
+}
+
+impl Out<'_> {
+    /// Writes the open chunk, if it holds anything.
+    async fn flush(&self, chunker: &mut Chunker, source: &mut Source) -> Result<(), String> {
+        let Some(chunk) = chunker.take() else {
+            return Ok(());
+        };
+        let name = chunk::name(self.key, chunk.from, chunk.to);
+        let body = chunk.encode();
+        let size = body.len();
+        self.store
+            .put(&Path::from(name.as_str()), PutPayload::from(body))
+            .await
+            .map_err(|e| format!("writing {name}: {e}"))?;
+        crate::crash::point("after-archive-chunk");
+        source.stored(chunk.to, now_ms());
+        self.status.send_modify(|s| {
+            s.chunks += 1;
+            s.bytes += i64::try_from(size).unwrap_or(i64::MAX);
+            s.last_revision = Some(chunk.to);
+            if let Some(last) = chunk.events.last() {
+                s.last_time = ms_to_rfc3339(last.unix_ms);
+            }
+        });
+        Ok(())
+    }
+
+    /// Reads the source's revision, then writes the head. What the watch cannot say is that
+    /// it has stalled: the read can. A failed read is only a head without news; the watch
+    /// itself reports real trouble.
+    async fn head(&self, etcd: &mut Etcd, source: &mut Source) {
+        match etcd.revision(HEAD_READ_TIMEOUT).await {
+            Ok(r) => source.seen(r, now_ms()),
+            Err(e) => tracing::debug!(key = self.key, "reading the source's revision: {e}"),
+        }
+        self.write_head(source).await;
+    }
+
+    /// Writes the head; a failure is only logged (the next one tries again, and a standby
+    /// that sees no head for long says so).
+    async fn write_head(&self, source: &Source) {
+        let head = source.head(now_ms());
+        if let Err(e) = follow::write_head(self.store, self.key, &head).await {
+            warn!(key = self.key, "writing the archive's head: {e}");
+        }
+    }
+
+    /// The status's lag: since the oldest change known of and not stored.
+    fn lag(&self, source: &Source) {
+        let lag = source.behind_since_ms.map_or(0, |t| (now_ms() - t).max(0));
+        self.status.send_if_modified(|s| {
+            let changed =
+                s.lag_milliseconds != Some(lag) || s.source_revision != Some(source.known);
+            s.lag_milliseconds = Some(lag);
+            s.source_revision = Some(source.known);
+            changed
+        });
+    }
 }
 
 impl Task {
@@ -527,5 +628,41 @@ impl Task {
                 "writing the archive's status: {e}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_source_is_behind_from_the_first_change_known_and_not_stored() {
+        let mut s = Source::new(10);
+        assert_eq!(
+            s.head(1_000).behind_since_ms,
+            None,
+            "nothing known beyond 10"
+        );
+        // Changes received at 1,000 (the chunk's last revision 12); a header says 15.
+        s.seen(12, 1_000);
+        s.seen(15, 1_100);
+        let h = s.head(1_200);
+        assert_eq!((h.revision, h.archived), (15, 10));
+        assert_eq!(h.behind_since_ms, Some(1_000), "the oldest not stored");
+        // Stored through 12: 13-15 are known and not even received, still since 1,000.
+        s.stored(12, 1_500);
+        assert_eq!(s.head(1_600).behind_since_ms, Some(1_000));
+        // Stored through 15: nothing waits.
+        s.stored(15, 2_000);
+        let h = s.head(2_100);
+        assert_eq!((h.revision, h.archived, h.behind_since_ms), (15, 15, None));
+        // A linearizable read finds 16 while the watch is silent: waiting since then.
+        s.seen(16, 3_000);
+        assert_eq!(s.head(3_100).behind_since_ms, Some(3_000));
+        assert_eq!(s.head(3_100).every_ms, 5_000);
+        // A revision already stored changes nothing.
+        let mut t = Source::new(20);
+        t.seen(19, 1);
+        assert_eq!(t.head(2).behind_since_ms, None);
     }
 }

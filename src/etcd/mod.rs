@@ -551,6 +551,24 @@ impl Etcd {
         .await
     }
 
+    /// The cluster's revision as of now, bounded by `timeout`: a linearizable read (the leader
+    /// confirms it), of a key that never exists, so it costs nothing. What a continuous
+    /// archive compares its watch with: a watch that stalls delivers nothing and says nothing.
+    pub async fn revision(&mut self, timeout: Duration) -> Result<i64> {
+        let read = self.client.get(
+            "\0etcd-operator/revision",
+            Some(GetOptions::new().with_count_only()),
+        );
+        let resp = within(Some(timeout), read)
+            .await
+            .map_err(|source| Error::Read {
+                endpoint: "the archived member".into(),
+                source,
+            })?;
+        let header = resp.header().ok_or(Error::Malformed("Range", "a header"))?;
+        Ok(header.revision())
+    }
+
     /// A watch of the whole key space from `revision` on (inclusive): what a continuous
     /// archive reads. etcd cancels it at once, with its compaction revision, when `revision`
     /// has been compacted.

@@ -442,6 +442,11 @@ pub fn txn_lines(
     lines
 }
 
+/// Now, in Unix milliseconds: the clock of an archive's times.
+pub fn now_ms() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_millisecond()
+}
+
 /// Cuts the archive's stream of changes into chunks: from the revision after `after`, each
 /// chunk due when it holds `max_bytes` of changes or has been open `interval_ms`, whichever
 /// comes first, and covering every revision up to the last the watch has vouched for (its

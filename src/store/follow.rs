@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use serde::{Deserialize, Serialize};
 
 use super::chunk::{self, Change, Chunk};
 use super::pitr::Error;
@@ -166,22 +167,106 @@ pub fn handover_name(key: &str) -> Path {
 
 /// The handover recorded next to `key`'s archive, if one is (and reads as one).
 pub async fn read_handover(store: &dyn ObjectStore, key: &str) -> Result<Option<Handover>, Error> {
-    let name = handover_name(key);
+    let bytes = read_small(store, &handover_name(key)).await?;
+    Ok(bytes.and_then(|b| serde_json::from_slice(&b).ok()))
+}
+
+/// The most a record kept beside an archive (a handover, a head) may hold: a few hundred
+/// bytes are written; what is larger was not written by an archiver and is not read whole.
+pub const MAX_RECORD_BYTES: usize = 16 << 10;
+
+/// The object `name`, if it exists, read only up to [`MAX_RECORD_BYTES`]: a larger one is
+/// refused, whoever put it there.
+async fn read_small(store: &dyn ObjectStore, name: &Path) -> Result<Option<Vec<u8>>, Error> {
     let what = || format!("reading {name}");
-    match store.get(&name).await {
-        Ok(got) => {
-            let bytes = got.bytes().await.map_err(|source| Error::Store {
+    let options = object_store::GetOptions {
+        range: Some(object_store::GetRange::Bounded(
+            0..MAX_RECORD_BYTES as u64 + 1,
+        )),
+        ..object_store::GetOptions::default()
+    };
+    let got = match store.get_opts(name, options).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(source) => {
+            return Err(Error::Store {
                 what: what(),
                 source,
-            })?;
-            Ok(serde_json::from_slice(&bytes).ok())
+            });
         }
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(source) => Err(Error::Store {
-            what: what(),
-            source,
-        }),
+    };
+    if got.meta.size > MAX_RECORD_BYTES as u64 {
+        return Err(Error::TooLarge {
+            what: name.to_string(),
+            size: got.meta.size,
+            limit: MAX_RECORD_BYTES as u64,
+        });
     }
+    let bytes = got.bytes().await.map_err(|source| Error::Store {
+        what: what(),
+        source,
+    })?;
+    Ok(Some(bytes.to_vec()))
+}
+
+/// The object an archiver keeps next to `key`'s archive to say how far its source has gone
+/// ([`Head`]).
+pub fn head_name(key: &str) -> Path {
+    Path::from(format!("{key}_head"))
+}
+
+/// What an archiver last said of its source, next to the archive (`<path>_head`), at least
+/// every [`Head::every_ms`]: how far the source had gone and how much of it was stored. A
+/// standby measures its lag against it, not against the chunks alone: changes the source has
+/// acknowledged but the archive does not hold yet are lag too, and a head that stops coming
+/// means nothing vouches for the source any more (issue 64).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Head {
+    /// The source's newest revision the archiver knew of (its watch's headers, and a
+    /// linearizable read each time it writes the head).
+    pub revision: i64,
+    /// Every change up to this revision is stored in chunks.
+    pub archived: i64,
+    /// Since when (Unix milliseconds) the archiver has known of changes it had not stored
+    /// yet; none when it had stored every change it knew of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind_since_ms: Option<i64>,
+    /// When it was written (Unix milliseconds, the archiver's clock).
+    pub at_ms: i64,
+    /// How often the archiver writes it (milliseconds).
+    pub every_ms: i64,
+}
+
+impl Head {
+    /// Whether the head is too old to vouch for the source at `now_ms`: several writes
+    /// missed, with room for a slow store and clocks a little apart.
+    pub fn stale(&self, now_ms: i64) -> bool {
+        now_ms - self.at_ms > 3 * self.every_ms.max(1000) + HEAD_SLACK_MS
+    }
+}
+
+/// What a head's age may exceed three of its intervals by before it is stale.
+const HEAD_SLACK_MS: i64 = 5_000;
+
+/// The head kept next to `key`'s archive, if there is one (and it reads as one).
+pub async fn read_head(store: &dyn ObjectStore, key: &str) -> Result<Option<Head>, Error> {
+    let bytes = read_small(store, &head_name(key)).await?;
+    Ok(bytes.and_then(|b| serde_json::from_slice(&b).ok()))
+}
+
+/// Records `head` next to `key`'s archive.
+pub async fn write_head(store: &dyn ObjectStore, key: &str, head: &Head) -> Result<(), Error> {
+    let body = serde_json::to_vec(head).unwrap_or_default();
+    let name = head_name(key);
+    store
+        .put(&name, PutPayload::from(body))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Store {
+            what: format!("writing {name}"),
+            source,
+        })
 }
 
 /// Records `handover` next to `key`'s archive.

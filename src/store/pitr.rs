@@ -41,6 +41,16 @@ pub enum Error {
         /// The oldest snapshot there is (or "none").
         oldest: String,
     },
+    /// An object larger than what may be read of it.
+    #[error("{what} holds {size} bytes, more than the {limit} such an object may hold: not read")]
+    TooLarge {
+        /// The object.
+        what: String,
+        /// Its size.
+        size: u64,
+        /// The most that is read.
+        limit: u64,
+    },
     /// The snapshot the seed restored already holds changes after the target (taken while
     /// it was written): an older snapshot is needed.
     #[error("the restored snapshot holds revision {after}, past the target {target}")]

@@ -72,14 +72,27 @@ pub fn look_again(cluster: &EtcdCluster) -> Option<Duration> {
     }
 }
 
-/// The Warning of a demotion that cannot finish until the user acts, when it starts to say so.
-pub fn warning(cluster: &EtcdCluster, now: Option<&StandbyStatus>) -> Option<String> {
-    let message = &now?.message;
-    let before = previous(cluster)
-        .map(|s| s.message.as_str())
-        .unwrap_or_default();
-    (message.starts_with(NO_ARCHIVE) && !before.starts_with(NO_ARCHIVE)).then(|| message.clone())
+/// The Warning the stage's status carries when it starts to (reason, message): a demotion
+/// that cannot finish until the user acts, or a standby that stops following (a gap in the
+/// archive, a silent source). Once per start.
+pub fn warning(
+    cluster: &EtcdCluster,
+    now: Option<&StandbyStatus>,
+) -> Option<(&'static str, String)> {
+    let now = now?;
+    let before = previous(cluster);
+    let message = &now.message;
+    let was = before.map(|s| s.message.as_str()).unwrap_or_default();
+    if message.starts_with(NO_ARCHIVE) && !was.starts_with(NO_ARCHIVE) {
+        return Some(("DemotionWaiting", message.clone()));
+    }
+    let stalled = STALLS.iter().find(|r| **r == now.stalled)?;
+    let same = before.is_some_and(|b| b.stalled == now.stalled);
+    (!same).then(|| (*stalled, message.clone()))
 }
+
+/// The stalls a standby warns of: those that need a human ([`replayer::Stalled`]).
+const STALLS: [&str; 2] = [replayer::Stalled::GAP, replayer::Stalled::SILENT];
 
 /// The Event of a change of `status.standby.phase` to `now`, if it changed: reason and
 /// message.
@@ -167,7 +180,8 @@ pub async fn stage(
         {
             let before = before.clone().unwrap_or_default();
             if phase == Some(StandbyPhase::Bootstrapping) {
-                bootstrapped(handles, before).await
+                let settled = access_settled(cluster, auth);
+                bootstrapped(handles, before, settled).await
             } else {
                 follow(handles, cluster, obs, before, false, memory)
             }
@@ -288,9 +302,35 @@ async fn made_before(
         .map(|r| r.name_any()))
 }
 
-/// A bootstrap's EtcdRestore looked at: once it completed, the standby follows from the
-/// revision it reached.
-async fn bootstrapped(handles: &Handles, mut before: StandbyStatus) -> StandbyStatus {
+/// Whether the cluster's access control, if it has any, is what a standby's must be on the
+/// data its members serve now: applied this pass or since the data last changed (the
+/// access-control stage reapplies when the cluster ID changes), every role read-only.
+///
+/// The restored data carries the source's users and password hashes: the first pass after a
+/// restore sets each user's password from this cluster's Secrets, and etcd revokes every token
+/// a user holds when its password is set, even to the same value. A client that connected in
+/// between (told by `phase: Standby` that the standby serves) would have every later request
+/// refused with `invalid auth token` (issue 64).
+fn access_settled(cluster: &EtcdCluster, auth: Option<&Finding>) -> Result<(), String> {
+    if !crate::access::wanted(cluster) {
+        return Ok(());
+    }
+    match auth {
+        Some(a) if a.read_only && a.error.is_none() => Ok(()),
+        Some(Finding { error: Some(e), .. }) => {
+            Err(format!("applying access control to the restored data: {e}"))
+        }
+        _ => Err("applying access control to the restored data".into()),
+    }
+}
+
+/// A bootstrap's EtcdRestore looked at: once it completed and the cluster's access control is
+/// `settled` on the restored data, the standby follows from the revision it reached.
+async fn bootstrapped(
+    handles: &Handles,
+    mut before: StandbyStatus,
+    settled: Result<(), String>,
+) -> StandbyStatus {
     let restore = match handles.restores.get_opt(&before.restore).await {
         Ok(Some(r)) => r,
         Ok(None) => {
@@ -306,6 +346,9 @@ async fn bootstrapped(handles: &Handles, mut before: StandbyStatus) -> StandbySt
     };
     let status = restore.status.unwrap_or_default();
     match (status.phase, status.target_revision) {
+        (Some(RestorePhase::Completed), Some(_)) if settled.is_err() => {
+            before.message = settled.err().unwrap_or_default();
+        }
         (Some(RestorePhase::Completed), Some(revision)) => {
             before.phase = Some(StandbyPhase::Standby);
             before.replayed_revision = Some(revision);
@@ -363,14 +406,7 @@ fn follow(
     };
     replayer.feed(feed);
     let progress = replayer.progress();
-    before.replayed_revision = progress.replayed.or(before.replayed_revision);
-    before.archived_revision = progress.archived.or(before.archived_revision);
-    before.lag_milliseconds = Some(
-        progress
-            .waiting_since_ms
-            .map_or(0, |ms| (Timestamp::now().as_millisecond() - ms).max(0)),
-    );
-    before.message = progress.error.clone().unwrap_or_default();
+    report_progress(&mut before, &progress, Timestamp::now());
     before.phase = Some(if promote {
         StandbyPhase::Promoting
     } else {
@@ -388,10 +424,37 @@ fn follow(
         }
         .into();
         before.lag_milliseconds = None;
+        before.lag_measured_at = None;
+        before.stalled = String::new();
         before.message = done.short.unwrap_or_default();
     }
     before
 }
+
+/// What the replayer's `progress` says in `status.standby`, measured `now`: the lag from the
+/// oldest change of the source not served here, and why the standby is stalled, if it is. The
+/// measurement time moves only with what was measured, so a standby at rest writes nothing.
+fn report_progress(status: &mut StandbyStatus, progress: &replayer::Progress, now: Timestamp) {
+    let lag = progress
+        .waiting_since_ms
+        .map_or(0, |ms| (now.as_millisecond() - ms).max(0));
+    let replayed = progress.replayed.or(status.replayed_revision);
+    if status.lag_milliseconds != Some(lag) || status.replayed_revision != replayed {
+        status.lag_measured_at = Some(now.to_string());
+    }
+    status.replayed_revision = replayed;
+    status.archived_revision = progress.archived.or(status.archived_revision);
+    status.source_revision = progress.source.or(status.source_revision);
+    status.lag_milliseconds = Some(lag);
+    (status.stalled, status.message) = match (&progress.stalled, &progress.error) {
+        (Some(s), _) => (s.reason().to_string(), s.message()),
+        (None, Some(e)) => (REPLAY_FAILING.to_string(), e.clone()),
+        (None, None) => (String::new(), String::new()),
+    };
+}
+
+/// `status.standby.stalled` while applying or reading fails.
+pub const REPLAY_FAILING: &str = "ReplayFailing";
 
 fn max_txn_ops(cluster: &EtcdCluster) -> usize {
     cluster
@@ -632,5 +695,111 @@ mod tests {
         let already = cluster(false, false, Some(StandbyPhase::Promoted));
         assert_eq!(event(&already, Some(&promoted)), None);
         assert!(!just_promoted(&already, &promoted));
+    }
+
+    fn following(stalled: Option<replayer::Stalled>, error: Option<&str>) -> replayer::Progress {
+        replayer::Progress {
+            replayed: Some(90),
+            archived: Some(95),
+            source: Some(100),
+            waiting_since_ms: Some(1_000),
+            stalled,
+            error: error.map(String::from),
+            promoted: None,
+        }
+    }
+
+    #[test]
+    fn the_status_reports_the_lag_against_the_source_and_why_it_stalls() {
+        let now = Timestamp::from_millisecond(4_000).unwrap();
+        let mut s = StandbyStatus::default();
+        report_progress(&mut s, &following(None, None), now);
+        assert_eq!(s.lag_milliseconds, Some(3_000));
+        assert_eq!(
+            (s.replayed_revision, s.archived_revision, s.source_revision),
+            (Some(90), Some(95), Some(100))
+        );
+        assert_eq!(s.lag_measured_at.as_deref(), Some("1970-01-01T00:00:04Z"));
+        assert!(s.stalled.is_empty() && s.message.is_empty(), "{s:?}");
+        // Nothing measured changed: the time stays, and the status with it.
+        let later = Timestamp::from_millisecond(4_000).unwrap();
+        let before = s.clone();
+        report_progress(&mut s, &following(None, None), later);
+        assert_eq!(s, before);
+        let gap = Some(replayer::Stalled::Gap { from: 91, to: 93 });
+        report_progress(&mut s, &following(gap, Some("ignored")), now);
+        assert_eq!(s.stalled, "ArchiveGap");
+        assert!(s.message.contains("91 to 93"), "{}", s.message);
+        report_progress(&mut s, &following(None, Some("etcd refused")), now);
+        assert_eq!(
+            (s.stalled.as_str(), s.message.as_str()),
+            (REPLAY_FAILING, "etcd refused")
+        );
+    }
+
+    #[test]
+    fn a_stall_that_needs_a_human_is_a_warning_once() {
+        let standby = cluster(true, false, Some(StandbyPhase::Standby));
+        let now = StandbyStatus {
+            phase: Some(StandbyPhase::Standby),
+            stalled: "ArchiveGap".into(),
+            message: "the source's archive lacks revisions 11 to 15".into(),
+            ..StandbyStatus::default()
+        };
+        assert_eq!(
+            warning(&standby, Some(&now)),
+            Some(("ArchiveGap", now.message.clone()))
+        );
+        let mut already = standby.clone();
+        already.status.as_mut().unwrap().standby = Some(now.clone());
+        assert_eq!(warning(&already, Some(&now)), None);
+        let failing = StandbyStatus {
+            stalled: REPLAY_FAILING.into(),
+            ..now.clone()
+        };
+        assert_eq!(
+            warning(&standby, Some(&failing)),
+            None,
+            "retried, not a human's"
+        );
+    }
+
+    #[test]
+    fn a_standby_serves_only_once_its_access_control_holds_on_the_restored_data() {
+        use crate::api::Auth;
+        let mut c = cluster(true, false, Some(StandbyPhase::Bootstrapping));
+        assert_eq!(
+            access_settled(&c, None),
+            Ok(()),
+            "no access control: nothing to wait for"
+        );
+        c.spec.auth = Some(Auth {
+            enabled: true,
+            ..Auth::default()
+        });
+        assert!(
+            access_settled(&c, None).is_err(),
+            "the stage did not run (restore pending)"
+        );
+        let applied = Finding {
+            read_only: true,
+            ..Finding::default()
+        };
+        assert_eq!(access_settled(&c, Some(&applied)), Ok(()));
+        let failed = Finding {
+            read_only: true,
+            error: Some("etcd refused".into()),
+            ..Finding::default()
+        };
+        assert!(
+            access_settled(&c, Some(&failed))
+                .unwrap_err()
+                .contains("etcd refused")
+        );
+        let writable = Finding::default();
+        assert!(
+            access_settled(&c, Some(&writable)).is_err(),
+            "not read-only yet"
+        );
     }
 }

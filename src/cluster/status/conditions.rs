@@ -382,3 +382,106 @@ pub(super) fn mark_recovery(
         .retain(|c| c.type_ != ConditionType::Recovering.as_str());
     status.conditions.push(recovering);
 }
+
+/// Sets the `Following` condition of a standby that follows or promotes, from
+/// `status.standby` as this pass left it (reason `Following`, or why it is stalled); removes it
+/// from any other cluster.
+pub fn mark_following(
+    status: &mut EtcdClusterStatus,
+    previous: &[Condition],
+    generation: Option<i64>,
+) {
+    use crate::api::StandbyPhase;
+    status
+        .conditions
+        .retain(|c| c.type_ != ConditionType::Following.as_str());
+    let Some(s) = status.standby.as_ref() else {
+        return;
+    };
+    if !matches!(
+        s.phase,
+        Some(StandbyPhase::Standby | StandbyPhase::Promoting)
+    ) {
+        return;
+    }
+    let following = s.stalled.is_empty();
+    let message = if following {
+        format!(
+            "{} ms behind the source (revision {} of {})",
+            s.lag_milliseconds.unwrap_or_default(),
+            s.replayed_revision.unwrap_or_default(),
+            s.source_revision
+                .or(s.archived_revision)
+                .unwrap_or_default()
+        )
+    } else {
+        s.message.clone()
+    };
+    let reason = if following {
+        "Following"
+    } else {
+        s.stalled.as_str()
+    };
+    let condition = Condition::computed(
+        previous,
+        ConditionType::Following,
+        generation,
+        following,
+        reason,
+        message,
+    );
+    status.conditions.push(condition);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{StandbyPhase, StandbyStatus};
+
+    fn with_standby(phase: StandbyPhase, stalled: &str) -> EtcdClusterStatus {
+        EtcdClusterStatus {
+            standby: Some(StandbyStatus {
+                phase: Some(phase),
+                stalled: stalled.into(),
+                message: if stalled.is_empty() {
+                    String::new()
+                } else {
+                    "why".into()
+                },
+                lag_milliseconds: Some(1_500),
+                replayed_revision: Some(90),
+                source_revision: Some(100),
+                ..StandbyStatus::default()
+            }),
+            ..EtcdClusterStatus::default()
+        }
+    }
+
+    #[test]
+    fn following_says_whether_a_standby_keeps_up_and_why_not() {
+        let mut s = with_standby(StandbyPhase::Standby, "");
+        mark_following(&mut s, &[], Some(3));
+        let c = find_condition(&s.conditions, ConditionType::Following).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "Following")
+        );
+        assert_eq!(c.message, "1500 ms behind the source (revision 90 of 100)");
+        let previous = s.conditions.clone();
+        let mut stalled = with_standby(StandbyPhase::Standby, "SourceSilent");
+        mark_following(&mut stalled, &previous, Some(3));
+        let c = find_condition(&stalled.conditions, ConditionType::Following).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            ("False", "SourceSilent", "why")
+        );
+        // Promoted, or never a standby: no such condition.
+        let mut promoted = with_standby(StandbyPhase::Promoted, "");
+        promoted.conditions = previous;
+        mark_following(&mut promoted, &[], Some(3));
+        assert!(find_condition(&promoted.conditions, ConditionType::Following).is_none());
+        let mut plain = EtcdClusterStatus::default();
+        mark_following(&mut plain, &[], Some(3));
+        assert!(plain.conditions.is_empty());
+    }
+}

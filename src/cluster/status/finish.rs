@@ -61,9 +61,9 @@ pub fn finish(cluster: &EtcdCluster, obs: &Observed, action: &Action, found: Fin
     let previous = cluster.status.clone().unwrap_or_default();
     let available = super::hold_available(&mut status, &previous, action, found.available_ago);
     status.restore = found.restore.or(status.restore);
-    if let Some(standby) = found.standby {
-        status.standby = standby;
-    }
+    status.standby = found.standby.unwrap_or(status.standby);
+    let generation = cluster.metadata.generation;
+    super::mark_following(&mut status, &previous.conditions, generation);
     if let Some(message) = &found.held_back {
         super::mark_degraded(
             &mut status,

@@ -19,7 +19,7 @@ mod conditions;
 mod finish;
 mod recovery;
 
-pub use conditions::{mark_auth, mark_degraded, mark_rotating};
+pub use conditions::{mark_auth, mark_degraded, mark_following, mark_rotating};
 pub use finish::{Findings, Finished, early, finish};
 pub use recovery::{record as recovery_record, summary as recovery_summary};
 

@@ -94,9 +94,9 @@ pub(super) async fn report(
             .publish(cluster, EventType::Normal, reason, message)
             .await;
     }
-    if let Some(message) = crate::cluster::standby::warning(cluster, standby) {
+    if let Some((reason, message)) = crate::cluster::standby::warning(cluster, standby) {
         ctx.events
-            .publish(cluster, EventType::Warning, "DemotionWaiting", message)
+            .publish(cluster, EventType::Warning, reason, message)
             .await;
     }
     if let Some(r) = finished.recovered {
