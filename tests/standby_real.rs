@@ -18,7 +18,7 @@ use etcd_operator::api::{
 };
 use etcd_operator::backup::archive;
 use etcd_operator::cluster::auth::plan;
-use etcd_operator::cluster::standby::replayer::{self, Feed, Progress, Replayer, Stalled};
+use etcd_operator::cluster::standby::replayer::{Feed, Progress, Replayer, Stalled};
 use etcd_operator::etcd::{Access, Endpoint, Etcd, Guarded, Password, Root};
 use etcd_operator::store::chunk::{Change, Chunk, Event};
 use etcd_operator::store::follow::{self, Head};
@@ -415,8 +415,8 @@ async fn a_replay_stops_at_a_gap_in_the_archive_and_its_lag_counts_what_the_sour
 /// Issue 64: under a steady write load on a real primary, archived by the operator's archiver
 /// (flushed each second) and replayed by its replayer into a real standby, every acknowledged
 /// key reaches the standby, and none later than the lag the replayer reported then allows:
-/// for every report (at `t`, lag `L`), every key acknowledged before `t - L - flush - poll` is
-/// readable on the standby at `t`. Checked for every key, from a watch on the standby.
+/// for every report (measured at `t`, lag `L`), every key acknowledged before `t - L - flush`
+/// is readable on the standby at `t` (and the rest of that round). Checked for every key, from a watch on the standby.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn under_writes_every_acknowledged_key_reaches_the_standby_within_its_reported_lag() {
     let binary = etcd_binary("3.6");
@@ -511,12 +511,11 @@ async fn under_writes_every_acknowledged_key_reaches_the_standby_within_its_repo
     let mut reports = Vec::new();
     let sampling = std::time::Instant::now();
     while sampling.elapsed() < Duration::from_secs(12) {
-        let now = etcd_operator::store::chunk::now_ms();
-        let lag = replayer
-            .progress()
-            .waiting_since_ms
-            .map_or(0, |ms| (now - ms).max(0));
-        reports.push((now, lag));
+        // As status reports it: the lag as of the replayer's last look at the archive.
+        let p = replayer.progress();
+        if let Some(at) = p.measured_ms {
+            reports.push((at, p.waiting_since_ms.map_or(0, |ms| (at - ms).max(0))));
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for w in writers {
@@ -540,8 +539,9 @@ async fn under_writes_every_acknowledged_key_reaches_the_standby_within_its_repo
         &missing[..missing.len().min(5)]
     );
     // The bound: the lag reported, one flush interval (changes not stored yet are not
-    // known), one poll of the archive (chunks not listed yet), and the watch's delivery.
-    let slack = 1_000 + i64::try_from(replayer::POLL.as_millis()).unwrap() + 300;
+    // known) and the archiver's own delay in storing a due chunk (its 100 ms tick, the
+    // write); beyond the report's time, the rest of its round and the watch's delivery.
+    let slack = 1_000 + 500;
     let mut late = Vec::new();
     let mut worst = 0i64;
     for (k, at) in &acked {
@@ -549,16 +549,15 @@ async fn under_writes_every_acknowledged_key_reaches_the_standby_within_its_repo
         worst = worst.max(first - at);
         if let Some((t, lag)) = reports
             .iter()
-            .find(|(t, lag)| *at < t - lag - slack && first > *t + 300)
+            .find(|(t, lag)| *at < t - lag - slack && first > *t + 1_000)
         {
             late.push((k.clone(), *at, first, *t, *lag));
         }
     }
     eprintln!(
-        "| standby lag on real etcd 3.6, every key checked | {total} keys at {:.0} writes/s, worst {worst} ms, max reported {} ms | each key within the reported lag + 1 s flush + {} ms poll |",
+        "| standby lag on real etcd 3.6, every key checked | {total} keys at {:.0} writes/s, worst {worst} ms, max reported {} ms | each key within the reported lag + 1 s flush (+ 0.5 s for the archiver to store a due chunk) |",
         total as f64 / 12.0,
         reports.iter().map(|r| r.1).max().unwrap_or(0),
-        replayer::POLL.as_millis()
     );
     assert!(
         late.is_empty(),

@@ -81,7 +81,10 @@ pub struct StandbyStatus {
     /// the source is known to have made is served here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_milliseconds: Option<i64>,
-    /// When `lagMilliseconds` and `replayedRevision` were measured (RFC 3339).
+    /// When `lagMilliseconds` was measured (RFC 3339): the standby's look at its source's
+    /// archive that found it. Every change acknowledged by the source more than
+    /// `lagMilliseconds` and one flush interval before then was served here by the end of
+    /// that look. It moves only when what it measures changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_measured_at: Option<String>,
     /// Why the standby does not follow its source, while it does not: `ArchiveGap` (the

@@ -406,7 +406,7 @@ fn follow(
     };
     replayer.feed(feed);
     let progress = replayer.progress();
-    report_progress(&mut before, &progress, Timestamp::now());
+    report_progress(&mut before, &progress);
     before.phase = Some(if promote {
         StandbyPhase::Promoting
     } else {
@@ -431,21 +431,26 @@ fn follow(
     before
 }
 
-/// What the replayer's `progress` says in `status.standby`, measured `now`: the lag from the
-/// oldest change of the source not served here, and why the standby is stalled, if it is. The
-/// measurement time moves only with what was measured, so a standby at rest writes nothing.
-fn report_progress(status: &mut StandbyStatus, progress: &replayer::Progress, now: Timestamp) {
-    let lag = progress
-        .waiting_since_ms
-        .map_or(0, |ms| (now.as_millisecond() - ms).max(0));
+/// What the replayer's `progress` says in `status.standby`: the lag from the oldest change of
+/// the source not served here, as of the replayer's last look at the archive, and why the
+/// standby is stalled, if it is. The measurement's time moves only with what was measured, so
+/// a standby at rest writes nothing.
+fn report_progress(status: &mut StandbyStatus, progress: &replayer::Progress) {
     let replayed = progress.replayed.or(status.replayed_revision);
-    if status.lag_milliseconds != Some(lag) || status.replayed_revision != replayed {
-        status.lag_measured_at = Some(now.to_string());
+    if let Some(measured) = progress.measured_ms {
+        let lag = progress
+            .waiting_since_ms
+            .map_or(0, |ms| (measured - ms).max(0));
+        if status.lag_milliseconds != Some(lag) || status.replayed_revision != replayed {
+            status.lag_measured_at = Timestamp::from_millisecond(measured)
+                .ok()
+                .map(|t| t.to_string());
+        }
+        status.lag_milliseconds = Some(lag);
     }
     status.replayed_revision = replayed;
     status.archived_revision = progress.archived.or(status.archived_revision);
     status.source_revision = progress.source.or(status.source_revision);
-    status.lag_milliseconds = Some(lag);
     (status.stalled, status.message) = match (&progress.stalled, &progress.error) {
         (Some(s), _) => (s.reason().to_string(), s.message()),
         (None, Some(e)) => (REPLAY_FAILING.to_string(), e.clone()),
@@ -703,6 +708,7 @@ mod tests {
             archived: Some(95),
             source: Some(100),
             waiting_since_ms: Some(1_000),
+            measured_ms: Some(4_000),
             stalled,
             error: error.map(String::from),
             promoted: None,
@@ -711,26 +717,33 @@ mod tests {
 
     #[test]
     fn the_status_reports_the_lag_against_the_source_and_why_it_stalls() {
-        let now = Timestamp::from_millisecond(4_000).unwrap();
         let mut s = StandbyStatus::default();
-        report_progress(&mut s, &following(None, None), now);
-        assert_eq!(s.lag_milliseconds, Some(3_000));
+        report_progress(&mut s, &replayer::Progress::default());
+        assert_eq!(s.lag_milliseconds, None, "nothing measured yet");
+        report_progress(&mut s, &following(None, None));
+        assert_eq!(
+            s.lag_milliseconds,
+            Some(3_000),
+            "as of the look at the archive"
+        );
         assert_eq!(
             (s.replayed_revision, s.archived_revision, s.source_revision),
             (Some(90), Some(95), Some(100))
         );
         assert_eq!(s.lag_measured_at.as_deref(), Some("1970-01-01T00:00:04Z"));
         assert!(s.stalled.is_empty() && s.message.is_empty(), "{s:?}");
-        // Nothing measured changed: the time stays, and the status with it.
-        let later = Timestamp::from_millisecond(4_000).unwrap();
+        // A later look that found the same: the time stays, and the status with it.
         let before = s.clone();
-        report_progress(&mut s, &following(None, None), later);
+        let mut again = following(None, None);
+        again.measured_ms = Some(4_500);
+        again.waiting_since_ms = Some(1_500);
+        report_progress(&mut s, &again);
         assert_eq!(s, before);
         let gap = Some(replayer::Stalled::Gap { from: 91, to: 93 });
-        report_progress(&mut s, &following(gap, Some("ignored")), now);
+        report_progress(&mut s, &following(gap, Some("ignored")));
         assert_eq!(s.stalled, "ArchiveGap");
         assert!(s.message.contains("91 to 93"), "{}", s.message);
-        report_progress(&mut s, &following(None, Some("etcd refused")), now);
+        report_progress(&mut s, &following(None, Some("etcd refused")));
         assert_eq!(
             (s.stalled.as_str(), s.message.as_str()),
             (REPLAY_FAILING, "etcd refused")

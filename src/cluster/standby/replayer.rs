@@ -63,6 +63,9 @@ pub struct Progress {
     /// any more, since its last word. `None`: every change the source is known to have made
     /// is applied.
     pub waiting_since_ms: Option<i64>,
+    /// When the lag was measured (Unix milliseconds): the last round's listing of the
+    /// archive. Every change stored before then is applied, or counted in the lag.
+    pub measured_ms: Option<i64>,
     /// Why the replay cannot go on, while it cannot.
     pub stalled: Option<Stalled>,
     /// What went wrong last, if the last attempt failed.
@@ -366,11 +369,12 @@ impl Run {
             Ok(head) => head,
             Err(e) => return Err(e.to_string()),
         };
+        let listed_at = crate::store::chunk::now_ms();
         let plan = match self.listed(state, feed, marker.revision).await {
             Ok(plan) => plan,
             Err(Listing::Failed(e)) => return Err(e),
             Err(Listing::Gap) => {
-                self.settle(state, marker.revision, head.as_ref());
+                self.settle(state, marker.revision, head.as_ref(), listed_at);
                 return Ok(None);
             }
             Err(Listing::GiveUp(why)) => {
@@ -383,7 +387,7 @@ impl Run {
             // Someone else moved the marker: read it again next round.
             return Ok(None);
         };
-        self.settle(state, applied, head.as_ref());
+        self.settle(state, applied, head.as_ref(), listed_at);
         match state.goal {
             Some((goal, switchover)) if applied >= goal => {
                 let etcd = state.etcd.as_mut().ok_or("no connection")?;
@@ -424,8 +428,6 @@ impl Run {
             let max_ops = feed.max_ops.saturating_sub(1).max(1);
             for batch in follow::batches(&chunk, applied, max_ops, MAX_BYTES, MARKER_KEY.as_bytes())
             {
-                // The oldest change not applied is this batch's first, until it is.
-                self.report(|p| p.waiting_since_ms = batch.first_ms.or(p.waiting_since_ms));
                 let next = Marker {
                     revision: batch.to,
                     ..marker.clone()
@@ -443,14 +445,17 @@ impl Run {
         Ok(Some((applied, current)))
     }
 
-    /// After a round that applied through `applied`, what the lag is measured from: against
-    /// what the source is known to have made, not only against what the archive holds.
-    fn settle(&self, state: &State, applied: i64, head: Option<&follow::Head>) {
-        let now = crate::store::chunk::now_ms();
-        let (since, silent) = waiting(applied, head, state.gap_since_ms, now);
+    /// After a round that applied through `applied` every change the archive held when it
+    /// was listed (at `listed_at`), the lag as of then: against what the source is known to
+    /// have made, not only against what the archive holds. Measured at the listing, so that
+    /// it never claims more than was seen: a change stored after it is not counted yet, and
+    /// is at most one flush interval older than the change's acknowledgement.
+    fn settle(&self, state: &State, applied: i64, head: Option<&follow::Head>, listed_at: i64) {
+        let (since, silent) = waiting(applied, head, state.gap_since_ms, listed_at);
         self.report(|p| {
             p.source = head.map(|h| h.revision.max(applied));
             p.waiting_since_ms = since;
+            p.measured_ms = Some(listed_at);
             match (&p.stalled, silent) {
                 (Some(Stalled::Gap { .. }), _) if state.gap_since_ms.is_some() => {}
                 (_, Some(since_ms)) => p.stalled = Some(Stalled::Silent { since_ms }),
