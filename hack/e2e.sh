@@ -16,6 +16,9 @@
 #
 #   hack/e2e.sh              the suite
 #   E2E_TEST_THREADS=N       tests at once within a binary (default 2)
+#   E2E_REPEAT=NAME=N        tests/NAME.rs (one of those beside) N times in a row, in a group of
+#                            its own from the start, stopping at the first failure: a file
+#                            tried again and again under the suite's own load
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
@@ -31,6 +34,17 @@ beside=(
   "crd_validation network_policy backup restore settings hibernation"
 )
 last=(nodes upgrade)
+repeat_name= repeat_count=1
+if [ -n "${E2E_REPEAT:-}" ]; then
+  repeat_name=${E2E_REPEAT%%=*} repeat_count=${E2E_REPEAT#*=}
+  case " ${beside[*]} " in *" $repeat_name "*) ;; *)
+    echo "E2E_REPEAT: tests/$repeat_name.rs is not one of the files run beside" >&2; exit 2 ;; esac
+  [[ "$repeat_count" =~ ^[1-9][0-9]?$ ]] || { echo "E2E_REPEAT: NAME=N, N from 1 to 99" >&2; exit 2; }
+  for g in "${!beside[@]}"; do
+    beside[$g]=$(echo " ${beside[$g]} " | sed "s/ $repeat_name / /; s/^ *//; s/ *$//")
+  done
+  beside+=("$repeat_name")
+fi
 
 main=()
 for f in e2e/tests/*.rs; do
@@ -63,8 +77,14 @@ for g in "${!beside[@]}"; do
   (
     cd e2e
     for b in "${bins[@]}"; do
-      echo "     Running $b"
-      "$b" --test-threads="$threads" || exit 1
+      runs=1
+      [ "${beside[$g]}" = "$repeat_name" ] && runs=$repeat_count
+      for run in $(seq 1 "$runs"); do
+        echo "     Running $b (run $run of $runs, $(date -u +%T))"
+        began=$SECONDS
+        "$b" --test-threads="$threads" || { echo "run $run of $runs failed"; exit 1; }
+        echo "     run $run of $runs passed in $((SECONDS - began)) s"
+      done
     done
   ) >"target/e2e-beside-$g.log" 2>&1 &
   pids+=($!)
