@@ -178,35 +178,7 @@ pub const MAX_RECORD_BYTES: usize = 16 << 10;
 /// The object `name`, if it exists, read only up to [`MAX_RECORD_BYTES`]: a larger one is
 /// refused, whoever put it there.
 async fn read_small(store: &dyn ObjectStore, name: &Path) -> Result<Option<Vec<u8>>, Error> {
-    let what = || format!("reading {name}");
-    let options = object_store::GetOptions {
-        range: Some(object_store::GetRange::Bounded(
-            0..MAX_RECORD_BYTES as u64 + 1,
-        )),
-        ..object_store::GetOptions::default()
-    };
-    let got = match store.get_opts(name, options).await {
-        Ok(got) => got,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(source) => {
-            return Err(Error::Store {
-                what: what(),
-                source,
-            });
-        }
-    };
-    if got.meta.size > MAX_RECORD_BYTES as u64 {
-        return Err(Error::TooLarge {
-            what: name.to_string(),
-            size: got.meta.size,
-            limit: MAX_RECORD_BYTES as u64,
-        });
-    }
-    let bytes = got.bytes().await.map_err(|source| Error::Store {
-        what: what(),
-        source,
-    })?;
-    Ok(Some(bytes.to_vec()))
+    super::pitr::read_bounded(store, name, MAX_RECORD_BYTES as u64).await
 }
 
 /// The object an archiver keeps next to `key`'s archive to say how far its source has gone

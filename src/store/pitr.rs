@@ -151,6 +151,12 @@ pub async fn chunk_ranges(store: &dyn ObjectStore, key: &str) -> Result<Vec<(i64
     Ok(out)
 }
 
+/// The most a chunk object may hold to be read: the largest chunk an archiver writes
+/// (`maxChunkBytes`, at most 32 MiB) and the one revision that may take it past that, with
+/// room to spare. A larger object was not written by an archiver and is refused unread: what
+/// a tenant's store serves never sizes the operator's memory.
+pub const MAX_CHUNK_OBJECT: u64 = 64 << 20;
+
 /// One chunk, read and checked.
 pub async fn read_chunk(
     store: &dyn ObjectStore,
@@ -158,19 +164,59 @@ pub async fn read_chunk(
     (from, to): (i64, i64),
 ) -> Result<Chunk, Error> {
     let name = chunk::name(key, from, to);
+    let path = Path::from(name.as_str());
+    let bytes = read_bounded(store, &path, MAX_CHUNK_OBJECT)
+        .await?
+        .ok_or_else(|| Error::Store {
+            what: format!("reading {name}"),
+            source: object_store::Error::NotFound {
+                path: name.clone(),
+                source: "listed, then gone".into(),
+            },
+        })?;
+    Ok(Chunk::decode(&name, &bytes)?)
+}
+
+/// The object `name`, if it exists, read whole only when it holds at most `limit` bytes: its
+/// size is read first and a larger one refused before its body is (and a body longer than its
+/// size said is cut off at the limit all the same).
+pub async fn read_bounded(
+    store: &dyn ObjectStore,
+    name: &Path,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, Error> {
     let what = || format!("reading {name}");
-    let got = store
-        .get(&Path::from(name.as_str()))
-        .await
-        .map_err(|source| Error::Store {
+    let got = match store.get(name).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(source) => {
+            return Err(Error::Store {
+                what: what(),
+                source,
+            });
+        }
+    };
+    let too_large = |size: u64| Error::TooLarge {
+        what: name.to_string(),
+        size,
+        limit,
+    };
+    if got.meta.size > limit {
+        return Err(too_large(got.meta.size));
+    }
+    let mut out = Vec::with_capacity(usize::try_from(got.meta.size).unwrap_or(0));
+    let mut body = got.into_stream();
+    while let Some(piece) = body.next().await {
+        let piece = piece.map_err(|source| Error::Store {
             what: what(),
             source,
         })?;
-    let bytes = got.bytes().await.map_err(|source| Error::Store {
-        what: what(),
-        source,
-    })?;
-    Ok(Chunk::decode(&name, &bytes)?)
+        out.extend_from_slice(&piece);
+        if out.len() as u64 > limit {
+            return Err(too_large(out.len() as u64));
+        }
+    }
+    Ok(Some(out))
 }
 
 /// Reads and checks the chunks of `plan` one at a time, in order (none is held past its
@@ -406,5 +452,52 @@ mod tests {
         );
         let s = snapshots(&store, "b/k").await.unwrap();
         assert_eq!(s.iter().map(|s| s.0).collect::<Vec<_>>(), vec![10, 30]);
+    }
+
+    #[tokio::test]
+    async fn an_object_larger_than_what_it_may_hold_is_refused_unread() {
+        let store = InMemory::new();
+        let name = Path::from("b/k_head");
+        assert!(read_bounded(&store, &name, 8).await.unwrap().is_none());
+        store
+            .put(&name, PutPayload::from(vec![7u8; 8]))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_bounded(&store, &name, 8).await.unwrap(),
+            Some(vec![7u8; 8])
+        );
+        store
+            .put(&name, PutPayload::from(vec![7u8; 9]))
+            .await
+            .unwrap();
+        let refused = read_bounded(&store, &name, 8).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                Error::TooLarge {
+                    size: 9,
+                    limit: 8,
+                    ..
+                }
+            ),
+            "{refused}"
+        );
+        assert!(
+            refused.to_string().contains("b/k_head holds 9 bytes"),
+            "{refused}"
+        );
+        // Where a chunk belongs, more than a chunk can be: refused, the archive's reader
+        // untouched by its size.
+        let big = chunk::name("b/k", 1, 5);
+        let size = usize::try_from(MAX_CHUNK_OBJECT).unwrap() + 1;
+        store
+            .put(&Path::from(big.as_str()), PutPayload::from(vec![0u8; size]))
+            .await
+            .unwrap();
+        assert!(matches!(
+            read_chunk(&store, "b/k", (1, 5)).await,
+            Err(Error::TooLarge { .. })
+        ));
     }
 }
