@@ -51,6 +51,9 @@ if grep -q 'PrometheusRule\|PodMonitor\|ServiceMonitor\|grafana_dashboard' "$out
 fi
 "$here/monitoring-test.sh"
 # The operator lends its cloud identity to no namespace unless listed.
+if grep -q -- '--allowed-external-cidrs' "$out/defaults.yaml"; then
+  echo "[chart] the defaults let specs reach addresses outside their namespace" >&2; exit 1
+fi
 if grep -q -- '--ambient-credentials-namespaces' "$out/defaults.yaml"; then
   echo "[chart] the defaults allow ambient cloud credentials" >&2; exit 1
 fi
@@ -98,6 +101,9 @@ for p in problems:
     print("[chart] rbac:", p, file=sys.stderr)
 sys.exit(1 if problems else 0)
 PY
+render external --set 'tenancy.allowedExternalCIDRs={10.20.0.0/16,fd00::/8}'
+grep -q -- '- --allowed-external-cidrs=10.20.0.0/16,fd00::/8$' "$out/external.yaml" ||
+  { echo "[chart] tenancy.allowedExternalCIDRs is not passed to the operator" >&2; exit 1; }
 render ambient --set 'backups.ambientCredentials.namespaces={team-a,team-b}'
 grep -q -- '- --ambient-credentials-namespaces=team-a,team-b$' "$out/ambient.yaml" ||
   { echo "[chart] backups.ambientCredentials.namespaces is not passed to the operator" >&2; exit 1; }

@@ -31,7 +31,7 @@ threads=${E2E_TEST_THREADS:-2}
 # tests/operator.rs a 13.03 s handover (13 s allowed).
 beside=(
   "scheduled alerts continuous lifecycle tls external cert_manager standby"
-  "crd_validation network_policy backup restore settings hibernation"
+  "crd_validation network_policy backup restore settings hibernation tenancy"
 )
 last=(nodes upgrade)
 repeat_name= repeat_count=1

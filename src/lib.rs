@@ -14,6 +14,7 @@ pub mod kube;
 pub mod leader;
 pub mod metrics;
 pub mod pki;
+pub mod reference;
 pub mod report;
 pub mod restore;
 pub mod runner;

@@ -7,7 +7,9 @@ use clap::{Parser, Subcommand};
 use std::time::Duration;
 
 use etcd_operator::kube::apiserver;
-use etcd_operator::{api, backup, cluster, http, leader, metrics, report, restore, seed, store};
+use etcd_operator::{
+    api, backup, cluster, http, leader, metrics, reference, report, restore, seed, store,
+};
 
 /// Freed memory goes back to the system (Cargo.toml says why).
 #[global_allocator]
@@ -208,6 +210,12 @@ struct RunArgs {
     /// let it reach the members' client port when clients are listed.
     #[arg(long, value_delimiter = ',')]
     operator_pod_labels: Vec<String>,
+    /// Address ranges (`10.0.0.0/8`, `fd00::/8`; comma-separated) beyond a tenant's own
+    /// namespace that etcd client URLs in specs may reach (an etcd on VMs that a cluster joins
+    /// or backs up). None by default: a spec reaches only its own namespace's Services and
+    /// pods. Loopback, link-local and the API server are refused whatever is listed.
+    #[arg(long, env = "ALLOWED_EXTERNAL_CIDRS", value_delimiter = ',')]
+    allowed_external_cidrs: Vec<String>,
     /// Snapshots streamed at once (backups, and a restore's verification and safety
     /// snapshot), across every namespace; the others wait their turn.
     #[arg(long, default_value_t = store::slots::DEFAULT)]
@@ -522,6 +530,7 @@ async fn clients(
     let config = kube::Config::infer()
         .await
         .context("finding the Kubernetes configuration")?;
+    reference::kube::set_api_server(config.cluster_url.host());
     let apiservers = apiserver::Addresses::default();
     let watch = counted_client(config.clone(), metrics, &apiservers, None)?;
     let config = bounded(config, Duration::from_secs(args.request_timeout));
@@ -557,10 +566,22 @@ async fn serve_snapshots(
     Ok(Some(identity.server))
 }
 
+/// What specs may reach beyond their namespace (`--allowed-external-cidrs`); a range that does
+/// not parse stops the start, naming it.
+fn tenancy(allowed_external_cidrs: &[String]) -> anyhow::Result<reference::Policy> {
+    let external = (allowed_external_cidrs.iter())
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| reference::Cidr::parse(c.trim()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("--allowed-external-cidrs: {e}"))?;
+    Ok(reference::Policy { external })
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(&args.log_level, args.log_format)?;
     store::storage::allow_ambient(args.ambient_credentials_namespaces.clone());
     store::slots::set(args.max_concurrent_snapshots);
+    reference::set_policy(tenancy(&args.allowed_external_cidrs)?);
     let metrics = std::sync::Arc::new(metrics::Metrics::new());
     let Clients {
         client,

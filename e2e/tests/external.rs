@@ -26,6 +26,8 @@ use etcd_operator::pki::{Ca, Role};
 use serde_json::{Value, json};
 
 const CLUSTER: &str = "migrated";
+/// The chart value that lets specs reach the external members (on the bridge address).
+const ALLOW_EXTERNAL: &str = "tenancy.allowedExternalCIDRs={10.244.0.1/32}";
 
 /// How the external cluster talks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -326,7 +328,9 @@ fn migrate(variant: Variant) {
         serves(variant, &k, ns, &first)
     });
     let outside_writer = Client::outside(variant, ns, &first);
-    let _operator = Operator::install(&k, ns, &[]);
+    // The external members are outside every namespace: the administrator allows their
+    // address (a tenant's spec reaches nothing outside its namespace by default).
+    let _operator = Operator::install(&k, ns, &[ALLOW_EXTERNAL]);
     let began = Instant::now();
     let mut existing = json!({"endpoints": [first]});
     let mut spec = json!({"size": 3, "version": VERSION, "bootstrap": {"existing": existing}});

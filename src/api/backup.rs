@@ -40,7 +40,11 @@ use super::validation;
 #[schemars(transform = validation::backup_spec_rules)]
 pub struct EtcdBackupSpec {
     /// Client URLs of the etcd cluster to back up, for example
-    /// `http://example-client.default.svc:2379`. Use this or `clusterName`.
+    /// `http://example-client.default.svc:2379`. Use this or `clusterName`. Each must name a
+    /// Service or pod of the backup's own namespace (or an address in the operator's
+    /// `tenancy.allowedExternalCIDRs`), with or without `clientTLSSecret`; anything else,
+    /// and any URL with userinfo, a path, a query or a fragment, fails the backup naming this
+    /// field before anything is dialed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), inner(length(max = 512)))]
     pub etcd_endpoints: Vec<String>,

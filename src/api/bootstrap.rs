@@ -22,6 +22,10 @@ pub struct Bootstrap {
 pub struct ExistingCluster {
     /// Client URLs of some of its members (`http://` or `https://`), which the operator reads
     /// the member list from; the members' own client URLs (from that list) are used after.
+    /// Each, and each URL in that list, must lie in the operator's
+    /// `tenancy.allowedExternalCIDRs` or name a Service or pod of this namespace; otherwise the
+    /// cluster is `Degraded` with reason `ReferenceRefused` naming this field, and nothing is
+    /// dialed.
     #[schemars(
         length(min = 1, max = 16),
         inner(regex(pattern = r"^https?://[^/\s]+/?$"))

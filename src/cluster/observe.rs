@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use tracing::warn;
 
 use super::external;
 use super::handles::Handles;
@@ -24,6 +25,7 @@ use crate::api::{
 };
 use crate::etcd::{self, Access, Endpoint, Etcd, Member, Status};
 use crate::kube::names::{Addressing, CLIENT_PORT, addressing, controlled_by, selector};
+use crate::reference::{self, kube::KubeResolver};
 
 /// How long one etcd request may take before the member counts as not answering.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
@@ -486,7 +488,7 @@ pub async fn observe(
     let existing = external::joining(cluster);
     obs.plan.existing = existing.is_some();
     let seeds = match existing {
-        Some(e) => external_seeds(handles, e, &obs.access).await,
+        Some(e) => external_seeds(handles, cluster, e, &obs.access).await,
         None => Vec::new(),
     };
     let mut answers = ask_every_pod(&obs).await;
@@ -495,7 +497,7 @@ pub async fn observe(
         return Ok(obs);
     };
     if let Some(access) = seeds.first().map(Endpoint::access) {
-        answers.extend(ask_external(cluster, &mut obs, &members, access).await);
+        answers.extend(ask_external(handles, cluster, &mut obs, &members, access).await);
     }
     view_members(&mut obs, &answers, &members, authoritative);
     obs.members = Some(members);
@@ -716,12 +718,13 @@ fn view_members(
     obs.plan.members = Some(views);
 }
 
-/// Where the external cluster this one joins is first reached: its endpoints as the spec
-/// gives them, with the client identity `clientTLSSecret` names (else the cluster's own). A
-/// Secret that cannot be read leaves the cluster's own identity: the pass's validation
-/// reports it.
+/// Where the external cluster this one joins is first reached: its endpoints as the gate
+/// authorized them (src/reference; the pass's validation reported a refusal), with the client
+/// identity `clientTLSSecret` names (else the cluster's own). A Secret that cannot be read
+/// leaves the cluster's own identity: the pass's validation reports it.
 async fn external_seeds(
     handles: &Handles,
+    cluster: &EtcdCluster,
     existing: &crate::api::ExistingCluster,
     access: &Access,
 ) -> Vec<Endpoint> {
@@ -734,17 +737,28 @@ async fn external_seeds(
             access.cert_is_root = false;
         }
     }
-    existing
-        .endpoints
-        .iter()
-        .map(|url| Endpoint::new(url.trim_end_matches('/'), access.clone(), None))
-        .collect()
+    let resolver = KubeResolver::new(&handles.services.clone().into_client());
+    let ns = cluster.namespace().unwrap_or_default();
+    let field = "spec.bootstrap.existing.endpoints";
+    match reference::etcd_urls(
+        &resolver,
+        &reference::policy(),
+        &ns,
+        field,
+        &existing.endpoints,
+    )
+    .await
+    {
+        Ok(dials) => dials.iter().map(|d| d.endpoint(access.clone())).collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Notes which members of `members` are external, and asks each for its status by its own
 /// client URL (with `access`), keyed by its name. An answer from another cluster than the one
 /// the status recorded is no answer.
 async fn ask_external(
+    handles: &Handles,
     cluster: &EtcdCluster,
     obs: &mut Observed,
     members: &[Member],
@@ -753,6 +767,9 @@ async fn ask_external(
     let addr = obs.addr.clone().unwrap_or_else(|| addressing(cluster));
     let recorded =
         (cluster.status.as_ref()).and_then(|s| u64::from_str_radix(&s.cluster_id, 16).ok());
+    let resolver = KubeResolver::new(&handles.services.clone().into_client());
+    let policy = reference::policy();
+    let ns = cluster.namespace().unwrap_or_default();
     let mut asks = tokio::task::JoinSet::new();
     for m in members.iter().filter(|m| !external::is_own(&addr, m)) {
         let name = external::member_name(&addr, true, m);
@@ -760,8 +777,20 @@ async fn ask_external(
         let (Some(client), Some(peer)) = (m.client_urls.first(), m.peer_urls.first()) else {
             continue;
         };
-        let endpoint = Endpoint::new(client.clone(), access.clone(), None);
-        let Some(gate) = gate_entry(peer).await else {
+        // The member list is the external cluster's word, not the spec's: its URLs pass the
+        // same gate as the endpoints (a cluster could list another tenant's members).
+        let (client, peer) = match (
+            reference::etcd_url(&resolver, &policy, &ns, LISTED, client).await,
+            reference::etcd_url(&resolver, &policy, &ns, LISTED, peer).await,
+        ) {
+            (Ok(client), Ok(peer)) => (client, peer),
+            (Err(refused), _) | (_, Err(refused)) => {
+                warn!(cluster = %cluster.name_any(), %refused, "external member not reached");
+                continue;
+            }
+        };
+        let endpoint = client.endpoint(access.clone());
+        let Some(gate) = gate_entry(&peer.url).await else {
             continue;
         };
         obs.external.insert(name.clone(), (endpoint.clone(), gate));
@@ -777,6 +806,9 @@ async fn ask_external(
     }
     answers
 }
+
+/// The field a refused URL of an external member's is reported under.
+const LISTED: &str = "spec.bootstrap.existing.endpoints (a member its cluster lists)";
 
 /// Where a joining member's gate reads the member list from an external member with peer URL
 /// `peer`: the gate takes addresses only (`http://IP:port`, or `HOST=https://IP:port` whose

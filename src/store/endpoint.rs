@@ -10,6 +10,7 @@ use kube::{Api, Client};
 use super::error::Error;
 use crate::api::{EtcdBackup, EtcdCluster, MemberRole};
 use crate::etcd::{self, Access, ClientTls, Endpoint};
+use crate::reference::{self, Dial, kube::KubeResolver};
 
 /// Bounds each connection to etcd (the snapshot as a whole has its own limit).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -85,15 +86,15 @@ pub async fn cluster_endpoint(
     })
 }
 
-/// Of `endpoints`, one that answers as a member that knows a leader, a follower first; `https`
-/// ones reached with `tls`.
+/// Of `endpoints` (authorized by the gate), one that answers as a member that knows a leader,
+/// a follower first; `https` ones reached with `tls`.
 pub async fn any_endpoint(
-    endpoints: &[String],
+    endpoints: &[Dial],
     tls: Option<Arc<ClientTls>>,
 ) -> Result<Endpoint, Error> {
     let mut leader = None;
-    for url in endpoints {
-        let ep = Endpoint::new(url.clone(), Access::tls(tls.clone()), None);
+    for dial in endpoints {
+        let ep = dial.endpoint(Access::tls(tls.clone()));
         match etcd::status(&ep, CONNECT_TIMEOUT).await {
             Ok(s) if s.leader != 0 && s.leader != s.member_id && !s.is_learner => {
                 return Ok(ep);
@@ -102,18 +103,38 @@ pub async fn any_endpoint(
             _ => {}
         }
     }
-    leader.ok_or_else(|| Error::Unreachable(endpoints.join(", ")))
+    let tried: Vec<&str> = endpoints.iter().map(|d| d.url.as_str()).collect();
+    leader.ok_or_else(|| Error::Unreachable(tried.join(", ")))
 }
 
 /// The endpoint the backup reads from. `clientTLSSecret` is the coreos way to reach endpoints
 /// that need a certificate; with `clusterName` the cluster's own is used unless the spec names
-/// one.
+/// one. `etcdEndpoints` reach only what the gate lets the backup's namespace reach
+/// (src/reference), with or without a certificate: holding one is no licence to leave the
+/// namespace.
 pub async fn backup_endpoint(
     client: &Client,
     backup: &EtcdBackup,
     ns: &str,
 ) -> Result<Endpoint, Error> {
     let spec = &backup.spec;
+    let cluster = spec.cluster_name.as_deref().filter(|c| !c.is_empty());
+    let dials = match cluster {
+        Some(_) => Vec::new(),
+        None => {
+            let resolver = KubeResolver::new(client);
+            let field = "spec.etcdEndpoints";
+            reference::etcd_urls(
+                &resolver,
+                &reference::policy(),
+                ns,
+                field,
+                &spec.etcd_endpoints,
+            )
+            .await
+            .map_err(|refused| Error::Refused(refused.to_string()))?
+        }
+    };
     let tls = match spec.client_tls_secret.as_deref().filter(|s| !s.is_empty()) {
         Some(name) => {
             let secrets = crate::kube::cache::SecretApi::live(client, ns);
@@ -129,83 +150,8 @@ pub async fn backup_endpoint(
         }
         None => None,
     };
-    match spec.cluster_name.as_deref().filter(|c| !c.is_empty()) {
+    match cluster {
         Some(cluster) => cluster_endpoint(client, ns, cluster, tls).await,
-        None => {
-            if tls.is_none()
-                && let Some(why) = spec.etcd_endpoints.iter().find_map(|u| foreign(u, ns))
-            {
-                return Err(Error::Refused(why));
-            }
-            any_endpoint(&spec.etcd_endpoints, tls).await
-        }
-    }
-}
-
-/// Why `url` may not be snapshotted for a backup in namespace `ns` without a client
-/// certificate, if it may not: only a Service of the backup's own namespace (`name`,
-/// `name.ns`, `name.ns.svc[.domain]`) may be, so that nobody can have the operator copy another
-/// namespace's etcd into their own bucket. With `clientTLSSecret`, holding the certificate is
-/// the proof of the right to the data.
-pub fn foreign(url: &str, ns: &str) -> Option<String> {
-    let host = url
-        .split_once("://")
-        .map_or(url, |(_, rest)| rest)
-        .split(['/', '?'])
-        .next()
-        .unwrap_or_default();
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    let host = match host.rsplit_once(':') {
-        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
-        _ => host,
-    };
-    let mut labels = host.split('.');
-    let name = labels.next().unwrap_or_default();
-    let rest: Vec<&str> = labels.collect();
-    let service_like = !name.is_empty()
-        && name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    let own = match rest.as_slice() {
-        [] => true,
-        [n] => *n == ns,
-        [n, "svc", ..] => *n == ns,
-        _ => false,
-    };
-    (!(service_like && own)).then(|| {
-        format!(
-            "spec.etcdEndpoints: {url} is not a Service of namespace {ns}; without \
-             spec.clientTLSSecret a backup may only read an etcd of its own namespace"
-        )
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::foreign;
-
-    #[test]
-    fn only_services_of_the_backups_own_namespace_are_read_without_a_certificate() {
-        for ours in [
-            "http://example-client:2379",
-            "http://example-client.team-a:2379",
-            "http://example-client.team-a.svc:2379",
-            "https://example-client.team-a.svc.cluster.local:2379",
-            "example-client.team-a.svc",
-        ] {
-            assert_eq!(foreign(ours, "team-a"), None, "{ours}");
-        }
-        for theirs in [
-            "http://example-client.team-b:2379",
-            "http://example-client.team-b.svc.cluster.local:2379",
-            "http://10.0.0.7:2379",
-            "http://[fd00::7]:2379",
-            "http://etcd.example.com:2379",
-            "http://user@example-client.team-b:2379",
-        ] {
-            let why = foreign(theirs, "team-a").expect(theirs);
-            assert!(why.starts_with("spec.etcdEndpoints: "), "{why}");
-        }
+        None => any_endpoint(&dials, tls).await,
     }
 }

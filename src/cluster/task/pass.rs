@@ -28,6 +28,7 @@ use crate::cluster::version;
 use crate::cluster::volumes;
 use crate::etcd::Access;
 use crate::kube::invalid::Invalid;
+use crate::reference;
 use crate::tls;
 
 /// How long a learner may take to start before its addition is undone.
@@ -55,6 +56,26 @@ pub(super) async fn validate(
             }
             Err(source) => return Err(Error::ReadSecret { name, source }),
         }
+    }
+    // Where the cluster joins an etcd that runs elsewhere: only where its namespace may reach
+    // (src/reference), before anything dials it.
+    if let Some(existing) = external::joining(cluster) {
+        let resolver = reference::kube::KubeResolver::new(&handles.services.clone().into_client());
+        let field = "spec.bootstrap.existing.endpoints";
+        reference::etcd_urls(
+            &resolver,
+            &reference::policy(),
+            ns,
+            field,
+            &existing.endpoints,
+        )
+        .await
+        .map_err(|refused| {
+            Error::Invalid(Invalid {
+                reason: reference::REFUSED,
+                message: refused.to_string(),
+            })
+        })?;
     }
     let material = tls::prepare(secrets, cluster, time::OffsetDateTime::now_utc()).await?;
     // The identity for the external cluster is read while it is joined (observe reads it
@@ -283,8 +304,15 @@ type StandbyFound = (
     Option<Option<crate::api::StandbyStatus>>,
 );
 
-/// The access-control stage ([`crate::cluster::auth`]): run when a leader serves and nothing
-/// holds the cluster (a pause, a restore under way).
+/// Whether the access-control stage may run: a leader serves and nothing holds the cluster
+/// (a pause, a restore under way, a migration not yet `Complete`). While the cluster joins an
+/// etcd that runs elsewhere, that etcd is not this operator's to lock: switching its
+/// authentication on or writing its users would reach every client of it, whoever they are.
+fn auth_may_run(cluster: &EtcdCluster, restoring: bool, leader: bool) -> bool {
+    !restoring && !cluster.spec.is_paused() && leader && external::joining(cluster).is_none()
+}
+
+/// The access-control stage ([`crate::cluster::auth`]), when [`auth_may_run`].
 pub(super) async fn auth_stage(
     handles: &Handles,
     cluster: &EtcdCluster,
@@ -292,7 +320,7 @@ pub(super) async fn auth_stage(
     restore: Option<&RestoreHandoff>,
     memory: &mut Memory,
 ) -> Option<crate::cluster::auth::Finding> {
-    if restore.is_some() || cluster.spec.is_paused() || obs.plan.leader.is_none() {
+    if !auth_may_run(cluster, restore.is_some(), obs.plan.leader.is_some()) {
         return None;
     }
     let read_only = standby::read_only(cluster);
@@ -484,6 +512,59 @@ mod tests {
     use super::*;
 
     use crate::api::EtcdClusterSpec;
+
+    #[test]
+    fn access_control_leaves_an_etcd_that_runs_elsewhere_alone_until_the_migration_completes() {
+        use crate::api::{
+            Bootstrap, EtcdClusterStatus, ExistingCluster, MigrationPhase, MigrationStatus,
+            auth::Auth,
+        };
+        let mut cluster = EtcdCluster::new(
+            "thief",
+            EtcdClusterSpec {
+                size: 1,
+                auth: Some(Auth {
+                    enabled: true,
+                    ..Auth::default()
+                }),
+                bootstrap: Some(Bootstrap {
+                    existing: Some(ExistingCluster {
+                        endpoints: vec!["http://10.20.0.5:2379".into()],
+                        ..ExistingCluster::default()
+                    }),
+                }),
+                ..EtcdClusterSpec::default()
+            },
+        );
+        for phase in [
+            None,
+            Some(MigrationPhase::Joining),
+            Some(MigrationPhase::Joined),
+            Some(MigrationPhase::RemovingExternal),
+        ] {
+            cluster.status = Some(EtcdClusterStatus {
+                migration: phase.map(|phase| MigrationStatus {
+                    phase,
+                    ..MigrationStatus::default()
+                }),
+                ..EtcdClusterStatus::default()
+            });
+            assert!(!auth_may_run(&cluster, false, true), "{phase:?}");
+        }
+        cluster.status = Some(EtcdClusterStatus {
+            migration: Some(MigrationStatus {
+                phase: MigrationPhase::Complete,
+                ..MigrationStatus::default()
+            }),
+            ..EtcdClusterStatus::default()
+        });
+        assert!(auth_may_run(&cluster, false, true));
+        assert!(!auth_may_run(&cluster, true, true), "a restore under way");
+        assert!(!auth_may_run(&cluster, false, false), "no leader");
+        cluster.spec.bootstrap = None;
+        cluster.status = None;
+        assert!(auth_may_run(&cluster, false, true));
+    }
 
     #[test]
     fn a_version_step_etcd_does_not_allow_keeps_the_newest_running_image() {
