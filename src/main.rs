@@ -217,7 +217,8 @@ struct RunArgs {
     #[arg(long, env = "ALLOWED_EXTERNAL_CIDRS", value_delimiter = ',')]
     allowed_external_cidrs: Vec<String>,
     /// Snapshots streamed at once (backups, and a restore's verification and safety
-    /// snapshot), across every namespace; the others wait their turn.
+    /// snapshot), across every namespace; the others wait their turn. One namespace holds at
+    /// most all but one, and a freed slot goes to the waiting namespace that holds the fewest.
     #[arg(long, default_value_t = store::slots::DEFAULT)]
     max_concurrent_snapshots: usize,
 }

@@ -188,7 +188,7 @@ async fn take(ctx: &Context, backup: &EtcdBackup, ns: &str) -> Result<Taken, Err
             (target.location.clone(), spec_path)
         }
     };
-    let _slot = crate::store::slots::take(1).await;
+    let _slot = crate::store::slots::take(ns, 1).await;
     let mut etcd = Etcd::connect_streaming(&endpoint, CONNECT_TIMEOUT)
         .await
         .map_err(snapshot::Error::Etcd)?;

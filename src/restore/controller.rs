@@ -787,7 +787,7 @@ async fn verify_and_keep(
 ) -> Result<(VerifiedObject, Option<Safety>), Error> {
     let ns = restore.namespace().unwrap_or_default();
     // Two reads at once, two slots: the safety snapshot is a backup like any other.
-    let _slots = crate::store::slots::take(2).await;
+    let _slots = crate::store::slots::take(&ns, 2).await;
     let (verified, safety) = tokio::join!(
         verified_object(ctx, restore, target, path),
         safety_snapshot(&ctx.client, &ns, cluster, target, path),
