@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 /// identity, addresses and data, their TLS, what the operator reads back from the pods (the
 /// quota, the learner limit) and what has a typed field here or under `spec.maintenance`.
 pub const OWNED_FLAGS: &[&str] = &[
+    // With a config file etcd ignores every flag and variable given beside it: the operator's
+    // own included.
+    "config-file",
     "name",
     "data-dir",
     "wal-dir",
