@@ -871,6 +871,11 @@ pub struct RestoreHandoff {
     /// For a point-in-time restore: the revision the archived changes are replayed up to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_revision: Option<i64>,
+    /// The size of the snapshot the restore controller verified (decompressed, if it was
+    /// stored with zstd): the seed is served no more than this, so an object replaced after
+    /// verification, or a frame that expands without end, cannot fill the seed's disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_size: Option<u64>,
 }
 
 impl EtcdCluster {

@@ -282,4 +282,7 @@ pub struct VerifiedObject {
     pub sha256: String,
     /// The sha256 of the snapshot inside it (differs when it is stored compressed), hex.
     pub snapshot_sha256: String,
+    /// The size of the snapshot inside it, in bytes: the most the seed is served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_size: Option<i64>,
 }

@@ -422,6 +422,7 @@ async fn verified_object(
         size: i64::try_from(verified.size).unwrap_or(i64::MAX),
         sha256: verified.sha256,
         snapshot_sha256: verified.snapshot_sha256,
+        snapshot_size: i64::try_from(verified.snapshot_size).ok(),
     };
     status.verified = Some(object.clone());
     status.conditions[0].message = "verified; keeping the cluster as it is".into();
@@ -848,6 +849,7 @@ async fn start(
             .map(|p| p.object.to_string())
             .unwrap_or_default(),
         to_revision: plan.as_ref().map(|p| p.target),
+        snapshot_size: verified.snapshot_size.and_then(|s| u64::try_from(s).ok()),
     };
     let value = serde_json::to_string(&handoff).unwrap_or_default();
     set_finalizer(ctx, restore, true).await?;
@@ -964,6 +966,7 @@ mod tests {
             size: 1 << 30,
             sha256: "ab".into(),
             snapshot_sha256: "cd".into(),
+            snapshot_size: Some(1 << 31),
         };
         let etag = v.version.clone();
         assert_eq!(still_verified(Some(&v), 2, &etag, 1 << 30), Some(v.clone()));

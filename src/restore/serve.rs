@@ -177,7 +177,7 @@ impl Snapshots {
             .get(&store.location)
             .await
             .map_err(|e| internal(format!("reading {}: {e}", store.url)))?;
-        unpacked(got.meta.size, got.into_stream())
+        unpacked(got.meta.size, got.into_stream(), handoff.snapshot_size)
             .await
             .map_err(|e| internal(format!("reading {}: {e}", store.url)))
     }
@@ -234,10 +234,15 @@ async fn from_member(ep: &Endpoint) -> Result<Opened, crate::etcd::Error> {
 
 /// A stored snapshot as the seed must receive it: decompressed on the way if it was stored
 /// with zstd (its size then unknown until the end), passed through as it comes otherwise.
+/// With `limit` (the size verified), no more than that is served: a stored object larger than
+/// it is refused before a byte is sent, and a frame that expands past it ends the body with
+/// an error (the seed's disk holds at most what was verified).
 async fn unpacked(
     size: u64,
     mut stream: BoxStream<'static, object_store::Result<Bytes>>,
+    limit: Option<u64>,
 ) -> Result<Opened, String> {
+    let limit = limit.unwrap_or(u64::MAX);
     let mut head = Vec::new();
     while head.len() < ZSTD_MAGIC.len() {
         match stream.next().await {
@@ -248,6 +253,11 @@ async fn unpacked(
     }
     let mut unpack = Unpack::default();
     unpack.feed(&head).map_err(|e| e.to_string())?;
+    if !unpack.compressed() && size > limit {
+        return Err(format!(
+            "the object holds {size} bytes, more than the {limit} verified: it changed since"
+        ));
+    }
     if !unpack.compressed() {
         let first = match unpack.take().map_err(|e| e.to_string())? {
             Some(first) => first,
@@ -262,12 +272,21 @@ async fn unpacked(
     }
     // Each piece the decoder gives is sent before more is read: memory stays flat whatever a
     // frame expands to.
-    let body = futures::stream::unfold(Some((stream, unpack)), |state| async move {
-        let (mut stream, mut unpack) = state?;
+    let body = futures::stream::unfold(Some((stream, unpack, 0u64)), move |state| async move {
+        let (mut stream, mut unpack, mut sent) = state?;
         loop {
             match unpack.take() {
                 Err(e) => return Some((Err(e), None)),
-                Ok(Some(piece)) => return Some((Ok(Bytes::from(piece)), Some((stream, unpack)))),
+                Ok(Some(piece)) => {
+                    sent += piece.len() as u64;
+                    if sent > limit {
+                        let e = std::io::Error::other(format!(
+                            "the snapshot expands past the {limit} bytes verified"
+                        ));
+                        return Some((Err(e), None));
+                    }
+                    return Some((Ok(Bytes::from(piece)), Some((stream, unpack, sent))));
+                }
                 Ok(None) => {}
             }
             match stream.next().await {
@@ -292,17 +311,55 @@ mod tests {
     use super::*;
     use crate::store::compress::Compressor;
 
-    async fn served(stored: Vec<u8>, chunk: usize) -> (Option<u64>, Vec<u8>) {
-        let size = stored.len() as u64;
+    fn stream_of(stored: &[u8], chunk: usize) -> BoxStream<'static, object_store::Result<Bytes>> {
         let chunks: Vec<object_store::Result<Bytes>> = stored
             .chunks(chunk)
             .map(|c| Ok(Bytes::copy_from_slice(c)))
             .collect();
-        let opened = unpacked(size, futures::stream::iter(chunks).boxed())
+        futures::stream::iter(chunks).boxed()
+    }
+
+    async fn served(stored: Vec<u8>, chunk: usize) -> (Option<u64>, Vec<u8>) {
+        let size = stored.len() as u64;
+        let opened = unpacked(size, stream_of(&stored, chunk), None)
             .await
             .unwrap();
         let body: Vec<Bytes> = opened.body.map(|c| c.unwrap()).collect().await;
         (opened.size, body.concat())
+    }
+
+    #[tokio::test]
+    async fn no_more_than_the_verified_size_is_served() {
+        // 256 MiB of zeros: a few KiB stored, a bomb where 1 MiB was verified.
+        let mut c = Compressor::new(3).unwrap();
+        let mut bomb = Vec::new();
+        for _ in 0..256 {
+            bomb.extend(c.push(&vec![0u8; 1 << 20]).unwrap());
+        }
+        bomb.extend(c.finish().unwrap());
+        let size = bomb.len() as u64;
+        let opened = unpacked(size, stream_of(&bomb, 4096), Some(1 << 20))
+            .await
+            .unwrap();
+        let pieces: Vec<std::io::Result<Bytes>> = opened.body.collect().await;
+        let sent: usize = pieces.iter().flatten().map(Bytes::len).sum();
+        assert!(sent <= 1 << 20, "{sent} bytes served");
+        let refused = pieces.last().unwrap().as_ref().unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("expands past the 1048576 bytes verified")
+        );
+        // A plain object larger than what was verified is refused before a byte is sent.
+        let plain = vec![7u8; 4096];
+        let refused = unpacked(4096, stream_of(&plain, 512), Some(4000))
+            .await
+            .err()
+            .unwrap();
+        assert!(refused.contains("more than the 4000 verified"), "{refused}");
+        // Exactly the verified size is served whole.
+        let (size, body) = served(plain.clone(), 512).await;
+        assert_eq!((size, body), (Some(4096), plain));
     }
 
     #[tokio::test]
