@@ -77,12 +77,13 @@ for g in "${!beside[@]}"; do
   (
     cd e2e
     for b in "${bins[@]}"; do
-      runs=1
-      [ "${beside[$g]}" = "$repeat_name" ] && runs=$repeat_count
+      runs=1 show=()
+      # A repeated file prints what it measured in each run.
+      [ "${beside[$g]}" = "$repeat_name" ] && runs=$repeat_count show=(--nocapture)
       for run in $(seq 1 "$runs"); do
         echo "     Running $b (run $run of $runs, $(date -u +%T))"
         began=$SECONDS
-        "$b" --test-threads="$threads" || { echo "run $run of $runs failed"; exit 1; }
+        "$b" --test-threads="$threads" "${show[@]}" || { echo "run $run of $runs failed"; exit 1; }
         echo "     run $run of $runs passed in $((SECONDS - began)) s"
       done
     done
