@@ -25,7 +25,7 @@ use crate::api::{
 };
 use crate::etcd::{self, Access, Endpoint, Etcd, Member, Status};
 use crate::kube::names::{Addressing, CLIENT_PORT, addressing, controlled_by, selector};
-use crate::reference::{self, kube::KubeResolver};
+use crate::reference::{self, Dial, Refused, kube::KubeResolver};
 
 /// How long one etcd request may take before the member counts as not answering.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
@@ -475,7 +475,7 @@ pub async fn observe(
     handles: &Handles,
     cached: bool,
     cluster: &EtcdCluster,
-    access: Access,
+    (access, dials): (Access, &[Dial]),
     memory: &mut HealthMemory,
 ) -> Result<Observed, Error> {
     let mut obs = Observed {
@@ -488,7 +488,7 @@ pub async fn observe(
     let existing = external::joining(cluster);
     obs.plan.existing = existing.is_some();
     let seeds = match existing {
-        Some(e) => external_seeds(handles, cluster, e, &obs.access).await,
+        Some(e) => external_seeds(handles, e, dials, &obs.access).await,
         None => Vec::new(),
     };
     let mut answers = ask_every_pod(&obs).await;
@@ -718,14 +718,30 @@ fn view_members(
     obs.plan.members = Some(views);
 }
 
-/// Where the external cluster this one joins is first reached: its endpoints as the gate
-/// authorized them (src/reference; the pass's validation reported a refusal), with the client
-/// identity `clientTLSSecret` names (else the cluster's own). A Secret that cannot be read
-/// leaves the cluster's own identity: the pass's validation reports it.
-async fn external_seeds(
+/// The endpoints of the etcd this cluster joins (`spec.bootstrap.existing.endpoints`) as
+/// the gate authorized them (src/reference), while it joins one; none otherwise. The pass's
+/// validation reports a refusal; observe dials only what this returned.
+pub async fn external_dials(
     handles: &Handles,
     cluster: &EtcdCluster,
+) -> Result<Vec<Dial>, Refused> {
+    let Some(existing) = external::joining(cluster) else {
+        return Ok(Vec::new());
+    };
+    let client = handles.services.clone().into_client();
+    let ns = cluster.namespace().unwrap_or_default();
+    let field = "spec.bootstrap.existing.endpoints";
+    reference::kube::authorize(&client, &ns, field, &existing.endpoints).await
+}
+
+/// Where the external cluster this one joins is first reached: `dials` (see
+/// [`external_dials`]), with the client identity `clientTLSSecret` names (else the
+/// cluster's own). A Secret that cannot be read leaves the cluster's own identity: the pass's
+/// validation reports it.
+async fn external_seeds(
+    handles: &Handles,
     existing: &crate::api::ExistingCluster,
+    dials: &[Dial],
     access: &Access,
 ) -> Vec<Endpoint> {
     let mut access = access.clone();
@@ -737,21 +753,7 @@ async fn external_seeds(
             access.cert_is_root = false;
         }
     }
-    let resolver = KubeResolver::new(&handles.services.clone().into_client());
-    let ns = cluster.namespace().unwrap_or_default();
-    let field = "spec.bootstrap.existing.endpoints";
-    match reference::etcd_urls(
-        &resolver,
-        &reference::policy(),
-        &ns,
-        field,
-        &existing.endpoints,
-    )
-    .await
-    {
-        Ok(dials) => dials.iter().map(|d| d.endpoint(access.clone())).collect(),
-        Err(_) => Vec::new(),
-    }
+    dials.iter().map(|d| d.endpoint(access.clone())).collect()
 }
 
 /// Notes which members of `members` are external, and asks each for its status by its own

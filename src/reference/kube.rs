@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::ListParams;
 
-use super::{Resolve, ServiceFacts};
+use super::{Dial, Refused, Resolve, ServiceFacts};
 
 /// The API server's addresses as this process reaches it, set once at start.
 static API_SERVER: OnceLock<Vec<IpAddr>> = OnceLock::new();
@@ -43,6 +43,18 @@ impl KubeResolver {
             client: client.clone(),
         }
     }
+}
+
+/// Authorizes the etcd client URLs `urls` of `field` of an object in namespace `ns`, under
+/// this process's policy, through the API server `client` reaches.
+pub async fn authorize(
+    client: &kube::Client,
+    ns: &str,
+    field: &str,
+    urls: &[String],
+) -> Result<Vec<Dial>, Refused> {
+    let resolver = KubeResolver::new(client);
+    super::etcd_urls(&resolver, &super::policy(), ns, field, urls).await
 }
 
 fn text(e: kube::Error) -> String {

@@ -10,7 +10,7 @@ use kube::{Api, Client};
 use super::error::Error;
 use crate::api::{EtcdBackup, EtcdCluster, MemberRole};
 use crate::etcd::{self, Access, ClientTls, Endpoint};
-use crate::reference::{self, Dial, kube::KubeResolver};
+use crate::reference::{Dial, kube::authorize};
 
 /// Bounds each connection to etcd (the snapshot as a whole has its own limit).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -121,19 +121,9 @@ pub async fn backup_endpoint(
     let cluster = spec.cluster_name.as_deref().filter(|c| !c.is_empty());
     let dials = match cluster {
         Some(_) => Vec::new(),
-        None => {
-            let resolver = KubeResolver::new(client);
-            let field = "spec.etcdEndpoints";
-            reference::etcd_urls(
-                &resolver,
-                &reference::policy(),
-                ns,
-                field,
-                &spec.etcd_endpoints,
-            )
+        None => authorize(client, ns, "spec.etcdEndpoints", &spec.etcd_endpoints)
             .await
-            .map_err(|refused| Error::Refused(refused.to_string()))?
-        }
+            .map_err(|refused| Error::Refused(refused.to_string()))?,
     };
     let tls = match spec.client_tls_secret.as_deref().filter(|s| !s.is_empty()) {
         Some(name) => {

@@ -28,7 +28,7 @@ use crate::cluster::version;
 use crate::cluster::volumes;
 use crate::etcd::Access;
 use crate::kube::invalid::Invalid;
-use crate::reference;
+use crate::reference::{self, Dial};
 use crate::tls;
 
 /// How long a learner may take to start before its addition is undone.
@@ -37,13 +37,14 @@ pub(super) const LEARNER_TIMEOUT: Duration = Duration::from_secs(300);
 pub(super) const STARTUP_GRACE: Duration = Duration::from_secs(60);
 
 /// The first problem that keeps the spec from being acted on: a Secret it names that does not
-/// exist or cannot be used; then what the pass needs of TLS (see [`tls::prepare`]) and what
-/// it presents to etcd (root's password kept once access control is declared).
+/// exist or cannot be used, or an etcd it would join that its namespace may not reach; then
+/// what the pass needs of TLS (see [`tls::prepare`]), what it presents to etcd (root's
+/// password kept once access control is declared) and where the etcd it joins is dialed.
 pub(super) async fn validate(
     handles: &Handles,
     cluster: &EtcdCluster,
     ns: &str,
-) -> Result<(tls::Material, Access), Error> {
+) -> Result<(tls::Material, Access, Vec<Dial>), Error> {
     let secrets = &handles.secrets;
     for (field, name) in resources::referenced_secrets(&cluster.spec) {
         match secrets.exists(&name).await {
@@ -59,16 +60,7 @@ pub(super) async fn validate(
     }
     // Where the cluster joins an etcd that runs elsewhere: only where its namespace may reach
     // (src/reference), before anything dials it.
-    if let Some(existing) = external::joining(cluster) {
-        let resolver = reference::kube::KubeResolver::new(&handles.services.clone().into_client());
-        let field = "spec.bootstrap.existing.endpoints";
-        reference::etcd_urls(
-            &resolver,
-            &reference::policy(),
-            ns,
-            field,
-            &existing.endpoints,
-        )
+    let dials = observe::external_dials(handles, cluster)
         .await
         .map_err(|refused| {
             Error::Invalid(Invalid {
@@ -76,7 +68,6 @@ pub(super) async fn validate(
                 message: refused.to_string(),
             })
         })?;
-    }
     let material = tls::prepare(secrets, cluster, time::OffsetDateTime::now_utc()).await?;
     // The identity for the external cluster is read while it is joined (observe reads it
     // again, from the same cache): a Secret that is missing or cannot be used is reported
@@ -97,7 +88,7 @@ pub(super) async fn validate(
         root: root.map(|p| Arc::new(crate::etcd::Root::new(p))),
         cert_is_root: access::tls_is_root(cluster),
     };
-    Ok((material, access))
+    Ok((material, access, dials))
 }
 
 /// The cluster as the actions must build it: the spec, unless its version is not a step etcd
@@ -148,7 +139,7 @@ pub(super) async fn observe_stage(
     handles: &Handles,
     cached: bool,
     cluster: &EtcdCluster,
-    (material, access): (&tls::Material, &Access),
+    (material, access, dials): (&tls::Material, &Access, &[Dial]),
     memory: &mut Memory,
 ) -> Result<Seen, Error> {
     let carried = &mut memory.carried;
@@ -156,7 +147,7 @@ pub(super) async fn observe_stage(
         handles,
         cached,
         cluster,
-        access.clone(),
+        (access.clone(), dials),
         &mut carried.health,
     )
     .await?;
@@ -214,7 +205,7 @@ pub(super) async fn reconcile(
     let cached = ctx
         .caches
         .show(&ns, &cluster.name_any(), &mut memory.carried.expect);
-    let (material, mut access) = match validate(handles, cluster, &ns).await {
+    let (material, mut access, dials) = match validate(handles, cluster, &ns).await {
         Ok(m) => m,
         Err(e) => {
             if let Error::Invalid(Invalid { reason, message }) = &e {
@@ -234,7 +225,14 @@ pub(super) async fn reconcile(
         effective,
         held_back,
         space,
-    } = observe_stage(handles, cached, cluster, (&material, &access), memory).await?;
+    } = observe_stage(
+        handles,
+        cached,
+        cluster,
+        (&material, &access, &dials),
+        memory,
+    )
+    .await?;
     let restore = pending_restore(ctx, handles, &pass, cluster, memory).await?;
     let action = decide(ctx, handles, cluster, &mut obs, restore.as_ref(), memory).await?;
     // Every pass at debug level: what a slow reaction spent its time on (LOG_LEVEL).

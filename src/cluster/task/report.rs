@@ -251,8 +251,18 @@ pub(super) async fn report_invalid(
         },
         cert_is_root: crate::access::tls_is_root(cluster),
     };
-    let obs =
-        observe::observe(handles, cached, cluster, access, &mut memory.carried.health).await?;
+    // The reason may be the refusal itself: then nothing is dialed.
+    let dials = observe::external_dials(handles, cluster)
+        .await
+        .unwrap_or_default();
+    let obs = observe::observe(
+        handles,
+        cached,
+        cluster,
+        (access, &dials),
+        &mut memory.carried.health,
+    )
+    .await?;
     let wait = Action::Wait {
         reason: message.into(),
     };
