@@ -174,6 +174,15 @@ impl<'a> Operator<'a> {
         });
     }
 
+    /// How many times the operator's containers have restarted, all replicas together.
+    pub fn restarts(&self) -> i64 {
+        (self.pods().iter())
+            .flat_map(|p| p["status"]["containerStatuses"].as_array().cloned())
+            .flatten()
+            .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+            .sum()
+    }
+
     /// The operator's pods, as JSON.
     pub fn pods(&self) -> Vec<Value> {
         let list = self.kubectl.ok(

@@ -204,16 +204,6 @@ fn flood(operator: &Operator, n: usize) -> (usize, std::time::Duration) {
     (open.len(), worst)
 }
 
-fn restarts(operator: &Operator) -> i64 {
-    operator
-        .pods()
-        .iter()
-        .flat_map(|p| p["status"]["containerStatuses"].as_array().cloned())
-        .flatten()
-        .map(|c| c["restartCount"].as_i64().unwrap_or(0))
-        .sum()
-}
-
 /// Applies `manifest` and asserts that the API server refuses it with `text` in its message.
 fn refused_at_apply(k: &Kubectl, ns: &str, what: &str, manifest: &Value, text: &str) {
     let out = k.run(&["apply", "-n", ns, "-f", "-"], Some(&manifest.to_string()));
@@ -467,7 +457,7 @@ fn hostile_input_is_refused_clearly_and_costs_no_pod_no_key_and_no_restart() {
         keys: count(&endpoint(&k, ns, "example")),
     };
     assert_eq!((base.pods.len(), base.keys), (3, 200));
-    let restarts_before = restarts(&operator);
+    let restarts_before = operator.restarts();
     let started = Instant::now();
 
     let mut tried = apply_time_refusals(&k, ns, &moto);
@@ -698,7 +688,7 @@ fn hostile_input_is_refused_clearly_and_costs_no_pod_no_key_and_no_restart() {
     assert_eq!(c["status"]["size"], 3, "{}", c["status"]);
     base.holds(&k, ns, "everything");
     assert_eq!(
-        restarts(&operator),
+        operator.restarts(),
         restarts_before,
         "the operator restarted"
     );
